@@ -1,0 +1,1 @@
+"""Broker layer: topics, partitions, partitioner, hot tail, backpressure."""

@@ -1,0 +1,519 @@
+"""The embedded broker: topics, partitions, produce, fetch, retention.
+
+``Broker`` owns one data directory (``LOCK``), opens and recovers every
+partition on construction, and runs two background threads: the group-commit
+thread (:mod:`lkstream.storage.durability`) and the retention thread.
+
+Produce runs on the caller's thread: the records of each target partition are
+encoded into one v2 batch (split at ``max_batch_bytes``) by aiokafka's C codec
+and appended; the broker itself never looks inside a batch. The async methods
+do the same work inline on the event loop (it is a memory copy and a
+``write(2)`` into the page cache) and await only the fsync in ``sync`` mode.
+
+Thread-safety: all methods are thread-safe. Lock order: ``Broker._lock``
+(topic table), then ``Partition._lock``, then ``PartitionLog._lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lkstream.config import BrokerConfig
+from lkstream.errors import (
+    BackpressureError,
+    BrokerClosedError,
+    InvalidArgumentError,
+    RecordTooLargeError,
+    UnknownTopicError,
+)
+from lkstream.format.batch import check_producer_batch
+from lkstream.format.codec import Compression, Headers, KeyValue, Record, encode_batch
+from lkstream.storage.clock import Clock, SystemClock
+from lkstream.storage.durability import FsyncMode, GroupCommitter
+from lkstream.storage.lock import DataDirLock
+from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
+from lkstream.storage.names import validate_topic
+from lkstream.storage.offsets import OffsetStore
+from lkstream.storage.topics import TopicSettings, TopicStore
+
+from lkstream.broker.partition import DEFAULT_FETCH_BYTES, Partition
+from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+
+log = logging.getLogger("lkstream.broker")
+
+Key = str | bytes | None
+Value = bytes | bytearray | memoryview | str | None
+ProduceItem = tuple[Key, Value] | tuple[Key, Value, Headers]
+
+# Per-record framing overhead (varints and attributes) used to estimate batch size.
+_RECORD_OVERHEAD = 21
+_BATCH_OVERHEAD = 61
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    settings: TopicSettings
+    partitions: list[PartitionStats]
+
+
+class InflightBytes:
+    """Bytes accepted by produce calls and not yet acknowledged. Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int) -> None:
+        with self._lock:
+            # A lone request larger than the limit is admitted, or it could never succeed.
+            if self.value and self.value + nbytes > self.limit:
+                raise BackpressureError(self.value + nbytes, self.limit)
+            self.value += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.value -= nbytes
+
+
+class _Topic:
+    def __init__(self, name: str, settings: TopicSettings, partitions: list[Partition]) -> None:
+        self.name = name
+        self.settings = settings
+        self.partitions = partitions
+
+
+class Broker:
+    """An embedded LKSTREAM broker over one data directory.
+
+    ``Broker(persist_dir=..., fsync_mode=..., fsync_interval_ms=...,
+    segment_max_bytes=..., partitions=...)`` takes any :class:`BrokerConfig`
+    field as a keyword (or a whole ``config=``). Use it as a context manager or
+    call :meth:`close`.
+    """
+
+    def __init__(self, config: BrokerConfig | None = None, *, clock: Clock | None = None, **settings: Any) -> None:
+        if config is not None and settings:
+            config = BrokerConfig.build({**config.model_dump(), **settings})
+        self.config = config or BrokerConfig.build(settings)
+        self._clock = clock or SystemClock()
+        self.persist_dir = os.path.abspath(self.config.persist_dir)
+        os.makedirs(self.persist_dir, exist_ok=True)
+        self._dir_lock = DataDirLock(self.persist_dir)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._topics: dict[str, _Topic] = {}
+        self._sticky = StickyPartitioner()
+        self.inflight = InflightBytes(self.config.max_inflight_bytes)
+        self.fsync_observers: list[Callable[[float], None]] = []
+        self.recoveries: list[LogRecovery] = []
+        try:
+            self._store = TopicStore(self.persist_dir)
+            self._committer = GroupCommitter(
+                FsyncMode(self.config.fsync_mode),
+                self.config.fsync_interval_ms,
+                self.config.fsync_group_bytes,
+                on_fsync=self._observe_fsync,
+            )
+            for name in self._store.list():
+                self._open_topic(name)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+        self.offset_store = OffsetStore(self.persist_dir, clock=self._clock)
+        self._stop_maintenance = threading.Event()
+        self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
+        self._maintenance.start()
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def _defaults(self) -> TopicSettings:
+        return TopicSettings(self.config.partitions, self.config.retention_ms, self.config.retention_bytes)
+
+    def _log_config(self, settings: TopicSettings) -> LogConfig:
+        return LogConfig(
+            segment_max_bytes=self.config.segment_max_bytes,
+            index_interval_bytes=self.config.index_interval_bytes,
+            retention_ms=settings.retention_ms,
+            retention_bytes=settings.retention_bytes,
+            visible_after_fsync=self.config.fsync_mode == "sync",
+            checkpoint_interval_ms=self.config.checkpoint_interval_ms,
+        )
+
+    def _open_topic(self, name: str) -> _Topic:
+        settings = self._store.load(name, self._defaults())
+        log_config = self._log_config(settings)
+        partitions = []
+        for pid in range(settings.partitions):
+            plog = PartitionLog(
+                self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock
+            )
+            self.recoveries.append(plog.recovery)
+            partitions.append(Partition(name, pid, plog, self._committer, self.config.hot_tail_bytes))
+        topic = _Topic(name, settings, partitions)
+        self._topics[name] = topic
+        return topic
+
+    def create_topic(
+        self, name: str, partitions: int | None = None, *, retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> None:
+        """Create a topic; :class:`TopicExistsError` if it exists."""
+        defaults = self._defaults()
+        settings = TopicSettings(
+            defaults.partitions if partitions is None else partitions,
+            defaults.retention_ms if retention_ms is None else retention_ms,
+            defaults.retention_bytes if retention_bytes is None else retention_bytes,
+        )
+        validate_topic(name)
+        with self._lock:
+            self._check_open()
+            self._store.create(name, settings)
+            self._open_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its data."""
+        with self._lock:
+            self._check_open()
+            topic = self._topic(name, create=False)
+            del self._topics[name]
+            for partition in topic.partitions:
+                partition.close()
+            self._store.delete(name)
+
+    def list_topics(self) -> list[str]:
+        with self._lock:
+            return sorted(self._topics)
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        topic = self._topic(name, create=False)
+        return TopicDescription(name, topic.settings, [p.stats() for p in topic.partitions])
+
+    def partition(self, topic: str, pid: int) -> Partition:
+        """The :class:`Partition` ``pid`` of ``topic`` (InvalidArgument if it does not exist)."""
+        partitions = self._topic(topic, create=False).partitions
+        if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < len(partitions):
+            raise InvalidArgumentError(
+                f"partition {pid!r} does not exist in {topic!r} (it has {len(partitions)} partitions)"
+            )
+        return partitions[pid]
+
+    def partitions_for(self, topic: str) -> int:
+        return len(self._topic(topic, create=False).partitions)
+
+    def _topic(self, name: str, *, create: bool) -> _Topic:
+        topic = self._topics.get(name)
+        if topic is not None:
+            return topic
+        validate_topic(name)
+        with self._lock:
+            self._check_open()
+            topic = self._topics.get(name)
+            if topic is not None:
+                return topic
+            if not (create and self.config.auto_create_topics):
+                raise UnknownTopicError(name)
+            self._store.create(name, self._defaults())
+            return self._open_topic(name)
+
+    # -- produce --------------------------------------------------------------------------------
+
+    async def produce_many(
+        self, topic: str, records: Sequence[ProduceItem], *, partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> list[tuple[int, int]]:
+        """Append ``(key, value)`` or ``(key, value, headers)`` records; return ``[(partition, offset)]``.
+
+        Keys pick partitions as Kafka's clients do; keyless records of one call
+        share one partition. Returns once the records are acknowledged under
+        ``fsync_mode`` (in ``sync``: fsynced).
+        """
+        results, pending, reserved = self._produce(topic, records, partition, compression)
+        try:
+            for future in pending:
+                await asyncio.wrap_future(future)
+        finally:
+            self.inflight.release(reserved)
+        return results
+
+    def produce_many_sync(
+        self, topic: str, records: Sequence[ProduceItem], *, partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> list[tuple[int, int]]:
+        """Blocking twin of :meth:`produce_many`, for code without an event loop."""
+        results, pending, reserved = self._produce(topic, records, partition, compression)
+        try:
+            for future in pending:
+                future.result()
+        finally:
+            self.inflight.release(reserved)
+        return results
+
+    async def produce_batch(self, topic: str, partition: int, batch: bytearray) -> tuple[int, int]:
+        """Append one pre-encoded v2 record batch; return ``(base_offset, last_offset)``."""
+        result, pending = self._append_encoded(topic, partition, batch)
+        try:
+            if pending is not None:
+                await asyncio.wrap_future(pending)
+        finally:
+            self.inflight.release(len(batch))
+        return result
+
+    def produce_batch_sync(self, topic: str, partition: int, batch: bytearray) -> tuple[int, int]:
+        """Blocking twin of :meth:`produce_batch`."""
+        result, pending = self._append_encoded(topic, partition, batch)
+        try:
+            if pending is not None:
+                pending.result()
+        finally:
+            self.inflight.release(len(batch))
+        return result
+
+    def _append_encoded(
+        self, topic: str, pid: int, batch: bytearray
+    ) -> tuple[tuple[int, int], concurrent.futures.Future[None] | None]:
+        self._check_open()
+        if not isinstance(batch, bytearray):
+            batch = bytearray(batch)
+        check_producer_batch(batch, self.config.max_batch_bytes)
+        target = self.partition(self._topic(topic, create=True).name, pid)
+        self.inflight.reserve(len(batch))
+        try:
+            future = self._durable_future() if self._committer.mode is FsyncMode.SYNC else None
+            result = target.append_batch(batch, None if future is None else _completer(future))
+        except BaseException:
+            self.inflight.release(len(batch))
+            raise
+        return (result.base_offset, result.last_offset), future
+
+    def _produce(
+        self, topic_name: str, records: Sequence[ProduceItem], partition: int | None,
+        compression: Compression | str | None,
+    ) -> tuple[list[tuple[int, int]], list[concurrent.futures.Future[None]], int]:
+        """Encode and append; return results, durability futures and the bytes reserved."""
+        self._check_open()
+        codec = Compression.parse(compression)
+        topic = self._topic(topic_name, create=True)
+        count = len(topic.partitions)
+        if partition is not None:
+            self.partition(topic.name, partition)
+        pairs, headers = _split_records(records)
+        if not pairs:
+            return [], [], 0
+        sizes = [len(k or b"") + len(v or b"") for k, v in pairs]
+        self._check_sizes(sizes)
+        routes = _route(pairs, count, partition, self._sticky)
+        reserved = sum(sizes) + _RECORD_OVERHEAD * len(sizes) + _BATCH_OVERHEAD
+        self.inflight.reserve(reserved)
+        results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
+        pending: list[concurrent.futures.Future[None]] = []
+        try:
+            for pid, indices in routes.items():
+                target = topic.partitions[pid]
+                for chunk in self._chunks(indices, sizes):
+                    whole = len(chunk) == len(pairs)
+                    batch = encode_batch(
+                        pairs if whole else [pairs[i] for i in chunk],
+                        headers=None if headers is None else [headers[i] for i in chunk],
+                        compression=codec,
+                        timestamp_ms=self._clock.now_ms(),
+                    )
+                    future = self._durable_future() if self._committer.mode is FsyncMode.SYNC else None
+                    result = target.append_batch(batch, None if future is None else _completer(future))
+                    if future is not None:
+                        pending.append(future)
+                    base = result.base_offset
+                    for delta, i in enumerate(chunk):
+                        results[i] = (pid, base + delta)
+        except BaseException:
+            self.inflight.release(reserved)
+            raise
+        return results, pending, reserved
+
+    def _check_sizes(self, sizes: list[int]) -> None:
+        limit = self.config.max_message_bytes
+        if max(sizes) > limit:
+            raise RecordTooLargeError(max(sizes), limit)
+
+    def _chunks(self, indices: list[int], sizes: list[int]) -> Iterable[list[int]]:
+        """Split one partition's records into batches below ``max_batch_bytes``."""
+        budget = self.config.max_batch_bytes - _BATCH_OVERHEAD
+        if sum(sizes[i] for i in indices) + _RECORD_OVERHEAD * len(indices) <= budget:
+            yield indices
+            return
+        chunk: list[int] = []
+        used = 0
+        for i in indices:
+            record_size = sizes[i] + _RECORD_OVERHEAD
+            if chunk and used + record_size > budget:
+                yield chunk
+                chunk, used = [], 0
+            chunk.append(i)
+            used += record_size
+        if chunk:
+            yield chunk
+
+    def _durable_future(self) -> concurrent.futures.Future[None]:
+        return concurrent.futures.Future()
+
+    # -- fetch ----------------------------------------------------------------------------------
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
+        """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds."""
+        self._check_open()
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidArgumentError(f"offset must be an integer, got {offset!r}")
+        return self.partition(topic, partition).read_raw(offset, max_bytes)
+
+    def read_from(
+        self, topic: str, partition: int, offset: int, max_msgs: int | None = None,
+        max_bytes: int = DEFAULT_FETCH_BYTES,
+    ) -> list[Record]:
+        """Decoded records of ``topic[partition]`` from ``offset``."""
+        self._check_open()
+        return self.partition(topic, partition).read_from(offset, max_msgs, max_bytes)
+
+    # -- maintenance and shutdown -----------------------------------------------------------------
+
+    def _observe_fsync(self, seconds: float) -> None:
+        for observer in self.fsync_observers:
+            observer(seconds)
+
+    def enforce_retention(self) -> int:
+        """Run retention on every partition now; return how many segments were deleted."""
+        with self._lock:
+            partitions = [p for t in self._topics.values() for p in t.partitions]
+        deleted = 0
+        for partition in partitions:
+            try:
+                deleted += len(partition.log.enforce_retention())
+            except BrokerClosedError:
+                continue  # deleted concurrently
+        return deleted
+
+    def _maintain(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000.0
+        while not self._stop_maintenance.wait(interval):
+            try:
+                self.enforce_retention()
+            except Exception:  # keep retention alive; the error is in the log
+                log.exception("retention failed")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosedError("broker is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Flush and fsync everything, close all partitions and release the data directory."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop_maintenance.set()
+        self._maintenance.join()
+        self._committer.close()
+        for topic in self._topics.values():
+            for partition in topic.partitions:
+                partition.close()
+        self._dir_lock.release()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Broker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _completer(future: concurrent.futures.Future[None]) -> Callable[[BaseException | None], None]:
+    def complete(error: BaseException | None) -> None:
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    return complete
+
+
+def _to_bytes(value: Value, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidArgumentError(f"{what} must be bytes, str or None, got {type(value).__name__}")
+
+
+def _split_records(records: Sequence[ProduceItem]) -> tuple[list[KeyValue], list[Headers] | None]:
+    """Normalise ``(key, value[, headers])`` items into ``(key, value)`` bytes pairs and headers."""
+    if isinstance(records, (bytes, str)) or not isinstance(records, Sequence):
+        raise InvalidArgumentError("records must be a sequence of (key, value) tuples")
+    pairs: list[KeyValue] = []
+    headers: list[Headers] | None = None
+    for n, item in enumerate(records):
+        if type(item) is not tuple or len(item) not in (2, 3):
+            raise InvalidArgumentError(f"record {n} must be a (key, value) or (key, value, headers) tuple")
+        key, value = item[0], item[1]
+        if not (key is None or type(key) is bytes):
+            key = _to_bytes(key, "key")
+        if type(value) is not bytes:
+            value = _to_bytes(value, "value")
+        pairs.append((key, value))
+        if len(item) == 3:
+            if headers is None:
+                headers = [()] * n
+            headers.append(_check_headers(item[2]))  # type: ignore[misc]
+        elif headers is not None:
+            headers.append(())
+    return pairs, headers
+
+
+def _check_headers(headers: object) -> Headers:
+    if not isinstance(headers, (list, tuple)):
+        raise InvalidArgumentError("headers must be a list of (str, bytes | None) pairs")
+    for pair in headers:
+        if (
+            not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str)
+            or not (pair[1] is None or isinstance(pair[1], bytes))
+        ):
+            raise InvalidArgumentError(f"invalid header {pair!r}: expected (str, bytes | None)")
+    return headers
+
+
+def _route(
+    pairs: list[KeyValue], partitions: int, explicit: int | None, sticky: StickyPartitioner
+) -> dict[int, list[int]]:
+    """Group record indices by target partition, keeping their order."""
+    if explicit is not None:
+        return {explicit: list(range(len(pairs)))}
+    if partitions == 1:
+        return {0: list(range(len(pairs)))}
+    keyless = -1
+    routes: dict[int, list[int]] = {}
+    for i, (key, _) in enumerate(pairs):
+        if key is None:
+            if keyless < 0:
+                keyless = sticky.next(partitions)
+            pid = keyless
+        else:
+            pid = partition_for_key(key, partitions)
+        routes.setdefault(pid, []).append(i)
+    return routes

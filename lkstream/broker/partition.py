@@ -1,0 +1,165 @@
+"""A topic partition as the broker serves it: its log, its hot tail, and waiting readers.
+
+Thread-safe. Lock order: ``Partition._lock`` then ``PartitionLog._lock``.
+Readers waiting for new data are woken by the append (or, in ``sync`` mode, by
+the fsync that makes it visible), never by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+from lkstream.errors import OffsetOutOfRangeError
+from lkstream.format.codec import Record, decode_batches
+from lkstream.storage.durability import FsyncMode, GroupCommitter
+from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, ReadResult
+
+from lkstream.broker.tail import HotTail
+
+DEFAULT_FETCH_BYTES = 1024 * 1024
+
+_AsyncWaiter = tuple[int, asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
+def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+class Partition:
+    """One partition of a topic: ``append_*``, ``read_*`` and ``wait_for_offset``."""
+
+    def __init__(
+        self, topic: str, pid: int, log: PartitionLog, committer: GroupCommitter, tail_bytes: int
+    ) -> None:
+        self.topic = topic
+        self.pid = pid
+        self.log = log
+        self._committer = committer
+        self._sync = committer.mode is FsyncMode.SYNC
+        self._tail = HotTail(tail_bytes)
+        self._lock = threading.Lock()
+        self._visible = threading.Condition(self._lock)
+        self._async_waiters: list[_AsyncWaiter] = []
+        self._sync_waiters = 0
+        self.produced_records = 0
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def append_batch(
+        self, batch: bytearray, on_durable: Callable[[BaseException | None], None] | None = None
+    ) -> AppendResult:
+        """Append one record batch (validated, offset-stamped in place).
+
+        In ``sync`` mode ``on_durable`` runs on the group-commit thread once the
+        batch is fsynced; the batch becomes visible to readers at that moment.
+        In the other modes it is visible on return and ``on_durable`` is not used.
+        """
+        with self._lock:
+            result = self.log.append(batch)
+            # The tail keeps its own immutable copy: callers may reuse their buffer.
+            self._tail.add(result.base_offset, result.last_offset + 1, bytes(batch))
+            self.produced_records += result.last_offset - result.base_offset + 1
+            if not self._sync:
+                self._wake_locked(self.log.high_watermark)
+        if self._sync:
+            next_offset = result.last_offset + 1
+
+            def durable(error: BaseException | None) -> None:
+                if error is None:
+                    with self._lock:
+                        self._wake_locked(self.log.high_watermark)
+                if on_durable is not None:
+                    on_durable(error)
+
+            self._committer.when_durable(self.log, next_offset, durable)
+        else:
+            self._committer.written(self.log, result.size)
+        return result
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def read_raw(self, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
+        """Whole record batches from the one holding ``offset`` (see :meth:`PartitionLog.read`)."""
+        with self._lock:
+            start, high = self.log.log_start_offset, self.log.high_watermark
+            if offset < start or offset > high:
+                raise OffsetOutOfRangeError(self.topic, self.pid, offset, start, high)
+            cached = self._tail.read(offset, max_bytes, high)
+        if cached is not None:
+            return ReadResult(bytes(cached), start, high)
+        return self.log.read(offset, max_bytes)
+
+    def read_from(
+        self, offset: int, max_msgs: int | None = None, max_bytes: int = DEFAULT_FETCH_BYTES
+    ) -> list[Record]:
+        """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches."""
+        result = self.read_raw(offset, max_bytes)
+        records = decode_batches(result.data, self.topic, self.pid, offset)
+        return records if max_msgs is None else records[:max_msgs]
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    async def wait_for_offset(self, offset: int, timeout: float | None = None) -> bool:
+        """Wait until ``offset`` is readable (below the high watermark); False on timeout."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        waiter = (offset, loop, future)
+        with self._lock:
+            if self.log.high_watermark > offset:
+                return True
+            self._async_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                if waiter in self._async_waiters:
+                    self._async_waiters.remove(waiter)
+
+    def wait_for_offset_sync(self, offset: int, timeout: float | None = None) -> bool:
+        """Blocking twin of :meth:`wait_for_offset`."""
+        with self._visible:
+            self._sync_waiters += 1
+            try:
+                return self._visible.wait_for(lambda: self.log.high_watermark > offset, timeout)
+            finally:
+                self._sync_waiters -= 1
+
+    def _wake_locked(self, high_watermark: int) -> None:
+        if self._sync_waiters:
+            self._visible.notify_all()
+        if not self._async_waiters:
+            return
+        ready = [w for w in self._async_waiters if w[0] < high_watermark]
+        if not ready:
+            return
+        self._async_waiters = [w for w in self._async_waiters if w[0] >= high_watermark]
+        for _, loop, future in ready:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, future, None)
+
+    def stats(self) -> PartitionStats:
+        return self.log.stats()
+
+    def close(self) -> None:
+        self._committer.forget(self.log)
+        self.log.close()
+        with self._lock:
+            self._tail.clear()

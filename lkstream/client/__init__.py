@@ -1,0 +1,1 @@
+"""Client layer: consumers (and, later, the remote client) over the broker API."""

@@ -1,0 +1,247 @@
+"""The embedded consumer: read topics from a :class:`~lkstream.broker.Broker` with committed offsets.
+
+::
+
+    consumer = Consumer(broker, group="strategy-v1", offset_store=OffsetStore(base_dir))
+    consumer.subscribe("market.ticks", from_committed=True)
+    await consumer.consume("market.ticks", handler)   # handler(pid, offset, record)
+
+Delivery is at-least-once: an offset is committed (automatically every
+``auto_commit_interval_ms``, or by :meth:`Consumer.commit`) only after the
+handler returned for the records before it, so after a crash a restarted
+consumer re-reads at most what was handled since the last commit.
+
+A subscription takes every partition of the topic. Splitting partitions among
+several members of a group is the group coordinator's job (a later layer).
+
+Not thread-safe: use one consumer from one thread or one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+from lkstream.broker.broker import Broker
+from lkstream.broker.partition import DEFAULT_FETCH_BYTES
+from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
+from lkstream.format.codec import Record, decode_batches
+from lkstream.storage.names import validate_group
+from lkstream.storage.offsets import OffsetStore
+
+log = logging.getLogger("lkstream.consumer")
+
+Handler = Callable[[int, int, Record], Awaitable[object] | object]
+TopicPartition = tuple[str, int]
+OffsetReset = Literal["earliest", "latest", "error"]
+
+
+class Consumer:
+    """Reads assigned partitions in offset order and commits progress for ``group``."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        group: str | None = None,
+        offset_store: OffsetStore | None = None,
+        *,
+        auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        auto_offset_reset: OffsetReset = "earliest",
+        fetch_max_bytes: int = DEFAULT_FETCH_BYTES,
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "error"):
+            raise InvalidArgumentError(f"auto_offset_reset must be earliest, latest or error, not {auto_offset_reset!r}")
+        self.broker = broker
+        self.group = None if group is None else validate_group(group)
+        self.offset_store = offset_store if offset_store is not None else broker.offset_store
+        self.auto_commit = auto_commit and group is not None
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000.0
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_max_bytes = fetch_max_bytes
+        self._positions: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._last_commit = time.monotonic()
+        self._stopping = False
+
+    # -- assignment and positions --------------------------------------------------------------
+
+    def subscribe(self, topic: str, *, from_committed: bool = True) -> None:
+        """Take every partition of ``topic``, starting from the group's committed offsets.
+
+        Without a commit (or with ``from_committed=False``) a partition starts at
+        ``auto_offset_reset`` (earliest or latest).
+        """
+        for pid in range(self.broker.partitions_for(topic)):
+            start = None
+            if from_committed and self.group is not None:
+                start = self.offset_store.read_committed(self.group, topic, pid)
+                if start is not None:
+                    self._committed[(topic, pid)] = start
+            self._positions[(topic, pid)] = self._valid_start(topic, pid, start)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Read exactly these partitions, from the committed offset or ``auto_offset_reset``."""
+        for topic, pid in partitions:
+            self.broker.partition(topic, pid)
+            committed = None
+            if self.group is not None:
+                committed = self.offset_store.read_committed(self.group, topic, pid)
+            self._positions[(topic, pid)] = self._valid_start(topic, pid, committed)
+
+    def assignment(self) -> list[TopicPartition]:
+        return sorted(self._positions)
+
+    def _valid_start(self, topic: str, pid: int, wanted: int | None) -> int:
+        partition = self.broker.partition(topic, pid)
+        start, end = partition.log_start_offset, partition.high_watermark
+        if wanted is not None and start <= wanted <= end:
+            return wanted
+        if wanted is not None:
+            if self.auto_offset_reset == "error":
+                raise OffsetOutOfRangeError(topic, pid, wanted, start, end)
+            log.warning(
+                "%s[%d]: committed offset %d is outside [%d, %d]; resetting to %s",
+                topic, pid, wanted, start, end, self.auto_offset_reset,
+            )
+        return start if self.auto_offset_reset == "earliest" else end
+
+    def position(self, topic: str, pid: int) -> int:
+        """The next offset this consumer will read from ``topic[pid]``."""
+        return self._positions[(topic, pid)]
+
+    def seek(self, topic: str, pid: int, offset: int) -> None:
+        if (topic, pid) not in self._positions:
+            raise InvalidArgumentError(f"{topic}[{pid}] is not assigned to this consumer")
+        partition = self.broker.partition(topic, pid)
+        if not partition.log_start_offset <= offset <= partition.high_watermark:
+            raise OffsetOutOfRangeError(topic, pid, offset, partition.log_start_offset, partition.high_watermark)
+        self._positions[(topic, pid)] = offset
+
+    def committed(self, topic: str, pid: int) -> int | None:
+        if self.group is None:
+            return None
+        return self.offset_store.read_committed(self.group, topic, pid)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _fetch(self, tp: TopicPartition, max_records: int | None) -> list[Record]:
+        topic, pid = tp
+        position = self._positions[tp]
+        try:
+            result = self.broker.fetch(topic, pid, position, self.fetch_max_bytes)
+        except OffsetOutOfRangeError as exc:
+            if self.auto_offset_reset == "error":
+                raise
+            self._positions[tp] = exc.earliest if self.auto_offset_reset == "earliest" else exc.latest
+            log.warning("%s; resetting %s[%d] to %d", exc, topic, pid, self._positions[tp])
+            return []
+        records = decode_batches(result.data, topic, pid, position)
+        if max_records is not None:
+            records = records[:max_records]
+        return records
+
+    def poll(self, max_records: int | None = None) -> list[Record]:
+        """Records available now from every assigned partition, without waiting.
+
+        Advances the positions past the returned records (they count as
+        consumed for the next commit).
+        """
+        out: list[Record] = []
+        for tp in list(self._positions):
+            budget = None if max_records is None else max_records - len(out)
+            if budget == 0:
+                break
+            records = self._fetch(tp, budget)
+            if records:
+                self._positions[tp] = records[-1].offset + 1
+                out.extend(records)
+        return out
+
+    async def _wait_for_data(self, timeout: float | None) -> bool:
+        """Wait until any assigned partition has data past our position (woken by appends)."""
+        waits = [
+            asyncio.ensure_future(self.broker.partition(t, p).wait_for_offset(pos))
+            for (t, p), pos in self._positions.items()
+        ]
+        if not waits:
+            raise InvalidArgumentError("the consumer has no assigned partitions; call subscribe() first")
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            return bool(done)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def consume(
+        self,
+        topic: str | None,
+        handler: Handler,
+        *,
+        max_records: int | None = None,
+        idle_timeout: float | None = None,
+    ) -> int:
+        """Call ``handler(partition, offset, record)`` for each record, in offset order per partition.
+
+        Runs until :meth:`stop` is called, ``max_records`` were handled, or no
+        record arrived for ``idle_timeout`` seconds; returns how many records
+        were handled. ``handler`` may be a plain function or a coroutine
+        function. ``topic`` (optional) restricts the loop to one subscribed topic.
+        """
+        if topic is not None and not any(t == topic for t, _ in self._positions):
+            self.subscribe(topic)
+        self._stopping = False
+        handled = 0
+        is_async = inspect.iscoroutinefunction(handler)
+        try:
+            while not self._stopping and (max_records is None or handled < max_records):
+                budget = None if max_records is None else max_records - handled
+                records = [r for r in self.poll(budget) if topic is None or r.topic == topic]
+                if not records:
+                    await self._maybe_auto_commit_async()
+                    if not await self._wait_for_data(idle_timeout):
+                        break
+                    continue
+                for record in records:
+                    result = handler(record.partition, record.offset, record)
+                    if is_async or inspect.isawaitable(result):
+                        await result  # type: ignore[misc]
+                    handled += 1
+                await self._maybe_auto_commit_async()
+        finally:
+            if self.auto_commit:
+                self.commit()
+        return handled
+
+    def stop(self) -> None:
+        """Make :meth:`consume` return after the record being handled."""
+        self._stopping = True
+
+    # -- committing -----------------------------------------------------------------------------
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Durably commit ``offsets`` (default: the current positions) for the group."""
+        if self.group is None:
+            raise InvalidArgumentError("commit needs a consumer group (group=...)")
+        to_commit = dict(self._positions) if offsets is None else offsets
+        for (topic, pid), offset in to_commit.items():
+            if self._committed.get((topic, pid)) == offset:
+                continue
+            self.offset_store.commit(self.group, topic, pid, offset)
+            self._committed[(topic, pid)] = offset
+        self._last_commit = time.monotonic()
+
+    async def _maybe_auto_commit_async(self) -> None:
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
+            # Offset files are fsynced: keep that off the event loop.
+            await asyncio.to_thread(self.commit)
+
+    def close(self) -> None:
+        """Commit (when auto-commit is on) and forget the assignment."""
+        if self.auto_commit:
+            self.commit()
+        self._positions.clear()

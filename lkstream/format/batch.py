@@ -1,0 +1,195 @@
+"""The record batch: LKSTREAM's one unit of storage and transfer.
+
+LKSTREAM uses Kafka's v2 RecordBatch (magic 2) unchanged, so the bytes a producer
+builds are the bytes on disk, on the wire and in a fetch response. All integers
+are big-endian (network order), as in Kafka.
+
+Batch header (61 bytes), then the records::
+
+    offset size type    field                   meaning
+    ------ ---- ------- ----------------------- ---------------------------------------------
+         0    8 int64   base_offset             offset of the first record; stamped by the broker
+         8    4 int32   batch_length            bytes that follow this field (total = 12 + batch_length)
+        12    4 int32   partition_leader_epoch  unused by LKSTREAM (written as 0 / left as sent)
+        16    1 int8    magic                   always 2
+        17    4 uint32  crc                     CRC-32C of bytes [21, end): attributes .. last record
+        21    2 int16   attributes              bits 0-2 compression, 3 timestamp type,
+                                                4 transactional, 5 control
+        23    4 int32   last_offset_delta       offset of the last record minus base_offset
+        27    8 int64   base_timestamp          create time (ms) of the first record
+        35    8 int64   max_timestamp           largest record timestamp (ms)
+        43    8 int64   producer_id             -1 when not idempotent
+        51    2 int16   producer_epoch          -1 when not idempotent
+        53    4 int32   base_sequence           -1 when not idempotent
+        57    4 int32   records_count           number of records that follow
+        61    -         records                 varint-framed records, compressed as a block if
+                                                compression bits are set
+
+The CRC deliberately excludes ``base_offset``, ``batch_length`` and the leader
+epoch, which is why the broker can stamp offsets by overwriting eight bytes and
+never re-encode or re-checksum a batch: the append path is O(1) per batch.
+
+Records inside a batch are encoded and decoded only by clients, with aiokafka's
+C codec (:mod:`aiokafka.record`); the broker and storage handle
+:class:`BatchHeader` views and raw bytes, never records.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+import crc32c
+
+from lkstream.errors import CorruptRecordError, InvalidArgumentError, RecordTooLargeError
+
+# One line per field; the struct and the offsets below must agree (checked at import).
+HEADER: Final = struct.Struct(
+    ">"
+    "q"  # base_offset
+    "i"  # batch_length
+    "i"  # partition_leader_epoch
+    "b"  # magic
+    "I"  # crc
+    "h"  # attributes
+    "i"  # last_offset_delta
+    "q"  # base_timestamp
+    "q"  # max_timestamp
+    "q"  # producer_id
+    "h"  # producer_epoch
+    "i"  # base_sequence
+    "i"  # records_count
+)
+BASE_OFFSET_AT: Final = 0
+BATCH_LENGTH_AT: Final = BASE_OFFSET_AT + 8
+LEADER_EPOCH_AT: Final = BATCH_LENGTH_AT + 4
+MAGIC_AT: Final = LEADER_EPOCH_AT + 4
+CRC_AT: Final = MAGIC_AT + 1
+ATTRIBUTES_AT: Final = CRC_AT + 4
+LAST_OFFSET_DELTA_AT: Final = ATTRIBUTES_AT + 2
+BASE_TIMESTAMP_AT: Final = LAST_OFFSET_DELTA_AT + 4
+MAX_TIMESTAMP_AT: Final = BASE_TIMESTAMP_AT + 8
+PRODUCER_ID_AT: Final = MAX_TIMESTAMP_AT + 8
+PRODUCER_EPOCH_AT: Final = PRODUCER_ID_AT + 8
+BASE_SEQUENCE_AT: Final = PRODUCER_EPOCH_AT + 2
+RECORDS_COUNT_AT: Final = BASE_SEQUENCE_AT + 4
+HEADER_SIZE: Final = RECORDS_COUNT_AT + 4
+# Bytes before batch_length's count starts: a batch occupies LOG_OVERHEAD + batch_length bytes.
+LOG_OVERHEAD: Final = BATCH_LENGTH_AT + 4
+MAGIC: Final = 2
+
+assert HEADER.size == HEADER_SIZE == 61, "batch header layout drifted"
+
+_BASE_OFFSET: Final = struct.Struct(">q")
+_LENGTH_PREFIX: Final = struct.Struct(">qi")
+
+COMPRESSION_MASK: Final = 0x07
+TIMESTAMP_TYPE_MASK: Final = 0x08
+TRANSACTIONAL_MASK: Final = 0x10
+CONTROL_MASK: Final = 0x20
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """A parsed batch header: what storage and the broker may look at."""
+
+    base_offset: int
+    batch_length: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Total bytes the batch occupies, header included."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+
+def read_length_prefix(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
+    """Return ``(base_offset, total_size)`` of the batch at ``pos`` without validating it."""
+    base_offset, batch_length = _LENGTH_PREFIX.unpack_from(buf, pos)
+    return base_offset, LOG_OVERHEAD + batch_length
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos``; checks only that 61 bytes are present."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"truncated header: {len(buf) - pos} of {HEADER_SIZE} bytes")
+    (base, length, _epoch, magic, crc, attrs, lod, base_ts, max_ts, _pid, _pe, _seq, count) = (
+        HEADER.unpack_from(buf, pos)
+    )
+    return BatchHeader(base, length, magic, crc, attrs, lod, base_ts, max_ts, count)
+
+
+def compute_crc(batch: bytes | bytearray | memoryview) -> int:
+    """CRC-32C over the bytes the batch CRC covers."""
+    return crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:])  # type: ignore[no-any-return]
+
+
+def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> BatchHeader:
+    """Validate the batch that starts at ``pos`` and return its header.
+
+    Checks, in order: the header is complete, ``batch_length`` is sane and the
+    whole batch lies within ``[pos, end)``, magic is 2, counts are consistent,
+    and the CRC-32C matches. Raises :class:`CorruptRecordError` naming the first
+    failed check; never any other exception for any input bytes.
+    """
+    end = len(buf) if end is None else end
+    available = end - pos
+    if available < HEADER_SIZE:
+        raise CorruptRecordError(f"truncated header: {available} of {HEADER_SIZE} bytes")
+    header = parse_header(buf, pos)
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch_length {header.batch_length} is smaller than a header")
+    if header.size > available:
+        raise CorruptRecordError(f"truncated batch: {available} of {header.size} bytes")
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"unsupported magic {header.magic} (expected {MAGIC})")
+    if header.records_count < 1 or header.last_offset_delta < header.records_count - 1:
+        raise CorruptRecordError(
+            f"inconsistent counts: records_count={header.records_count}, "
+            f"last_offset_delta={header.last_offset_delta}"
+        )
+    actual = compute_crc(memoryview(buf)[pos : pos + header.size])
+    if actual != header.crc:
+        raise CorruptRecordError(f"CRC-32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
+    return header
+
+
+def check_producer_batch(batch: bytes | bytearray | memoryview, max_bytes: int) -> BatchHeader:
+    """Validate one batch handed in by a producer: exactly one whole, valid, non-control batch."""
+    if len(batch) > max_bytes:
+        raise RecordTooLargeError(len(batch), max_bytes, what="record batch")
+    try:
+        header = check_batch(batch)
+    except CorruptRecordError as exc:
+        raise InvalidArgumentError(f"rejected producer batch: {exc.reason}") from exc
+    if header.size != len(batch):
+        raise InvalidArgumentError(
+            f"rejected producer batch: {len(batch)} bytes given, header says {header.size}"
+        )
+    if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+        raise InvalidArgumentError("rejected producer batch: control and transactional batches are not supported")
+    return header
+
+
+def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
+    """Write ``base_offset`` into a batch in place (the CRC does not cover it)."""
+    _BASE_OFFSET.pack_into(batch, BASE_OFFSET_AT, base_offset)

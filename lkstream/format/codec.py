@@ -1,0 +1,148 @@
+"""Client-side encoding and decoding of record batches.
+
+Only clients (producers, consumers, the Spark source, the CLI's dump) build or
+read individual records; the broker and storage move whole batches. Encoding and
+decoding run in aiokafka's C extension, so a Python loop touches each record once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from enum import IntEnum
+from typing import Final, NamedTuple
+
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from lkstream.errors import CorruptRecordError, InvalidArgumentError
+from lkstream.format.batch import MAGIC, check_batch, read_length_prefix
+
+Headers = Sequence[tuple[str, bytes | None]]
+KeyValue = tuple[bytes | None, bytes | None]
+
+_NO_HEADERS: Final[list[tuple[str, bytes | None]]] = []
+# A builder needs an upper bound; batch size limits are enforced by the broker.
+_UNBOUNDED: Final = 2**31 - 1
+
+
+class Compression(IntEnum):
+    """Batch compression codecs (attribute bits 0-2), as in Kafka."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def parse(cls, value: str | int | Compression | None) -> Compression:
+        """Accept a codec name (``"zstd"``), number or member; ``None`` means no compression."""
+        if value is None:
+            return cls.NONE
+        if isinstance(value, str):
+            try:
+                return cls[value.upper()]
+            except KeyError:
+                names = ", ".join(m.name.lower() for m in cls)
+                raise InvalidArgumentError(f"unknown compression {value!r}; use one of {names}") from None
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidArgumentError(f"unknown compression code {value!r}") from None
+
+
+class Record(NamedTuple):
+    """One consumed record. ``timestamp`` is milliseconds since the epoch."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+    timestamp_type: int = 0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def encode_batch(
+    records: Sequence[KeyValue],
+    *,
+    headers: Sequence[Headers] | None = None,
+    timestamps: Sequence[int] | None = None,
+    compression: Compression = Compression.NONE,
+    timestamp_ms: int | None = None,
+) -> bytearray:
+    """Build one v2 record batch from ``(key, value)`` pairs.
+
+    Offsets inside the batch are deltas 0..n-1; the broker stamps the base.
+    ``headers`` and ``timestamps``, when given, are per record and as long as
+    ``records``; otherwise every record gets no headers and ``timestamp_ms``
+    (default: now).
+    """
+    count = len(records)
+    if count == 0:
+        raise InvalidArgumentError("a batch needs at least one record")
+    if headers is not None and len(headers) != count:
+        raise InvalidArgumentError("headers must have one entry per record")
+    if timestamps is not None and len(timestamps) != count:
+        raise InvalidArgumentError("timestamps must have one entry per record")
+    builder = DefaultRecordBatchBuilder(MAGIC, int(compression), 0, -1, -1, -1, _UNBOUNDED)
+    append = builder.append
+    try:
+        if headers is None and timestamps is None:
+            ts = now_ms() if timestamp_ms is None else timestamp_ms
+            for delta, (key, value) in enumerate(records):
+                append(delta, ts, key, value, _NO_HEADERS)
+        else:
+            ts = now_ms() if timestamp_ms is None else timestamp_ms
+            for delta, (key, value) in enumerate(records):
+                record_ts = ts if timestamps is None else timestamps[delta]
+                record_headers = _NO_HEADERS if headers is None else list(headers[delta])
+                append(delta, record_ts, key, value, record_headers)
+    except TypeError as exc:
+        raise InvalidArgumentError(f"keys and values must be bytes or None: {exc}") from exc
+    return builder.build()
+
+
+def decode_batch(batch: bytes, topic: str, partition: int, min_offset: int = 0) -> list[Record]:
+    """Decode one validated batch into records with offset >= ``min_offset``."""
+    decoded = DefaultRecordBatch(batch)
+    ts_type = decoded.timestamp_type
+    try:
+        return [
+            Record(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers, ts_type)
+            for r in decoded
+            if r.offset >= min_offset
+        ]
+    except Exception as exc:  # the C codec raises assorted errors on malformed records
+        raise CorruptRecordError(f"undecodable records: {exc}") from exc
+
+
+def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(position, batch_bytes)`` for each whole, CRC-valid batch in ``data``.
+
+    A trailing partial batch (a fetch cut at ``max_bytes``) is skipped, as Kafka
+    consumers do; a complete batch that fails validation raises
+    :class:`CorruptRecordError`.
+    """
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    while end - pos >= 12:
+        _, size = read_length_prefix(view, pos)
+        if size > end - pos:
+            return
+        check_batch(view, pos, pos + size)
+        yield pos, bytes(view[pos : pos + size])
+        pos += size
+
+
+def decode_batches(data: bytes | bytearray | memoryview, topic: str, partition: int, min_offset: int = 0) -> list[Record]:
+    """Decode every whole batch in ``data`` (concatenated batches, as stored)."""
+    out: list[Record] = []
+    for _, batch in iter_batches(data):
+        out.extend(decode_batch(batch, topic, partition, min_offset))
+    return out

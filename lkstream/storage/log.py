@@ -1,0 +1,409 @@
+"""PartitionLog: the ordered, segmented, append-only log of one topic partition.
+
+Directory ``topics/{topic}/part{pid}/`` holds ``{base:020d}.seg`` / ``.idx``
+pairs and ``checkpoint.meta``. Offsets are contiguous and strictly increasing
+across segments; only the last (active) segment is ever appended to.
+
+Invariants this module enforces:
+
+* **Append**: a batch is CRC-checked, stamped with the next offset and written
+  whole, or not at all (see :class:`~lkstream.storage.files.OsFile`).
+* **Rotation**: before a new segment is created the old one (data and index) is
+  fsynced, in every fsync mode, so every segment but the last is whole and
+  durable; recovery validates only the last one.
+* **What a reader may see**: reads stop at the *high watermark*. With
+  ``visible_after_fsync`` (the broker sets it in ``sync`` mode) that is the
+  durable end, so nothing a consumer saw can vanish in a crash; otherwise it is
+  the written end (lower latency; a crash may take back the unsynced tail and
+  its offsets are then reused).
+* **Retention** deletes whole sealed segments, oldest first, never the active
+  one; ``log_start_offset`` is the base of the first remaining segment.
+* **Recovery** (on construction): validate the active segment from the
+  checkpoint's recovery point (or from 0), truncate at the first invalid byte,
+  rebuild index entries for what remains; see :class:`RecoveryReport`.
+
+Thread-safety: every public method is thread-safe; they serialise on
+``PartitionLog._lock`` except the fsync in :meth:`flush`, which runs outside it
+so appends continue while the disk syncs. Lock order: Broker, then PartitionLog.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lkstream.errors import BrokerClosedError, OffsetOutOfRangeError, StorageError, invariant, map_os_errors
+from lkstream.format.batch import BatchHeader, check_batch, stamp_base_offset
+from lkstream.storage.checkpoint import Checkpoint, CheckpointDamaged, read_checkpoint, write_checkpoint
+from lkstream.storage.clock import Clock, SystemClock
+from lkstream.storage.files import OsFile, StorageFile, fsync_dir
+from lkstream.storage.segment import (
+    INDEX_SUFFIX,
+    SEGMENT_SUFFIX,
+    RecoveryReport,
+    Segment,
+    format_segment_name,
+    parse_segment_name,
+)
+
+log = logging.getLogger("lkstream.storage")
+
+FileFactory = Callable[[str], StorageFile]
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-partition storage limits. ``-1`` disables a retention limit."""
+
+    segment_max_bytes: int = 64 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    visible_after_fsync: bool = False
+    checkpoint_interval_ms: int = 1000
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """Raw batches read from a log, with the bounds a consumer needs."""
+
+    data: bytes
+    log_start_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    log_start_offset: int
+    next_offset: int
+    high_watermark: int
+    segment_count: int
+    size_bytes: int
+    active_segment_bytes: int
+
+
+@dataclass
+class LogRecovery:
+    """What opening the log found: the active segment's report plus checkpoint trouble."""
+
+    topic: str
+    partition: int
+    segment: str
+    report: RecoveryReport
+    checkpoint_problem: str = ""
+    swept_files: list[str] = field(default_factory=list)
+
+    @property
+    def truncated_bytes(self) -> int:
+        return self.report.truncated_bytes
+
+
+class PartitionLog:
+    """The log of one partition. Thread-safe."""
+
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        file_factory: FileFactory = OsFile,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config or LogConfig()
+        self._clock = clock or SystemClock()
+        self._open_file = file_factory
+        self._lock = threading.Lock()
+        self._closed = False
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._durable_position = 0  # bytes of the active segment known fsynced
+        self._durable_next_offset = 0
+        self._last_checkpoint_ms = self._clock.monotonic_ms()
+        self.unflushed_bytes = 0
+        with map_os_errors("create partition directory", directory):
+            os.makedirs(directory, exist_ok=True)
+        self.recovery = self._open()
+
+    # -- opening and recovery ------------------------------------------------------------------
+
+    def _open(self) -> LogRecovery:
+        swept = self._sweep_strays()
+        bases = sorted(
+            parsed[0]
+            for name in os.listdir(self.directory)
+            if (parsed := parse_segment_name(name)) and parsed[1] == SEGMENT_SUFFIX
+        )
+        if not bases:
+            bases = [0]
+        for base in bases:
+            self._segments.append(self._new_segment(base))
+        self._bases = bases
+        for older, newer in zip(self._segments, self._segments[1:], strict=False):
+            older.next_offset = newer.base_offset
+        active = self._segments[-1]
+        trusted_position, trusted_offset, problem = 0, active.base_offset, ""
+        try:
+            checkpoint = read_checkpoint(self.directory)
+        except CheckpointDamaged as exc:
+            checkpoint, problem = None, f"checkpoint.meta damaged ({exc}); validating the whole active segment"
+        if checkpoint is not None:
+            if checkpoint.active_base == active.base_offset and checkpoint.recovery_point <= active.size:
+                trusted_position, trusted_offset = checkpoint.recovery_point, checkpoint.next_offset
+            else:
+                problem = "checkpoint.meta is stale; validating the whole active segment"
+        report = active.recover(trusted_position, trusted_offset)
+        if report.truncated_bytes:
+            log.warning(
+                "recovery truncated %s[%d] %s bytes %d..%d: %s",
+                self.topic, self.partition, active.path, report.valid_bytes,
+                report.valid_bytes + report.truncated_bytes, report.reason,
+            )
+        if problem:
+            log.warning("%s[%d]: %s", self.topic, self.partition, problem)
+        self._durable_position = active.size
+        self._durable_next_offset = active.next_offset
+        self._write_checkpoint()
+        return LogRecovery(self.topic, self.partition, active.path, report, problem, swept)
+
+    def _sweep_strays(self) -> list[str]:
+        """Remove tmp files and indexes whose segment is gone (a crash mid-delete)."""
+        names = os.listdir(self.directory)
+        segments = {parsed[0] for n in names if (parsed := parse_segment_name(n)) and parsed[1] == SEGMENT_SUFFIX}
+        swept = []
+        for name in names:
+            parsed = parse_segment_name(name)
+            orphan_index = parsed is not None and parsed[1] == INDEX_SUFFIX and parsed[0] not in segments
+            if name.endswith(".tmp") or orphan_index:
+                os.remove(os.path.join(self.directory, name))
+                swept.append(name)
+        return swept
+
+    def _new_segment(self, base_offset: int) -> Segment:
+        seg_path = os.path.join(self.directory, format_segment_name(base_offset, SEGMENT_SUFFIX))
+        idx_path = os.path.join(self.directory, format_segment_name(base_offset, INDEX_SUFFIX))
+        seg_file = self._open_file(seg_path)
+        try:
+            idx_file = self._open_file(idx_path)
+        except StorageError:
+            seg_file.close()
+            raise
+        return Segment(self.directory, base_offset, seg_file, idx_file, self.config.index_interval_bytes)
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets (the log end offset)."""
+        return self._segments[-1].next_offset
+
+    @property
+    def durable_next_offset(self) -> int:
+        """Every offset below this is fsynced."""
+        return self._durable_next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Readers see offsets below this."""
+        return self._durable_next_offset if self.config.visible_after_fsync else self.next_offset
+
+    # -- append ---------------------------------------------------------------------------------
+
+    def append(self, batch: bytearray) -> AppendResult:
+        """Validate ``batch`` (length, magic, CRC), stamp its base offset, append it.
+
+        ``batch`` is modified in place (its first 8 bytes). Raises
+        :class:`~lkstream.errors.CorruptRecordError` for an invalid batch and
+        :class:`~lkstream.errors.StorageError` (``DiskFullError``) if the write
+        failed, in which case nothing was appended.
+        """
+        header = check_batch(batch)
+        invariant(header.size == len(batch), "append takes exactly one batch")
+        with self._lock:
+            self._check_open()
+            active = self._segments[-1]
+            if active.size > 0 and active.size + len(batch) > self.config.segment_max_bytes:
+                active = self._roll()
+            base = active.next_offset
+            stamp_base_offset(batch, base)
+            stamped = BatchHeader(
+                base, header.batch_length, header.magic, header.crc, header.attributes,
+                header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.records_count,
+            )
+            active.append(batch, stamped)
+            self.unflushed_bytes += len(batch)
+        return AppendResult(base, stamped.last_offset, len(batch))
+
+    def _roll(self) -> Segment:
+        """Seal the active segment (fsynced) and start a new one. Caller holds the lock."""
+        old = self._segments[-1]
+        old.index.flush()
+        old.file.fsync()
+        old.index.file.fsync()
+        new = self._new_segment(old.next_offset)
+        fsync_dir(self.directory)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._durable_position = 0
+        self._durable_next_offset = new.base_offset
+        self.unflushed_bytes = 0
+        self._write_checkpoint()
+        return new
+
+    # -- durability -----------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync what was written so far; return the durable next offset.
+
+        The fsync runs outside the lock, so appends continue meanwhile; the
+        durable mark only ever moves forward.
+        """
+        with self._lock:
+            if self._closed:
+                return self._durable_next_offset
+            active = self._segments[-1]
+            end, next_offset = active.size, active.next_offset
+            if end == self._durable_position:
+                return self._durable_next_offset
+            active.index.flush()
+            self.unflushed_bytes = 0
+        active.file.fsync()
+        with self._lock:
+            if active is self._segments[-1] and end > self._durable_position:
+                self._durable_position, self._durable_next_offset = end, next_offset
+                now = self._clock.monotonic_ms()
+                if now - self._last_checkpoint_ms >= self.config.checkpoint_interval_ms:
+                    self._write_checkpoint()
+            return self._durable_next_offset
+
+    def _write_checkpoint(self) -> None:
+        """Record the recovery point. Caller holds the lock (or is the constructor)."""
+        sealed = self._segments[-2].base_offset if len(self._segments) > 1 else -1
+        active = self._segments[-1]
+        checkpoint = Checkpoint(sealed, active.base_offset, self._durable_position, self._durable_next_offset)
+        self._last_checkpoint_ms = self._clock.monotonic_ms()
+        try:
+            write_checkpoint(self.directory, checkpoint)
+        except StorageError as exc:
+            # Only an optimisation for recovery: losing it means validating more on open.
+            log.warning("could not write checkpoint for %s[%d]: %s", self.topic, self.partition, exc)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> ReadResult:
+        """Whole batches starting with the one that holds ``offset``, about ``max_bytes`` of them.
+
+        Returns at least one batch when ``offset`` is below the high watermark
+        (even if larger than ``max_bytes``) and empty data at the high watermark.
+        Batches may begin before ``offset``; consumers skip the earlier records.
+        Reads stop at a segment boundary; call again from the next offset.
+        """
+        with self._lock:
+            self._check_open()
+            start, high = self.log_start_offset, self.high_watermark
+            if offset < start or offset > high:
+                raise OffsetOutOfRangeError(self.topic, self.partition, offset, start, high)
+            if offset == high:
+                return ReadResult(b"", start, high)
+            i = bisect_right(self._bases, offset) - 1
+            segment = self._segments[i]
+            is_active = i == len(self._segments) - 1
+            end = self._readable_end(segment, is_active)
+            position = segment.position_of(offset, end)
+            data = segment.read(position, max_bytes, end)
+            return ReadResult(data, start, high)
+
+    def _readable_end(self, segment: Segment, is_active: bool) -> int:
+        if is_active and self.config.visible_after_fsync:
+            return self._durable_position
+        return segment.size
+
+    # -- retention ------------------------------------------------------------------------------
+
+    def enforce_retention(self) -> list[int]:
+        """Delete sealed segments past ``retention_ms`` / ``retention_bytes``; return their bases."""
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        if retention_ms < 0 and retention_bytes < 0:
+            return []
+        with self._lock:
+            self._check_open()
+            total = sum(s.size for s in self._segments)
+            cutoff_ms = self._clock.now_ms() - retention_ms
+            doomed: list[Segment] = []
+            for segment in self._segments[:-1]:
+                too_big = retention_bytes >= 0 and total - segment.size >= retention_bytes
+                if segment.max_timestamp < 0:
+                    segment.scan_last_batch()
+                too_old = retention_ms >= 0 and 0 <= segment.max_timestamp < cutoff_ms
+                if not (too_big or too_old):
+                    break
+                doomed.append(segment)
+                total -= segment.size
+            if not doomed:
+                return []
+            del self._segments[: len(doomed)]
+            del self._bases[: len(doomed)]
+        for segment in doomed:
+            segment.delete_files()
+        log.info(
+            "retention deleted %d segment(s) of %s[%d]; log start offset is now %d",
+            len(doomed), self.topic, self.partition, self.log_start_offset,
+        )
+        return [s.base_offset for s in doomed]
+
+    # -- information and shutdown --------------------------------------------------------------
+
+    def stats(self) -> PartitionStats:
+        with self._lock:
+            return PartitionStats(
+                self.log_start_offset,
+                self.next_offset,
+                self.high_watermark,
+                len(self._segments),
+                sum(s.size for s in self._segments),
+                self._segments[-1].size,
+            )
+
+    def segment_paths(self) -> list[str]:
+        with self._lock:
+            return [s.path for s in self._segments]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosedError(f"log {self.topic}[{self.partition}] is closed")
+
+    def close(self) -> None:
+        """Flush, fsync, checkpoint and close. Idempotent."""
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            if self._closed:
+                return
+            active = self._segments[-1]
+            active.index.flush()
+            active.index.file.fsync()
+            self._durable_position, self._durable_next_offset = active.size, active.next_offset
+            self._write_checkpoint()
+            self._closed = True
+            for segment in self._segments:
+                segment.close()

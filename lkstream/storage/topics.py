@@ -1,0 +1,131 @@
+"""Topic directories: ``topics/{topic}/topic.json`` plus one ``part{pid}/`` per partition.
+
+``topic.json`` (written atomically) holds the topic's own settings::
+
+    {"partitions": 3, "retention_ms": -1, "retention_bytes": -1}
+
+A topic directory without ``topic.json`` (restored from a backup of segments
+only) is adopted: its partition count is the number of ``part{pid}``
+directories and its retention falls back to the broker defaults.
+
+Deleting a topic first renames its directory into ``trash/`` (one atomic
+rename, so a crash never leaves half a topic visible), then removes it; the
+next open empties ``trash/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import asdict, dataclass
+
+from lkstream.errors import InvalidArgumentError, TopicExistsError, UnknownTopicError, map_os_errors
+from lkstream.storage.files import atomic_write, fsync_dir
+from lkstream.storage.names import parse_partition_dir, partition_dir_name, validate_topic
+
+log = logging.getLogger("lkstream.storage")
+
+TOPICS_DIR = "topics"
+TRASH_DIR = "trash"
+TOPIC_META = "topic.json"
+MAX_PARTITIONS = 10_000
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    partitions: int
+    retention_ms: int = -1
+    retention_bytes: int = -1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.partitions, int) or not 1 <= self.partitions <= MAX_PARTITIONS:
+            raise InvalidArgumentError(f"partitions must be an integer in 1..{MAX_PARTITIONS}, got {self.partitions!r}")
+        for name in ("retention_ms", "retention_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < -1:
+                raise InvalidArgumentError(f"{name} must be -1 (unlimited) or a non-negative integer, got {value!r}")
+
+
+class TopicStore:
+    """Creates, finds and deletes topic directories under ``persist_dir``.
+
+    Not thread-safe: the broker serialises topic administration under its lock.
+    """
+
+    def __init__(self, persist_dir: str) -> None:
+        self.root = os.path.join(persist_dir, TOPICS_DIR)
+        self.trash = os.path.join(persist_dir, TRASH_DIR)
+        with map_os_errors("create topics directory", self.root):
+            os.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.trash, exist_ok=True)
+        self._empty_trash()
+
+    def topic_dir(self, topic: str) -> str:
+        return os.path.join(self.root, validate_topic(topic))
+
+    def partition_dir(self, topic: str, partition: int) -> str:
+        return os.path.join(self.topic_dir(topic), partition_dir_name(partition))
+
+    def list(self) -> list[str]:
+        return sorted(
+            name for name in os.listdir(self.root) if os.path.isdir(os.path.join(self.root, name))
+        )
+
+    def load(self, topic: str, defaults: TopicSettings) -> TopicSettings:
+        directory = self.topic_dir(topic)
+        meta = os.path.join(directory, TOPIC_META)
+        try:
+            with open(meta, "rb") as f:
+                raw = json.loads(f.read())
+            return TopicSettings(
+                partitions=raw["partitions"],
+                retention_ms=raw.get("retention_ms", defaults.retention_ms),
+                retention_bytes=raw.get("retention_bytes", defaults.retention_bytes),
+            )
+        except FileNotFoundError:
+            if not os.path.isdir(directory):
+                raise UnknownTopicError(topic) from None
+        except (ValueError, KeyError, TypeError, InvalidArgumentError) as exc:
+            log.warning("%s is unreadable (%s); adopting the topic from its directories", meta, exc)
+        pids = [p for n in os.listdir(directory) if (p := parse_partition_dir(n)) is not None]
+        count = max(pids, default=-1) + 1
+        if count == 0:
+            raise UnknownTopicError(topic)
+        settings = TopicSettings(count, defaults.retention_ms, defaults.retention_bytes)
+        self._write_meta(topic, settings)
+        return settings
+
+    def create(self, topic: str, settings: TopicSettings) -> None:
+        directory = self.topic_dir(topic)
+        if os.path.exists(directory):
+            raise TopicExistsError(topic)
+        with map_os_errors("create topic", directory):
+            os.makedirs(directory)
+            for pid in range(settings.partitions):
+                os.makedirs(os.path.join(directory, partition_dir_name(pid)))
+        self._write_meta(topic, settings)
+        fsync_dir(self.root)
+
+    def update(self, topic: str, settings: TopicSettings) -> None:
+        self._write_meta(topic, settings)
+
+    def _write_meta(self, topic: str, settings: TopicSettings) -> None:
+        atomic_write(os.path.join(self.topic_dir(topic), TOPIC_META), json.dumps(asdict(settings)).encode())
+
+    def delete(self, topic: str) -> None:
+        """Move the topic into the trash atomically, then remove it."""
+        directory = self.topic_dir(topic)
+        if not os.path.isdir(directory):
+            raise UnknownTopicError(topic)
+        doomed = os.path.join(self.trash, f"{topic}-{uuid.uuid4().hex}")
+        with map_os_errors("delete topic", directory):
+            os.rename(directory, doomed)
+            fsync_dir(self.root)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def _empty_trash(self) -> None:
+        for name in os.listdir(self.trash):
+            shutil.rmtree(os.path.join(self.trash, name), ignore_errors=True)

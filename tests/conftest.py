@@ -1,0 +1,39 @@
+"""Shared fixtures. Every test gets its own data directory under pytest's tmp_path."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lkstream import Broker
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> str:
+    path = tmp_path / "data"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def broker(data_dir: str) -> Iterator[Broker]:
+    b = Broker(persist_dir=data_dir, fsync_mode="group", partitions=1)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for child Python processes that import the package from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
