@@ -23,8 +23,11 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
+from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
+from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BackpressureError,
@@ -43,9 +46,6 @@ from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.topics import TopicSettings, TopicStore
 
-from lkstream.broker.partition import DEFAULT_FETCH_BYTES, Partition
-from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
-
 log = logging.getLogger("lkstream.broker")
 
 Key = str | bytes | None
@@ -62,6 +62,16 @@ class TopicDescription:
     name: str
     settings: TopicSettings
     partitions: list[PartitionStats]
+
+
+@dataclass(frozen=True)
+class BrokerStats:
+    recovery_truncations: int
+    recovery_truncated_bytes: int
+    index_rebuilds: int
+    checkpoint_problems: int
+    inflight_bytes: int
+    fsyncs: int
 
 
 class InflightBytes:
@@ -115,6 +125,8 @@ class Broker:
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
         self.fsync_observers: list[Callable[[float], None]] = []
         self.recoveries: list[LogRecovery] = []
+        self._data_arrived = DataArrived()
+        self._fsyncs = 0
         try:
             self._store = TopicStore(self.persist_dir)
             self._committer = GroupCommitter(
@@ -157,7 +169,9 @@ class Broker:
                 self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock
             )
             self.recoveries.append(plog.recovery)
-            partitions.append(Partition(name, pid, plog, self._committer, self.config.hot_tail_bytes))
+            partitions.append(
+                Partition(name, pid, plog, self._committer, self.config.hot_tail_bytes, data_arrived=self._data_arrived)
+            )
         topic = _Topic(name, settings, partitions)
         self._topics[name] = topic
         return topic
@@ -305,6 +319,9 @@ class Broker:
         count = len(topic.partitions)
         if partition is not None:
             self.partition(topic.name, partition)
+        fast = self._produce_one_batch(topic, records, partition, codec)
+        if fast is not None:
+            return fast
         pairs, headers = _split_records(records)
         if not pairs:
             return [], [], 0
@@ -337,6 +354,40 @@ class Broker:
             self.inflight.release(reserved)
             raise
         return results, pending, reserved
+
+    def _produce_one_batch(
+        self, topic: _Topic, records: Sequence[ProduceItem], explicit: int | None, codec: Compression
+    ) -> tuple[list[tuple[int, int]], list[concurrent.futures.Future[None]], int] | None:
+        """The common case in O(1) Python work per record: one target partition, one batch.
+
+        Applies when every record is a ``(bytes | None, bytes)`` pair bound for
+        one partition (explicit, a single-partition topic, or all keys None) and
+        the batch fits ``max_batch_bytes``. Returns None to fall back to the
+        general path, which normalises, routes and splits.
+        """
+        if type(records) not in (list, tuple) or not records:
+            return None
+        count = len(topic.partitions)
+        try:
+            if explicit is None and count > 1 and any(r[0] is not None for r in records):
+                return None
+            batch = encode_batch(records, compression=codec, timestamp_ms=self._clock.now_ms())  # type: ignore[arg-type]
+        except (TypeError, ValueError, IndexError, KeyError):
+            return None  # InvalidArgumentError is a ValueError: the general path reports it precisely
+        if len(batch) > self.config.max_batch_bytes:
+            return None
+        if len(batch) > self.config.max_message_bytes:
+            self._check_sizes([len(k or b"") + len(v or b"") for k, v in records])  # type: ignore[misc]
+        pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
+        self.inflight.reserve(len(batch))
+        try:
+            future = self._durable_future() if self._committer.mode is FsyncMode.SYNC else None
+            result = topic.partitions[pid].append_batch(batch, None if future is None else _completer(future))
+        except BaseException:
+            self.inflight.release(len(batch))
+            raise
+        results = list(zip(repeat(pid), range(result.base_offset, result.last_offset + 1), strict=False))
+        return results, ([] if future is None else [future]), len(batch)
 
     def _check_sizes(self, sizes: list[int]) -> None:
         limit = self.config.max_message_bytes
@@ -381,9 +432,47 @@ class Broker:
         self._check_open()
         return self.partition(topic, partition).read_from(offset, max_msgs, max_bytes)
 
+    # -- waiting for data ---------------------------------------------------------------------
+
+    def _has_data(self, positions: dict[tuple[str, int], int]) -> bool:
+        return any(self.partition(t, p).high_watermark > offset for (t, p), offset in positions.items())
+
+    async def wait_for_data(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
+        """Wait until any ``(topic, partition)`` has a record at or past its offset; False on timeout."""
+        if not positions:
+            raise InvalidArgumentError("nothing to wait for: no partitions given")
+        waits = [
+            asyncio.ensure_future(self.partition(t, p).wait_for_offset(offset)) for (t, p), offset in positions.items()
+        ]
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            return bool(done)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    def wait_for_data_sync(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
+        """Blocking twin of :meth:`wait_for_data`."""
+        if not positions:
+            raise InvalidArgumentError("nothing to wait for: no partitions given")
+        return self._data_arrived.wait_for(lambda: self._has_data(positions), timeout)
+
+    def stats(self) -> BrokerStats:
+        """Counters for operators and metrics: recovery outcomes, in-flight bytes, fsyncs."""
+        truncations = [r for r in self.recoveries if r.truncated_bytes]
+        return BrokerStats(
+            recovery_truncations=len(truncations),
+            recovery_truncated_bytes=sum(r.truncated_bytes for r in truncations),
+            index_rebuilds=sum(1 for r in self.recoveries if r.report.index_rebuilt),
+            checkpoint_problems=sum(1 for r in self.recoveries if r.checkpoint_problem),
+            inflight_bytes=self.inflight.value,
+            fsyncs=self._fsyncs,
+        )
+
     # -- maintenance and shutdown -----------------------------------------------------------------
 
     def _observe_fsync(self, seconds: float) -> None:
+        self._fsyncs += 1
         for observer in self.fsync_observers:
             observer(seconds)
 
@@ -480,7 +569,7 @@ def _split_records(records: Sequence[ProduceItem]) -> tuple[list[KeyValue], list
         if len(item) == 3:
             if headers is None:
                 headers = [()] * n
-            headers.append(_check_headers(item[2]))  # type: ignore[misc]
+            headers.append(_check_headers(item[2]))
         elif headers is not None:
             headers.append(())
     return pairs, headers

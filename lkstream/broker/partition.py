@@ -11,12 +11,11 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+from lkstream.broker.tail import HotTail
 from lkstream.errors import OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, ReadResult
-
-from lkstream.broker.tail import HotTail
 
 DEFAULT_FETCH_BYTES = 1024 * 1024
 
@@ -32,11 +31,44 @@ def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
         future.set_exception(error)
 
 
+class DataArrived:
+    """A broker-wide signal for blocking readers of several partitions at once.
+
+    Partitions call :meth:`notify` after new data becomes visible (inside their
+    own lock: lock order Partition, then this). Cheap when nobody waits.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._waiting = 0
+
+    def notify(self) -> None:
+        if self._waiting:
+            with self._cond:
+                self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Block until ``predicate()`` holds (re-checked on every notify) or ``timeout`` passes."""
+        with self._cond:
+            self._waiting += 1
+            try:
+                return self._cond.wait_for(predicate, timeout)
+            finally:
+                self._waiting -= 1
+
+
 class Partition:
     """One partition of a topic: ``append_*``, ``read_*`` and ``wait_for_offset``."""
 
     def __init__(
-        self, topic: str, pid: int, log: PartitionLog, committer: GroupCommitter, tail_bytes: int
+        self,
+        topic: str,
+        pid: int,
+        log: PartitionLog,
+        committer: GroupCommitter,
+        tail_bytes: int,
+        *,
+        data_arrived: DataArrived | None = None,
     ) -> None:
         self.topic = topic
         self.pid = pid
@@ -48,6 +80,7 @@ class Partition:
         self._visible = threading.Condition(self._lock)
         self._async_waiters: list[_AsyncWaiter] = []
         self._sync_waiters = 0
+        self._data_arrived = data_arrived
         self.produced_records = 0
 
     # -- writing ---------------------------------------------------------------------------------
@@ -145,6 +178,8 @@ class Partition:
     def _wake_locked(self, high_watermark: int) -> None:
         if self._sync_waiters:
             self._visible.notify_all()
+        if self._data_arrived is not None:
+            self._data_arrived.notify()
         if not self._async_waiters:
             return
         ready = [w for w in self._async_waiters if w[0] < high_watermark]

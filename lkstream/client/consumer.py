@@ -145,14 +145,25 @@ class Consumer:
             records = records[:max_records]
         return records
 
-    def poll(self, max_records: int | None = None) -> list[Record]:
-        """Records available now from every assigned partition, without waiting.
+    def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
+        """Records from the assigned partitions, waiting up to ``timeout`` seconds for the first.
 
-        Advances the positions past the returned records (they count as
-        consumed for the next commit).
+        Blocking (for code without an event loop); woken by appends, not by
+        polling. Advances the positions past the returned records (they count
+        as consumed for the next commit, which auto-commit makes here too).
         """
+        if not self._positions:
+            raise InvalidArgumentError("the consumer has no assigned partitions; call subscribe() first")
+        records = self._read_available(max_records)
+        if not records and timeout > 0 and self.broker.wait_for_data_sync(self._positions, timeout):
+            records = self._read_available(max_records)
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
+            self.commit()
+        return records
+
+    def _read_available(self, max_records: int | None, topic: str | None = None) -> list[Record]:
         out: list[Record] = []
-        for tp in list(self._positions):
+        for tp in [tp for tp in self._positions if topic is None or tp[0] == topic]:
             budget = None if max_records is None else max_records - len(out)
             if budget == 0:
                 break
@@ -161,21 +172,6 @@ class Consumer:
                 self._positions[tp] = records[-1].offset + 1
                 out.extend(records)
         return out
-
-    async def _wait_for_data(self, timeout: float | None) -> bool:
-        """Wait until any assigned partition has data past our position (woken by appends)."""
-        waits = [
-            asyncio.ensure_future(self.broker.partition(t, p).wait_for_offset(pos))
-            for (t, p), pos in self._positions.items()
-        ]
-        if not waits:
-            raise InvalidArgumentError("the consumer has no assigned partitions; call subscribe() first")
-        try:
-            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            return bool(done)
-        finally:
-            for wait in waits:
-                wait.cancel()
 
     async def consume(
         self,
@@ -200,10 +196,11 @@ class Consumer:
         try:
             while not self._stopping and (max_records is None or handled < max_records):
                 budget = None if max_records is None else max_records - handled
-                records = [r for r in self.poll(budget) if topic is None or r.topic == topic]
+                records = self._read_available(budget, topic)
                 if not records:
                     await self._maybe_auto_commit_async()
-                    if not await self._wait_for_data(idle_timeout):
+                    watched = {tp: pos for tp, pos in self._positions.items() if topic is None or tp[0] == topic}
+                    if not await self.broker.wait_for_data(watched, idle_timeout):
                         break
                     continue
                 for record in records:

@@ -140,7 +140,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
 
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     """CRC-32C over the bytes the batch CRC covers."""
-    return crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:])  # type: ignore[no-any-return]
+    crc: int = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:])
+    return crc
 
 
 def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> BatchHeader:

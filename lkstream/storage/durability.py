@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 from lkstream.errors import LkstreamError
@@ -38,7 +38,7 @@ log = logging.getLogger("lkstream.storage")
 DurableCallback = Callable[[BaseException | None], None]
 
 
-class FsyncMode(str, Enum):
+class FsyncMode(StrEnum):
     SYNC = "sync"
     GROUP = "group"
     NONE = "none"
