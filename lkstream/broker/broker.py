@@ -170,7 +170,9 @@ class Broker:
             )
             self.recoveries.append(plog.recovery)
             partitions.append(
-                Partition(name, pid, plog, self._committer, self.config.hot_tail_bytes, data_arrived=self._data_arrived)
+                Partition(name, pid, plog, self._committer, self.config.hot_tail_bytes,
+                    data_arrived=self._data_arrived, producer=self.produce_many,
+                )
             )
         topic = _Topic(name, settings, partitions)
         self._topics[name] = topic

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from lkstream.broker.tail import HotTail
-from lkstream.errors import OffsetOutOfRangeError
+from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, ReadResult
 
 DEFAULT_FETCH_BYTES = 1024 * 1024
+
+
+
+class Producer(Protocol):
+    def __call__(
+        self, topic: str, records: Sequence[Any], *, partition: int | None = None
+    ) -> Awaitable[list[tuple[int, int]]]: ...
+
 
 _AsyncWaiter = tuple[int, asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
@@ -69,6 +78,7 @@ class Partition:
         tail_bytes: int,
         *,
         data_arrived: DataArrived | None = None,
+        producer: Producer | None = None,
     ) -> None:
         self.topic = topic
         self.pid = pid
@@ -81,6 +91,7 @@ class Partition:
         self._async_waiters: list[_AsyncWaiter] = []
         self._sync_waiters = 0
         self._data_arrived = data_arrived
+        self._producer = producer
         self.produced_records = 0
 
     # -- writing ---------------------------------------------------------------------------------
@@ -115,6 +126,17 @@ class Partition:
         else:
             self._committer.written(self.log, result.size)
         return result
+
+    async def append_many(self, records: Sequence[Any]) -> list[int]:
+        """Append ``(key, value[, headers])`` records to this partition; return their offsets.
+
+        Same validation, batching and acknowledgement as ``Broker.produce_many``
+        with an explicit partition.
+        """
+        if self._producer is None:
+            raise InvalidArgumentError("this partition was not opened by a broker that can produce")
+        results = await self._producer(self.topic, records, partition=self.pid)
+        return [offset for _, offset in results]
 
     # -- reading ---------------------------------------------------------------------------------
 

@@ -81,12 +81,15 @@ class GroupCommitter:
         if self.mode is FsyncMode.NONE:
             return
         with self._cond:
-            if not self._dirty:
+            first_dirty = not self._dirty
+            if first_dirty:
                 # The loss window starts with the first unsynced write, not with the last fsync.
                 self._round_due = time.monotonic() + self.interval_s
             self._dirty[target] = None
             self._dirty_bytes += nbytes
-            if self._dirty_bytes >= self.group_bytes:
+            # With nothing dirty the thread sleeps without a deadline: wake it so it
+            # starts waiting for _round_due, or the interval would never fire.
+            if first_dirty or self._dirty_bytes >= self.group_bytes:
                 self._cond.notify()
 
     def when_durable(self, target: Flushable, next_offset: int, callback: DurableCallback) -> None:
@@ -121,8 +124,10 @@ class GroupCommitter:
                 self._cond.wait(timeout)
             if self._closed and not self._dirty and not self._waiters:
                 return None
-            targets = list(self._dirty)
             waiters, self._waiters = self._waiters, []
+            # A waiter's log is flushed even if forget() dropped it from the dirty set since:
+            # otherwise the waiter would be acknowledged without any fsync behind it.
+            targets = list(dict.fromkeys([*self._dirty, *(w[0] for w in waiters)]))
             self._dirty.clear()
             self._dirty_bytes = 0
             return targets, waiters

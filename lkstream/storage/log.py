@@ -168,6 +168,8 @@ class PartitionLog:
             else:
                 problem = "checkpoint.meta is stale; validating the whole active segment"
         report = active.recover(trusted_position, trusted_offset)
+        if report.trusted_point_rejected:
+            problem = "checkpoint.meta does not match the active segment; validating the whole active segment"
         if report.truncated_bytes:
             log.warning(
                 "recovery truncated %s[%d] %s bytes %d..%d: %s",
@@ -178,7 +180,11 @@ class PartitionLog:
             log.warning("%s[%d]: %s", self.topic, self.partition, problem)
         self._durable_position = active.size
         self._durable_next_offset = active.next_offset
-        self._write_checkpoint()
+        up_to_date = checkpoint is not None and not problem and (
+            checkpoint.recovery_point == active.size and checkpoint.next_offset == active.next_offset
+        )
+        if not up_to_date:  # a clean reopen writes nothing: opening many partitions stays cheap
+            self._write_checkpoint()
         return LogRecovery(self.topic, self.partition, active.path, report, problem, swept)
 
     def _sweep_strays(self) -> list[str]:
@@ -257,6 +263,9 @@ class PartitionLog:
         """Seal the active segment (fsynced) and start a new one. Caller holds the lock."""
         old = self._segments[-1]
         old.index.flush()
+        # A failed append whose rollback failed too leaves torn bytes past the logical end;
+        # sealed segments are never validated again, so cut them before sealing.
+        old.file.truncate(old.size)
         old.file.fsync()
         old.index.file.fsync()
         new = self._new_segment(old.next_offset)
@@ -284,7 +293,7 @@ class PartitionLog:
             end, next_offset = active.size, active.next_offset
             if end == self._durable_position:
                 return self._durable_next_offset
-            active.index.flush()
+            self._flush_index(active)
             self.unflushed_bytes = 0
         active.file.fsync()
         with self._lock:
@@ -294,6 +303,19 @@ class PartitionLog:
                 if now - self._last_checkpoint_ms >= self.config.checkpoint_interval_ms:
                     self._write_checkpoint()
             return self._durable_next_offset
+
+    def _flush_index(self, segment: Segment, *, fsync: bool = False) -> None:
+        """Write (and maybe fsync) pending index entries; failing costs lookup speed, not data.
+
+        The index is a cache of the segment, so a full disk must stop neither the
+        data's fsync nor a close. Unwritten entries stay in memory for the next flush.
+        """
+        try:
+            segment.index.flush()
+            if fsync:
+                segment.index.file.fsync()
+        except StorageError as exc:
+            log.warning("could not write the index of %s: %s", segment.path, exc)
 
     def _write_checkpoint(self) -> None:
         """Record the recovery point. Caller holds the lock (or is the constructor)."""
@@ -400,8 +422,7 @@ class PartitionLog:
             if self._closed:
                 return
             active = self._segments[-1]
-            active.index.flush()
-            active.index.file.fsync()
+            self._flush_index(active, fsync=True)
             self._durable_position, self._durable_next_offset = active.size, active.next_offset
             self._write_checkpoint()
             self._closed = True

@@ -43,13 +43,13 @@ class OffsetStore:
     def path_for(self, group: str, topic: str, partition: int) -> str:
         validate_group(group)
         validate_topic(topic)
-        if not isinstance(partition, int) or partition < 0:
+        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
             raise InvalidArgumentError(f"invalid partition {partition!r}")
         return os.path.join(self.directory, f"{group}__{topic}__part{partition}{SUFFIX}")
 
     def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
-        if not isinstance(offset, int) or offset < 0:
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidArgumentError(f"invalid offset {offset!r}: must be a non-negative integer")
         path = self.path_for(group, topic, partition)
         body = json.dumps({"offset": offset, "committed_ms": self._clock.now_ms()}).encode() + b"\n"
@@ -68,6 +68,6 @@ class OffsetStore:
             offset = json.loads(raw)["offset"]
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptRecordError(f"unreadable committed offset ({exc})", path=path) from exc
-        if not isinstance(offset, int) or offset < 0:
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise CorruptRecordError(f"committed offset {offset!r} is not a non-negative integer", path=path)
         return offset

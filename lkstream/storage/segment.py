@@ -14,12 +14,13 @@ index is cut to the validated bytes and rebuilt for them.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
 from typing import Final
 
-from lkstream.errors import CorruptRecordError, invariant
+from lkstream.errors import CorruptRecordError, StorageError, invariant
 from lkstream.format.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -30,6 +31,8 @@ from lkstream.format.batch import (
 )
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import IndexDamaged, OffsetIndex
+
+log = logging.getLogger("lkstream.storage")
 
 SEGMENT_SUFFIX: Final = ".seg"
 INDEX_SUFFIX: Final = ".idx"
@@ -59,6 +62,7 @@ class RecoveryReport:
     truncated_bytes: int
     index_rebuilt: bool
     reason: str = ""
+    trusted_point_rejected: bool = False  # the given recovery point did not match the file
 
 
 class Segment:
@@ -108,12 +112,20 @@ class Segment:
         """
         self.ensure_index()
         entry = self.index.lookup(offset)
-        position = 0 if entry is None else entry[1]
+        position, expected = (0, self.base_offset) if entry is None else (entry[1], entry[0])
         while position < end:
             header = self.header_at(position)
+            # base_offset and batch_length are outside the CRC: check them against the walk.
+            if header.base_offset != expected or header.size < HEADER_SIZE:
+                raise CorruptRecordError(
+                    f"batch base offset {header.base_offset} (size {header.size}) does not continue at {expected}",
+                    path=self.path,
+                    position=position,
+                )
             if header.next_offset > offset:
                 return position
             position += header.size
+            expected = header.next_offset
         return end
 
     def read(self, position: int, max_bytes: int, end: int) -> bytes:
@@ -128,12 +140,15 @@ class Segment:
         first_size = self.header_at(position).size
         data = self.file.pread(min(end - position, max(max_bytes, first_size)), position)
         pos = 0
+        expected: int | None = None  # the first batch's base offset was checked by position_of
         while len(data) - pos >= LOG_OVERHEAD:
-            _, size = read_length_prefix(data, pos)
+            base_offset, size = read_length_prefix(data, pos)
             if size > len(data) - pos and pos > 0:
                 break  # cut by max_bytes; the next read starts here
             try:
-                check_batch(data, pos, min(len(data), pos + size))
+                if expected is not None and base_offset != expected:
+                    raise CorruptRecordError(f"batch base offset {base_offset} does not continue at {expected}")
+                expected = check_batch(data, pos, min(len(data), pos + size)).next_offset
             except CorruptRecordError as exc:
                 raise CorruptRecordError(exc.reason, path=self.path, position=position + pos) from None
             pos += size
@@ -146,6 +161,12 @@ class Segment:
         self._index_ready = True
         try:
             self.index.load()
+            if len(self.index) == 0 and self.file.size() > 0:
+                # The first batch always gets an entry: an empty index of a non-empty
+                # segment was deleted or lost, and must be rebuilt, not scanned around.
+                raise IndexDamaged("empty index for a non-empty segment")
+            if len(self.index) and self.index.lookup(self.base_offset) != (self.base_offset, 0):
+                raise IndexDamaged("the first entry is not the segment's first batch")
         except IndexDamaged:
             self.index.reset()
             return False
@@ -158,10 +179,31 @@ class Segment:
         """
         if self._index_ready:
             return
-        if not self.load_index():
+        index_ok = self.load_index()
+        last = self.index.last_entry
+        if index_ok and last is not None and not self._entries_match_batches([last]):
+            self.index.reset()
+            index_ok = False
+        if not index_ok:
             self.index_rebuilt = True
             self._validate_from(0, self.base_offset)
+            self._write_rebuilt_index()
+
+    def _write_rebuilt_index(self) -> None:
+        try:
             self.index.flush()
+        except StorageError as exc:
+            # The rebuilt entries serve from memory: a full disk must fail neither the read
+            # nor the open that needed them. They are written by a later flush or rebuilt again.
+            log.warning("could not write the rebuilt index of %s: %s", self.path, exc)
+
+    def _entries_match_batches(self, entries: list[tuple[int, int]]) -> bool:
+        """Whether each ``(offset, position)`` entry points at a batch with that base offset."""
+        for offset, position in entries:
+            raw = self.file.pread(8, position)
+            if len(raw) < 8 or int.from_bytes(raw, "big", signed=True) != offset:
+                return False
+        return True
 
     def recover(self, trusted_position: int, trusted_next_offset: int) -> RecoveryReport:
         """Validate from ``trusted_position`` to the end; truncate at the first bad byte.
@@ -174,15 +216,46 @@ class Segment:
         if not index_ok:
             trusted_position, trusted_next_offset = 0, self.base_offset
         self.index.truncate_to_position(trusted_position)
+        if index_ok and not self._entries_match_batches(self.index.entries()):
+            # The active index is written with every group commit but fsynced only on
+            # rotation and close: after a power loss even entries below the recovery
+            # point may be torn. Rebuild it rather than serve reads through it.
+            self.index.reset()
+            index_ok = False
+            trusted_position, trusted_next_offset = 0, self.base_offset
+        trust_rejected = not self._ends_batch_at(trusted_position, trusted_next_offset)
+        if trust_rejected:
+            # The trusted point is not a batch boundary with that next offset (a checkpoint
+            # that describes another copy of this file): trusting it would cut valid
+            # batches and leave offsets with no data. Validate everything instead.
+            self.index.truncate_to_position(0)
+            trusted_position, trusted_next_offset = 0, self.base_offset
         position, expected_offset, reason = self._validate_from(trusted_position, trusted_next_offset)
         size = self.file.size()
         truncated = size - position
         if truncated:
             self.file.truncate(position)
             self.file.fsync()
-        self.index.flush()
+        self._write_rebuilt_index()
         self.next_offset = expected_offset
-        return RecoveryReport(position, truncated, not index_ok, reason)
+        return RecoveryReport(position, truncated, not index_ok, reason, trust_rejected)
+
+    def _ends_batch_at(self, position: int, next_offset: int) -> bool:
+        """Whether batches end exactly at ``position`` and ``next_offset`` follows them.
+
+        Walks headers from the index entry below: at most ``index_interval_bytes`` plus one batch.
+        """
+        entry = self.index.lookup(next_offset - 1)
+        at, expected = (0, self.base_offset) if entry is None else (entry[1], entry[0])
+        while at < position:
+            raw = self.file.pread(HEADER_SIZE, at)
+            if len(raw) < HEADER_SIZE:
+                return False
+            header = parse_header(raw)
+            if header.base_offset != expected or header.size < HEADER_SIZE:
+                return False
+            at, expected = at + header.size, header.next_offset
+        return at == position and expected == next_offset
 
     def _validate_from(self, position: int, expected_offset: int) -> tuple[int, int, str]:
         """Walk batches from ``position``; return (end of valid data, next offset, why it stopped).

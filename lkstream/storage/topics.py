@@ -102,11 +102,17 @@ class TopicStore:
         directory = self.topic_dir(topic)
         if os.path.exists(directory):
             raise TopicExistsError(topic)
+        # Built in trash/ and renamed into topics/ in one step: a crash mid-way must not leave
+        # a topic without topic.json or with missing partition directories (the next open
+        # would adopt it with too few partitions, or fail). trash/ is emptied on open.
+        staging = os.path.join(self.trash, f"new-{uuid.uuid4().hex}")
         with map_os_errors("create topic", directory):
-            os.makedirs(directory)
+            os.makedirs(staging)
             for pid in range(settings.partitions):
-                os.makedirs(os.path.join(directory, partition_dir_name(pid)))
-        self._write_meta(topic, settings)
+                os.makedirs(os.path.join(staging, partition_dir_name(pid)))
+        atomic_write(os.path.join(staging, TOPIC_META), json.dumps(asdict(settings)).encode())
+        with map_os_errors("create topic", directory):
+            os.rename(staging, directory)
         fsync_dir(self.root)
 
     def update(self, topic: str, settings: TopicSettings) -> None:

@@ -1,0 +1,952 @@
+"""Read-only access to a data directory, for tools that run without a broker.
+
+The CLI (``lkstream dump`` / ``lkstream verify``) and the Spark batch source read
+data directories through this module: it is the one sanctioned way to touch
+storage files without owning them (see ARCHITECTURE.md, "integrations").
+
+Invariants:
+
+* **Never writes.** Segments and indexes are opened ``O_RDONLY``
+  (``OsFile(read_only=True)``), metadata files with ``open(..., "rb")``. Nothing
+  is created, truncated, renamed, fsynced or swept, and the ``LOCK`` is never
+  taken, so a reader may run beside a live broker and a broker may start while
+  a reader runs. Beside a live broker, the view of an active segment is a
+  snapshot whose last batch may still be half written; that reads as a torn
+  tail and is handled as one.
+* **Sees exactly what recovery would keep.** :class:`PartitionReader` yields
+  whole, CRC-valid batches with contiguous offsets. In sealed segments, and in
+  the active (last) segment before the recovery point that recovery trusts
+  (checkpoint.meta's, or 0), an invalid batch is corruption and raises
+  :class:`~lkstream.errors.CorruptRecordError` with path and position. From the
+  recovery point on, the first invalid batch silently ends the log, because
+  recovery (:meth:`lkstream.storage.segment.Segment.recover`) truncates there.
+* **Batches, not records.** Readers hand out raw batch bytes and a
+  :class:`~lkstream.format.batch.BatchHeader`; decoding records is the caller's
+  job (:mod:`lkstream.format.codec`), as everywhere else in storage.
+
+:func:`scan_segment` is the one batch walker: it yields each batch or a
+:class:`ScanProblem` and, where the damage leaves the next batch findable, keeps
+going. The reader, ``dump`` and :func:`verify_data_dir` all use it.
+
+Objects here are not thread-safe; they are cheap, so make one per thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Final, Literal, NamedTuple
+
+from lkstream.errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    StorageError,
+    UnknownTopicError,
+    map_os_errors,
+)
+from lkstream.format.batch import HEADER_SIZE, MAGIC, BatchHeader, check_batch, parse_header
+from lkstream.storage.checkpoint import CHECKPOINT_NAME, Checkpoint, CheckpointDamaged, read_checkpoint
+from lkstream.storage.files import OsFile, StorageFile
+from lkstream.storage.index import ENTRY, ENTRY_SIZE
+from lkstream.storage.lock import LOCK_NAME
+from lkstream.storage.names import (
+    parse_partition_dir,
+    partition_dir_name,
+    validate_group,
+    validate_topic,
+)
+from lkstream.storage.offsets import OFFSETS_DIR
+from lkstream.storage.offsets import SUFFIX as OFFSET_SUFFIX
+from lkstream.storage.segment import (
+    INDEX_SUFFIX,
+    SEGMENT_SUFFIX,
+    format_segment_name,
+    parse_segment_name,
+)
+from lkstream.storage.topics import TOPIC_META, TOPICS_DIR
+
+# Segment bytes read per system call while walking batches: small batches must
+# not cost a pread each.
+_SCAN_CHUNK: Final = 1 << 20
+_NO_LIMIT: Final = 2**63 - 1
+
+# -- scanning one segment file ---------------------------------------------------------------------
+
+
+class ScannedBatch(NamedTuple):
+    """A whole, CRC-valid batch found by :func:`scan_segment`."""
+
+    position: int
+    header: BatchHeader
+    data: bytes | None  # the batch bytes, when the scan was asked for them
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProblem:
+    """Bytes at ``position`` that do not hold a valid batch continuing the log.
+
+    ``header`` is the parsed header when 61 bytes were there (a dump shows it).
+    ``resumable`` means the batch's frame (its length) looked intact and the
+    next batch starts where it says, so the scan went on past it.
+    """
+
+    path: str
+    position: int
+    reason: str
+    header: BatchHeader | None = None
+    resumable: bool = False
+
+
+class _Window:
+    """Serves byte ranges of a file from one large read at a time."""
+
+    def __init__(self, file: StorageFile, size: int) -> None:
+        self._file = file
+        self._size = size
+        self._buf = b""
+        self._start = 0
+
+    def get(self, position: int, length: int) -> memoryview:
+        """Up to ``length`` bytes at ``position``; fewer at the end of the file."""
+        length = max(0, min(length, self._size - position))
+        rel = position - self._start
+        if rel < 0 or rel + length > len(self._buf):
+            want = max(length, min(_SCAN_CHUNK, self._size - position))
+            self._buf, self._start, rel = self._file.pread(want, position), position, 0
+        return memoryview(self._buf)[rel : rel + length]
+
+
+def _check_at(window: _Window, position: int, remaining: int) -> tuple[BatchHeader | None, str | None, memoryview]:
+    """Validate the batch at ``position``: ``(header, reason it is invalid or None, bytes)``."""
+    if remaining < HEADER_SIZE:
+        return None, f"truncated header: {remaining} of {HEADER_SIZE} bytes", memoryview(b"")
+    head = window.get(position, HEADER_SIZE)
+    if len(head) < HEADER_SIZE:  # the file shrank under us (a broker truncating its tail)
+        return None, f"truncated header: {len(head)} of {HEADER_SIZE} bytes", head
+    header = parse_header(head)
+    # These two are decided from the header alone; never read a bogus length's worth of bytes.
+    if header.size < HEADER_SIZE:
+        return header, f"batch_length {header.batch_length} is smaller than a header", memoryview(b"")
+    if header.size > remaining:
+        return header, f"truncated batch: {remaining} of {header.size} bytes", memoryview(b"")
+    data = window.get(position, header.size)
+    try:
+        check_batch(data)
+    except CorruptRecordError as exc:
+        return header, exc.reason, data
+    return header, None, data
+
+
+def _looks_like_batch_start(window: _Window, position: int, size: int) -> bool:
+    """Whether a scan can trust ``position`` as the next batch after a damaged one."""
+    if position == size:
+        return True
+    head = window.get(position, HEADER_SIZE)
+    if len(head) < HEADER_SIZE:
+        return False
+    header = parse_header(head)
+    return header.magic == MAGIC and HEADER_SIZE <= header.size <= size - position and header.base_offset >= 0
+
+
+def scan_segment(
+    file: StorageFile, *, start: int = 0, expected_offset: int | None = None, with_data: bool = False
+) -> Iterator[ScannedBatch | ScanProblem]:
+    """Walk the batches of a segment file from ``start``, in file order.
+
+    Yields a :class:`ScannedBatch` for each batch that passes every check of
+    :func:`~lkstream.format.batch.check_batch` and, when ``expected_offset`` is
+    given, continues the offsets (its base offset is the previous batch's next
+    offset). Anything else yields a :class:`ScanProblem`; the scan goes on past
+    it only if the problem is ``resumable``, and ends after it otherwise. Never
+    raises for any file content (I/O errors raise :class:`StorageError`).
+    """
+    size = file.size()
+    window = _Window(file, size)
+    position = start
+    while position < size:
+        header, reason, data = _check_at(window, position, size - position)
+        if header is None or reason is not None:
+            # A CRC or magic failure may sit in the length field too: go on only
+            # if the batch it claims to end at is followed by a plausible one.
+            resumable = (
+                header is not None
+                and HEADER_SIZE <= header.size <= size - position
+                and _looks_like_batch_start(window, position + header.size, size)
+            )
+            yield ScanProblem(file.path, position, reason or "invalid batch", header, resumable)
+            if header is None or not resumable:
+                return
+        elif expected_offset is not None and header.base_offset != expected_offset:
+            # The CRC vouches for the frame, so the scan can always go on.
+            reason = f"batch base offset {header.base_offset} does not continue at offset {expected_offset}"
+            yield ScanProblem(file.path, position, reason, header, True)
+        else:
+            yield ScannedBatch(position, header, bytes(data) if with_data else None)
+        expected_offset = header.next_offset
+        position += header.size
+
+
+def open_read_only(path: str) -> OsFile:
+    """Open a segment or index file for reading only (``StorageError`` if that fails)."""
+    return OsFile(path, read_only=True)
+
+
+def read_index_entries(file: StorageFile) -> tuple[list[tuple[int, int]], int]:
+    """The ``(offset, position)`` entries of an index file, and its trailing bytes beyond whole entries."""
+    size = file.size()
+    raw = file.pread(size - size % ENTRY_SIZE, 0)
+    raw = raw[: len(raw) - len(raw) % ENTRY_SIZE]
+    return [(o, p) for o, p in ENTRY.iter_unpack(raw)], size % ENTRY_SIZE
+
+
+def index_damage(entries: list[tuple[int, int]], trailing: int) -> str | None:
+    """Why :meth:`~lkstream.storage.index.OffsetIndex.load` would reject these entries, if it would."""
+    if trailing:
+        return f"size is not a multiple of {ENTRY_SIZE} ({trailing} trailing bytes)"
+    for i, (offset, position) in enumerate(entries):
+        if offset >= 2**63 or position >= 2**63:
+            return f"entry {i} ({offset}, {position}) is negative as a signed 64-bit integer"
+        if i and (offset <= entries[i - 1][0] or position <= entries[i - 1][1]):
+            return f"entry {i} ({offset}, {position}) is not above entry {i - 1} {entries[i - 1]}"
+    return None
+
+
+# -- reading a partition ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFiles:
+    """The files of one segment (the ``.idx`` may be missing)."""
+
+    base_offset: int
+    seg_path: str
+    idx_path: str
+
+
+class RawBatch(NamedTuple):
+    """One batch as stored: where it is, its header, and its bytes."""
+
+    segment: str
+    position: int
+    header: BatchHeader
+    data: bytes
+
+
+def list_segments(directory: str) -> list[SegmentFiles]:
+    """The segments of a partition directory, oldest first."""
+    with map_os_errors("list", directory):
+        names = os.listdir(directory)
+    bases = sorted(p[0] for name in names if (p := parse_segment_name(name)) and p[1] == SEGMENT_SUFFIX)
+    return [
+        SegmentFiles(
+            base,
+            os.path.join(directory, format_segment_name(base, SEGMENT_SUFFIX)),
+            os.path.join(directory, format_segment_name(base, INDEX_SUFFIX)),
+        )
+        for base in bases
+    ]
+
+
+class PartitionReader:
+    """A read-only view of one partition directory, as recovery would leave it.
+
+    The segment list and checkpoint are read once, at construction; make a new
+    reader to see segments that a live broker created or deleted since.
+    """
+
+    def __init__(self, directory: str, topic: str = "", partition: int = 0) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.segments = list_segments(directory)
+        self.checkpoint: Checkpoint | None = None
+        self.checkpoint_problem = ""
+        try:
+            self.checkpoint = read_checkpoint(directory)
+        except CheckpointDamaged as exc:
+            self.checkpoint_problem = str(exc)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    def trusted_prefix(self) -> tuple[int, int]:
+        """``(position, next offset)`` in the last segment up to which recovery trusts the data.
+
+        Mirrors :class:`~lkstream.storage.log.PartitionLog`: the checkpoint's
+        recovery point if it names the last segment and lies within it and the
+        segment's index loads, else the start of the segment.
+        """
+        if not self.segments:
+            return 0, 0
+        last = self.segments[-1]
+        cp = self.checkpoint
+        with map_os_errors("stat", last.seg_path):
+            size = os.stat(last.seg_path).st_size
+        if cp is None or cp.active_base != last.base_offset or cp.recovery_point > size:
+            return 0, last.base_offset
+        if _index_is_damaged(last.idx_path, size):
+            return 0, last.base_offset
+        return cp.recovery_point, cp.next_offset
+
+    def batches(self, start_offset: int = 0) -> Iterator[RawBatch]:
+        """Whole, valid batches from the one holding ``start_offset`` to the end of the log.
+
+        An offset below the log start begins at the log start. The first batch
+        may begin before ``start_offset``; skip its earlier records. Stops
+        quietly at a torn tail; raises :class:`CorruptRecordError` for anything
+        recovery would not repair.
+        """
+        for path, item in self._walk(start_offset, with_data=True):
+            if item.header.next_offset > start_offset and item.data is not None:
+                yield RawBatch(path, item.position, item.header, item.data)
+
+    def end_offset(self) -> int:
+        """The offset after the last valid batch: the log end recovery would arrive at."""
+        # Where recovery starts trusting is also the end when nothing valid follows it.
+        end = self.trusted_prefix()[1]
+        for _, item in self._walk(_NO_LIMIT, with_data=False, only_last=True):
+            end = item.header.next_offset
+        return end
+
+    def _walk(
+        self, start_offset: int, *, with_data: bool, only_last: bool = False
+    ) -> Iterator[tuple[str, ScannedBatch]]:
+        if not self.segments:
+            return
+        bases = [s.base_offset for s in self.segments]
+        first = len(bases) - 1 if only_last else max(0, bisect_right(bases, start_offset) - 1)
+        expected: int | None = None
+        for i in range(first, len(self.segments)):
+            seg = self.segments[i]
+            if expected is not None and seg.base_offset != expected:
+                reason = f"segment starts at offset {seg.base_offset}, but the previous one ends before {expected}"
+                raise CorruptRecordError(reason, path=seg.seg_path, position=0)
+            tail = self.trusted_prefix() if i == len(self.segments) - 1 else None
+            file = open_read_only(seg.seg_path)
+            try:
+                position, next_offset = self._seek(seg, file, start_offset, tail)
+                for item in scan_segment(file, start=position, expected_offset=next_offset, with_data=with_data):
+                    if tail is not None and item.position >= tail[0]:
+                        at_recovery_point = item.position == tail[0]
+                        if isinstance(item, ScanProblem) or (at_recovery_point and item.header.base_offset != tail[1]):
+                            return  # recovery truncates from here: the log ends
+                    if isinstance(item, ScanProblem):
+                        raise CorruptRecordError(item.reason, path=item.path, position=item.position)
+                    expected = item.header.next_offset
+                    yield seg.seg_path, item
+            finally:
+                file.close()
+
+    def _seek(self, seg: SegmentFiles, file: StorageFile, offset: int, tail: tuple[int, int] | None) -> tuple[int, int]:
+        """A batch boundary ``(position, base offset)`` at or before ``offset``'s batch.
+
+        The index is a hint: its entry is used only if the batch it points at
+        has the offset it claims. In the last segment, entries at or past the
+        recovery point are ignored, since batches there must be validated in
+        order from the recovery point, as recovery does.
+        """
+        best = (0, seg.base_offset)
+        if offset <= seg.base_offset:
+            return best
+        entry = _index_lookup(seg.idx_path, offset)
+        if entry is not None and (tail is None or entry[1] < tail[0]) and entry[1] + HEADER_SIZE <= file.size():
+            header = parse_header(file.pread(HEADER_SIZE, entry[1]))
+            if header.base_offset == entry[0] and header.magic == MAGIC:
+                best = (entry[1], entry[0])
+        if tail is not None and tail[1] <= offset and tail[0] > best[0]:
+            best = tail
+        return best
+
+
+def _index_lookup(idx_path: str, offset: int) -> tuple[int, int] | None:
+    """The last usable index entry at or below ``offset``; None without a usable index."""
+    entries = _load_index(idx_path)
+    if not entries:
+        return None
+    i = bisect_right(entries, (offset, _NO_LIMIT)) - 1
+    return (entries[i][0], entries[i][1]) if i >= 0 else None
+
+
+def _load_index(idx_path: str) -> list[tuple[int, int]] | None:
+    """Entries of an index the broker would accept; None if it is missing or damaged."""
+    try:
+        file = open_read_only(idx_path)
+    except StorageError:
+        return None
+    try:
+        entries, trailing = read_index_entries(file)
+    finally:
+        file.close()
+    return None if index_damage(entries, trailing) else entries
+
+
+def _index_is_damaged(idx_path: str, segment_size: int) -> bool:
+    """Whether :meth:`~lkstream.storage.segment.Segment.load_index` would reject the index.
+
+    A missing index counts: the broker creates it empty, and an empty index of a
+    non-empty segment is treated as lost and rebuilt.
+    """
+    entries = _load_index(idx_path)
+    return entries is None or (not entries and segment_size > 0)
+
+
+# -- reading a data directory -----------------------------------------------------------------------
+
+
+class DataDirReader:
+    """Topics and partitions of a data directory, without owning it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.topics_dir = os.path.join(path, TOPICS_DIR)
+        if not os.path.isdir(self.topics_dir):
+            raise InvalidArgumentError(f"{path} is not an LKSTREAM data directory (it has no {TOPICS_DIR}/)")
+
+    def topic_dirs(self) -> list[str]:
+        """Names of every directory under ``topics/``, valid topic names or not."""
+        with map_os_errors("list", self.topics_dir):
+            names = os.listdir(self.topics_dir)
+        return sorted(n for n in names if os.path.isdir(os.path.join(self.topics_dir, n)))
+
+    def topics(self) -> list[str]:
+        return [n for n in self.topic_dirs() if _is_valid(validate_topic, n)]
+
+    def partitions(self, topic: str) -> list[int]:
+        directory = os.path.join(self.topics_dir, validate_topic(topic))
+        if not os.path.isdir(directory):
+            raise UnknownTopicError(topic)
+        with map_os_errors("list", directory):
+            names = os.listdir(directory)
+        return sorted(
+            p for n in names if (p := parse_partition_dir(n)) is not None and os.path.isdir(os.path.join(directory, n))
+        )
+
+    def partition_dir(self, topic: str, partition: int) -> str:
+        return os.path.join(self.topics_dir, validate_topic(topic), partition_dir_name(partition))
+
+    def partition(self, topic: str, partition: int) -> PartitionReader:
+        if partition not in self.partitions(topic):
+            raise InvalidArgumentError(f"topic {topic!r} has no partition directory {partition_dir_name(partition)}")
+        return PartitionReader(self.partition_dir(topic, partition), topic, partition)
+
+    def lock_holder(self) -> int | None:
+        """Pid of the process holding the ``LOCK`` (a running broker), or None.
+
+        Looks the lock up in the kernel's table (``/proc/locks``, Linux) instead
+        of trying it, so the reader never takes the lock even for a moment. A
+        hint only: None also where ``/proc/locks`` is unavailable.
+        """
+        try:
+            st = os.stat(os.path.join(self.path, LOCK_NAME))
+            with open("/proc/locks", encoding="ascii", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return None
+        wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in lines:
+            # "1: FLOCK  ADVISORY  WRITE 7978 fe:00:2170897 0 EOF"; waiters carry a "->" field.
+            fields = line.split()
+            if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted and fields[4].isdigit():
+                return int(fields[4])
+        return None
+
+
+def _is_valid(validate: Callable[[object], str], name: str) -> bool:
+    try:
+        validate(name)
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+def parse_offset_file_name(name: str) -> tuple[str, str, int] | None:
+    """``"g__orders__part3.offset"`` -> ``("g", "orders", 3)``; None for anything else.
+
+    Group ids never contain ``__`` while topic names may, so the group ends at
+    the first ``__`` and the partition starts after the last.
+    """
+    if not name.endswith(OFFSET_SUFFIX):
+        return None
+    group, _, rest = name[: -len(OFFSET_SUFFIX)].partition("__")
+    topic, _, part = rest.rpartition("__")
+    pid = parse_partition_dir(part)
+    if pid is None or not _is_valid(validate_group, group) or not _is_valid(validate_topic, topic):
+        return None
+    return group, topic, pid
+
+
+# -- verification ----------------------------------------------------------------------------------
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding of :func:`verify_data_dir`. Errors are corruption; warnings are
+    states the broker repairs or tolerates (a torn tail, a missing index, strays)."""
+
+    severity: Severity
+    path: str
+    message: str
+    position: int | None = None
+
+
+@dataclass
+class PartitionSummary:
+    topic: str
+    partition: int
+    segments: int = 0
+    size_bytes: int = 0
+    batches: int = 0
+    records: int = 0
+    log_start_offset: int = 0
+    end_offset: int | None = None  # None when corruption stopped the scan before the end
+    errors: int = 0
+    warnings: int = 0
+
+
+@dataclass
+class VerifyReport:
+    data_dir: str
+    partitions: list[PartitionSummary] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    offset_files: int = 0
+    lock_holder: int | None = None
+
+    @property
+    def errors(self) -> int:
+        return sum(p.severity == "error" for p in self.problems)
+
+    @property
+    def warnings(self) -> int:
+        return sum(p.severity == "warning" for p in self.problems)
+
+
+def verify_data_dir(path: str, *, max_problems_per_file: int = 20) -> VerifyReport:
+    """Check every segment, index, checkpoint, ``topic.json`` and offset file under ``path``.
+
+    What counts as an error (corruption) and what as a warning (a state the
+    broker repairs or tolerates, such as a torn tail after a crash) is decided
+    by what recovery and reads would do with it; see the messages in
+    :class:`_Verifier`. Raises :class:`InvalidArgumentError` if ``path`` is not
+    a data directory. Reads only, like everything in this module.
+    """
+    return _Verifier(DataDirReader(path), max_problems_per_file).run()
+
+
+@dataclass
+class _SegmentScan:
+    """What verification learned from walking one segment."""
+
+    size: int
+    end_offset: int | None  # next offset after the last valid batch; None if the walk could not finish
+    checked_end: int  # the walk could not look at bytes from here on
+    batches: int = 0
+    records: int = 0
+    tail_start: int | None = None  # last segment: where recovery would truncate
+    starts: dict[int, int] = field(default_factory=dict)  # position -> base offset, for positions asked about
+
+
+@dataclass(frozen=True)
+class _Active:
+    """Facts about the last segment that decide what its problems mean."""
+
+    trusted: int  # recovery validates from here (PartitionReader.trusted_prefix)
+    durable_end: int  # bytes the checkpoint says were fsynced and valid
+    recovery_point: int | None  # the checkpoint's, when it names this segment
+
+    def note(self) -> str:
+        if self.trusted >= self.durable_end:
+            return f" (before the recovery point {self.durable_end}: recovery trusts these bytes without checking)"
+        return f" (before the recovery point {self.durable_end}: recovery would truncate data recorded as fsynced)"
+
+
+class _Verifier:
+    """One run of :func:`verify_data_dir`. Problems are collected in discovery order."""
+
+    def __init__(self, reader: DataDirReader, max_problems_per_file: int) -> None:
+        self.reader = reader
+        self.report = VerifyReport(reader.path, lock_holder=reader.lock_holder())
+        self._cap = max_problems_per_file
+        self._per_file: dict[tuple[str, Severity], int] = {}
+        self._summary: PartitionSummary | None = None
+        self._ends: dict[tuple[str, int], int | None] = {}
+        self._topics: set[str] = set()
+
+    def run(self) -> VerifyReport:
+        for name in self.reader.topic_dirs():
+            directory = os.path.join(self.reader.topics_dir, name)
+            if not _is_valid(validate_topic, name):
+                self._add("error", directory, "not a valid topic name: the broker refuses to open this data directory")
+                continue
+            self._topics.add(name)
+            self._verify_topic(name)
+        self._summary = None
+        self._verify_offsets()
+        for (path, severity), count in self._per_file.items():
+            if count > self._cap:
+                more = count - self._cap
+                self.report.problems.append(Problem(severity, path, f"... and {more} more {severity}(s) in this file"))
+        return self.report
+
+    def _add(self, severity: Severity, path: str, message: str, position: int | None = None) -> None:
+        key = (path, severity)
+        self._per_file[key] = self._per_file.get(key, 0) + 1
+        if self._summary is not None:
+            if severity == "error":
+                self._summary.errors += 1
+            else:
+                self._summary.warnings += 1
+        if self._per_file[key] <= self._cap:
+            self.report.problems.append(Problem(severity, path, message, position))
+
+    # -- topics and partitions -------------------------------------------------------------------
+
+    def _verify_topic(self, topic: str) -> None:
+        self._summary = None  # topic-level problems belong to no partition
+        pids = self.reader.partitions(topic)
+        self._check_topic_meta(topic, pids)
+        for pid in pids:
+            try:
+                self._verify_partition(PartitionReader(self.reader.partition_dir(topic, pid), topic, pid))
+            except StorageError as exc:
+                self._add("error", self.reader.partition_dir(topic, pid), f"cannot read: {exc}")
+
+    def _check_topic_meta(self, topic: str, pids: list[int]) -> None:
+        meta = os.path.join(self.reader.topics_dir, topic, TOPIC_META)
+        try:
+            raw = _load_json(meta)
+        except FileNotFoundError:
+            if not pids:
+                self._add("error", meta, "missing, and no partition directories: the broker refuses to open the topic")
+            else:
+                self._add("warning", meta, "missing: the broker adopts the topic from its partition directories")
+            return
+        except (OSError, ValueError) as exc:
+            self._add("error", meta, f"unreadable ({exc}): the broker adopts the topic from its partition directories")
+            return
+        count = raw.get("partitions") if isinstance(raw, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            self._add("error", meta, f"partitions is {count!r}, not a positive integer")
+            return
+        missing = sorted(set(range(count)) - set(pids))
+        extra = sorted(set(pids) - set(range(count)))
+        if missing:
+            names = ", ".join(partition_dir_name(p) for p in missing)
+            self._add("error", meta, f"declares {count} partition(s), but {names} is missing")
+        if extra:
+            names = ", ".join(partition_dir_name(p) for p in extra)
+            self._add("warning", meta, f"declares {count} partition(s): the broker ignores {names}")
+
+    def _verify_partition(self, pr: PartitionReader) -> None:
+        summary = PartitionSummary(pr.topic, pr.partition, len(pr.segments), log_start_offset=pr.log_start_offset)
+        self._summary = summary
+        self.report.partitions.append(summary)
+        self._check_partition_files(pr)
+        if not pr.segments:
+            self._check_no_segments(pr)
+            summary.end_offset = 0
+            self._ends[(pr.topic, pr.partition)] = 0
+            return
+        active = self._active_facts(pr)
+        prev_end: int | None = None
+        scan: _SegmentScan | None = None
+        for i, seg in enumerate(pr.segments):
+            last = i == len(pr.segments) - 1
+            scan = self._verify_segment(seg, active if last else None)
+            if scan is None:
+                prev_end = None
+                continue
+            summary.size_bytes += scan.size
+            summary.batches += scan.batches
+            summary.records += scan.records
+            if not last and scan.size == 0:
+                self._add("error", seg.seg_path, "sealed segment is empty")
+            elif prev_end is not None and seg.base_offset != prev_end:
+                message = (
+                    f"base offset {seg.base_offset} does not continue the previous segment (next offset {prev_end})"
+                )
+                self._add("error", seg.seg_path, message, 0)
+            prev_end = scan.end_offset if scan.size else None
+        summary.end_offset = scan.end_offset if scan is not None else None
+        self._ends[(pr.topic, pr.partition)] = summary.end_offset
+        if scan is not None:
+            self._check_checkpoint(pr, pr.segments[-1], scan)
+
+    def _check_partition_files(self, pr: PartitionReader) -> None:
+        with map_os_errors("list", pr.directory):
+            names = sorted(os.listdir(pr.directory))
+        # From this same listing, not pr.segments: a live broker may have rolled since.
+        bases = {p[0] for n in names if (p := parse_segment_name(n)) and p[1] == SEGMENT_SUFFIX}
+        for name in names:
+            path = os.path.join(pr.directory, name)
+            parsed = parse_segment_name(name)
+            if name == CHECKPOINT_NAME or (parsed is not None and parsed[1] == SEGMENT_SUFFIX):
+                continue
+            if parsed is not None and parsed[0] not in bases:
+                self._add("warning", path, "index without a segment (the broker deletes it on open)")
+            elif name.endswith(".tmp"):
+                self._add("warning", path, "stray temporary file (the broker deletes it on open)")
+            elif parsed is None:
+                self._add("warning", path, "unexpected file")
+
+    def _check_no_segments(self, pr: PartitionReader) -> None:
+        cp = pr.checkpoint
+        if cp is not None and cp.next_offset > 0:
+            self._add(
+                "error",
+                pr.directory,
+                f"no segment files, but checkpoint.meta says the log reached offset {cp.next_offset}",
+            )
+        else:
+            self._add("warning", pr.directory, "no segment files (the broker starts an empty log)")
+
+    # -- segments and indexes ----------------------------------------------------------------------
+
+    @staticmethod
+    def _active_facts(pr: PartitionReader) -> _Active:
+        last = pr.segments[-1]
+        cp = pr.checkpoint
+        trusted = pr.trusted_prefix()
+        if cp is None or cp.active_base != last.base_offset:
+            return _Active(trusted[0], 0, None)
+        # Up to the recovery point the checkpoint vouches that the bytes were fsynced and valid.
+        return _Active(trusted[0], min(cp.recovery_point, _file_size(last.seg_path)), cp.recovery_point)
+
+    def _verify_segment(self, seg: SegmentFiles, active: _Active | None) -> _SegmentScan | None:
+        """Walk one segment and check its index against it. ``active`` is set for the last segment."""
+        entries = self._read_index(seg, active is not None)
+        wanted = {p for _, p in entries or ()}
+        if active is not None and active.recovery_point is not None:
+            wanted.add(active.recovery_point)
+        try:
+            file = open_read_only(seg.seg_path)
+        except StorageError as exc:
+            self._add("error", seg.seg_path, f"cannot read: {exc}")
+            return None
+        try:
+            scan = self._scan(seg, file, active, wanted)
+        except StorageError as exc:
+            self._add("error", seg.seg_path, f"cannot read: {exc}")
+            return None
+        finally:
+            file.close()
+        if entries:
+            self._check_index_entries(seg, entries, scan, None if active is None else active.trusted)
+        return scan
+
+    def _scan(self, seg: SegmentFiles, file: StorageFile, active: _Active | None, wanted: set[int]) -> _SegmentScan:
+        """Walk the batches; in the last segment, split problems into damage and a torn tail.
+
+        Bad bytes before the checkpoint's recovery point are damage to data known
+        fsynced; after it, the first bad batch starts what recovery truncates.
+        """
+        size = file.size()
+        scan = _SegmentScan(size, seg.base_offset, size)
+        first_tail: ScanProblem | None = None
+        after_tail: list[BatchHeader] = []
+        for item in scan_segment(file, expected_offset=seg.base_offset):
+            header = item.header
+            if first_tail is not None:  # inside what recovery truncates: only look for valid batches
+                if isinstance(item, ScannedBatch):
+                    after_tail.append(item.header)
+                elif not item.resumable:
+                    break
+                continue
+            if isinstance(item, ScanProblem) and active is not None and item.position >= active.durable_end:
+                first_tail = item
+                if not item.resumable:
+                    break
+                continue
+            if header is not None and item.position in wanted:
+                # A damaged batch still starts where an index entry may rightly point.
+                scan.starts[item.position] = header.base_offset
+            if isinstance(item, ScannedBatch):
+                scan.batches += 1
+                scan.records += item.header.records_count
+                scan.end_offset = item.header.next_offset
+                continue
+            note = "" if active is None else active.note()
+            self._add("error", seg.seg_path, item.reason + note, item.position)
+            if header is None or not item.resumable:
+                scan.end_offset, scan.checked_end = None, item.position
+                break
+            scan.end_offset = header.next_offset
+        if first_tail is not None:
+            self._report_tail(seg, scan, first_tail, after_tail)
+        return scan
+
+    def _report_tail(
+        self, seg: SegmentFiles, scan: _SegmentScan, problem: ScanProblem, after: list[BatchHeader]
+    ) -> None:
+        scan.tail_start = problem.position
+        nbytes = scan.size - problem.position
+        if after:
+            # A torn write leaves nothing valid behind it; valid batches after bad
+            # bytes mean damage that recovery would turn into data loss.
+            offsets = f"{after[0].base_offset}..{after[-1].last_offset}"
+            message = (
+                f"{problem.reason}; recovery would truncate the {nbytes} bytes from here, "
+                f"discarding {len(after)} valid batch(es) with offsets {offsets}"
+            )
+            self._add("error", seg.seg_path, message, problem.position)
+        else:
+            message = f"torn tail: recovery would truncate the last {nbytes} bytes ({problem.reason})"
+            self._add("warning", seg.seg_path, message, problem.position)
+
+    def _read_index(self, seg: SegmentFiles, active: bool) -> list[tuple[int, int]] | None:
+        """The index entries, or None when missing or damaged (both reported).
+
+        The active segment's index is written without its own fsync and rebuilt
+        by recovery, so its damage is a warning; a sealed index was fsynced
+        whole at rotation, so its damage is corruption.
+        """
+        severity: Severity = "warning" if active else "error"
+        seg_size = _file_size(seg.seg_path)
+        if not os.path.exists(seg.idx_path):
+            if seg_size:
+                self._add(severity, seg.idx_path, "missing (the broker rebuilds it by scanning the segment)")
+            return None
+        try:
+            file = open_read_only(seg.idx_path)
+            try:
+                entries, trailing = read_index_entries(file)
+            finally:
+                file.close()
+        except StorageError as exc:
+            self._add("error", seg.idx_path, f"cannot read: {exc}")
+            return None
+        damage = index_damage(entries, trailing)
+        if damage is not None:
+            position = len(entries) * ENTRY_SIZE if trailing else None
+            self._add(severity, seg.idx_path, f"damaged: {damage} (the broker rebuilds it)", position)
+            return None
+        if not entries and seg_size:
+            self._add(severity, seg.idx_path, "empty for a non-empty segment (the broker rebuilds it)")
+        return entries
+
+    def _check_index_entries(
+        self, seg: SegmentFiles, entries: list[tuple[int, int]], scan: _SegmentScan, trusted: int | None
+    ) -> None:
+        """Every entry the broker would use must name a valid batch start and its base offset."""
+        for i, (offset, position) in enumerate(entries):
+            if trusted is not None and position >= trusted:
+                continue  # recovery drops entries from the recovery point on and rebuilds them
+            where = i * ENTRY_SIZE
+            if position >= scan.size:
+                self._add(
+                    "error",
+                    seg.idx_path,
+                    f"entry {i} ({offset}, {position}) points past the end of the segment ({scan.size} bytes)",
+                    where,
+                )
+            elif position >= scan.checked_end:
+                continue  # the segment is unreadable from before here; that is reported
+            elif position not in scan.starts:
+                self._add(
+                    "error",
+                    seg.idx_path,
+                    f"entry {i} ({offset}, {position}) does not point at the start of a batch",
+                    where,
+                )
+            elif scan.starts[position] != offset:
+                actual = scan.starts[position]
+                self._add(
+                    "error",
+                    seg.idx_path,
+                    f"entry {i} says offset {offset}, but the batch at byte {position} has base offset {actual}",
+                    where,
+                )
+
+    def _check_checkpoint(self, pr: PartitionReader, last: SegmentFiles, scan: _SegmentScan) -> None:
+        path = os.path.join(pr.directory, CHECKPOINT_NAME)
+        cp = pr.checkpoint
+        if pr.checkpoint_problem:
+            self._add("error", path, f"damaged ({pr.checkpoint_problem}): recovery validates the whole active segment")
+            return
+        if cp is None:
+            self._add("warning", path, "missing: recovery validates the whole active segment")
+            return
+        if cp.active_base != last.base_offset:
+            message = (
+                f"stale: names segment {cp.active_base}, the newest is {last.base_offset}; recovery checks it whole"
+            )
+            self._add("warning", path, message)
+            return
+        point, name = cp.recovery_point, os.path.basename(last.seg_path)
+        if point > scan.size:
+            self._add(
+                "error",
+                path,
+                f"recovery point {point} lies beyond the end of {name} ({scan.size} bytes): fsynced bytes are gone",
+            )
+        elif point < scan.size and point != scan.tail_start and point < scan.checked_end:
+            base = scan.starts.get(point)
+            if base is None:
+                self._add("error", path, f"recovery point {point} is not the start of a batch in {name}")
+            elif base != cp.next_offset:
+                message = (
+                    f"says the batch at byte {point} of {name} starts at offset {cp.next_offset}, "
+                    f"but it starts at {base}: recovery would truncate there"
+                )
+                self._add("error", path, message)
+        elif point == scan.size and scan.end_offset is not None and scan.end_offset != cp.next_offset:
+            self._add(
+                "error",
+                path,
+                f"says the log ends before offset {cp.next_offset}, but {name} ends before {scan.end_offset}",
+            )
+
+    # -- committed offsets ------------------------------------------------------------------------
+
+    def _verify_offsets(self) -> None:
+        directory = os.path.join(self.reader.path, OFFSETS_DIR)
+        if not os.path.isdir(directory):
+            return
+        with map_os_errors("list", directory):
+            names = sorted(os.listdir(directory))
+        for name in names:
+            path = os.path.join(directory, name)
+            parsed = parse_offset_file_name(name)
+            if name.endswith(".tmp"):
+                self._add("warning", path, "stray temporary file (the broker deletes it on open)")
+            elif parsed is None:
+                self._add("warning", path, "unexpected file")
+            else:
+                self.report.offset_files += 1
+                self._check_offset_file(path, *parsed)
+
+    def _check_offset_file(self, path: str, group: str, topic: str, pid: int) -> None:
+        try:
+            raw = _load_json(path)
+            offset = raw["offset"] if isinstance(raw, dict) else None
+        except (OSError, ValueError, KeyError) as exc:
+            self._add(
+                "error", path, f"unreadable committed offset ({exc!r}): group {group!r} cannot resume {topic}[{pid}]"
+            )
+            return
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            self._add("error", path, f"committed offset {offset!r} is not a non-negative integer")
+        elif topic not in self._topics:
+            self._add("warning", path, f"group {group!r} committed to topic {topic!r}, which does not exist")
+        elif (topic, pid) not in self._ends:
+            self._add("warning", path, f"group {group!r} committed to {topic}[{pid}], which does not exist")
+        elif (end := self._ends[(topic, pid)]) is not None and offset > end:
+            self._add("warning", path, f"committed offset {offset} is beyond the log end {end} of {topic}[{pid}]")
+
+
+def _file_size(path: str) -> int:
+    """Size of a file, 0 if it is gone (a live broker's retention may delete it meanwhile)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _load_json(path: str) -> object:
+    with open(path, "rb") as f:
+        return json.loads(f.read())

@@ -1,0 +1,1 @@
+"""Hypothesis property tests: round trips, fuzzed validation, a PartitionLog state machine."""

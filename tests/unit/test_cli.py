@@ -1,0 +1,195 @@
+"""The lkstream command line: dump and verify output and exit statuses (0 ok, 1 problems, 2 usage)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lkstream import Broker
+from lkstream.cli import cli, render_bytes
+from lkstream.storage.reader import ScannedBatch, open_read_only, scan_segment
+
+REPO = Path(__file__).resolve().parents[2]
+ENTRY_POINT = Path(sys.executable).with_name("lkstream")
+TIMESTAMP = 1_700_000_000_000
+
+
+def build(data_dir: str, batches: int = 10) -> None:
+    """Ten batches of three 300-byte records, four batches per 4 KiB segment."""
+    with Broker(persist_dir=data_dir, segment_max_bytes=4096, index_interval_bytes=0) as broker:
+        for n in range(batches):
+            broker.produce_many_sync("t", [(f"k{n}".encode(), b"v" * 300)] * 3)
+
+
+def segments(data_dir: str) -> list[str]:
+    d = os.path.join(data_dir, "topics", "t", "part0")
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".seg"))
+
+
+def batch_positions(path: str) -> list[int]:
+    file = open_read_only(path)
+    try:
+        return [i.position for i in scan_segment(file) if isinstance(i, ScannedBatch)]
+    finally:
+        file.close()
+
+
+def flip_byte(path: str, position: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def run_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), check=False, capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+# -- verify ------------------------------------------------------------------------------------------
+
+
+def test_verify_exits_0_on_a_clean_data_dir(data_dir: str) -> None:
+    build(data_dir)
+    code, out = run("verify", data_dir)
+    assert code == 0, out
+    assert "summary: ok: 0 errors, 0 warnings" in out
+    assert "3 segments" in out and "30 records" in out
+
+
+def test_verify_exits_1_naming_file_and_position_of_a_flipped_byte(data_dir: str) -> None:
+    build(data_dir)
+    sealed = segments(data_dir)[0]
+    position = batch_positions(sealed)[1]
+    flip_byte(sealed, position + 200)
+    code, out = run("verify", data_dir)
+    assert code == 1, out
+    assert f"ERROR   {sealed} at byte {position}: CRC-32C mismatch" in out
+    assert "summary: corrupt: 1 error" in out
+
+
+def test_verify_exits_2_for_a_missing_or_foreign_directory(tmp_path: Path) -> None:
+    code, out = run("verify", str(tmp_path / "nope"))
+    assert code == 2 and "does not exist" in out
+    code, out = run("verify", str(tmp_path))
+    assert code == 2 and "not an LKSTREAM data directory" in out
+
+
+def test_verify_warns_about_a_torn_tail_and_fails_only_when_strict(data_dir: str) -> None:
+    build(data_dir)
+    active = segments(data_dir)[-1]
+    size = os.path.getsize(active)
+    with open(active, "ab") as f:
+        f.write(b"\0" * 30)
+    code, out = run("verify", data_dir)
+    assert code == 0, out
+    assert f"WARNING {active} at byte {size}: torn tail: recovery would truncate the last 30 bytes" in out
+    code, out = run("verify", "--strict", "--quiet", data_dir)
+    assert code == 1
+    assert "TOPIC" not in out  # --quiet leaves out the table
+
+
+# -- dump --------------------------------------------------------------------------------------------
+
+
+def test_dump_prints_batches_and_records(data_dir: str) -> None:
+    with Broker(persist_dir=data_dir) as broker:
+        broker.produce_many_sync("t", [(b"k0", b"hello"), (None, b"\x00\xff", [("h", b"x"), ("n", None)])])
+        broker.produce_many_sync("t", [(b"k2", b"")], compression="gzip")
+    seg = segments(data_dir)[0]
+    code, out = run("dump", "--records", seg)
+    assert code == 0, out
+    lines = out.splitlines()
+    batch_lines = [line for line in lines if line.startswith("position:")]
+    assert len(batch_lines) == 2
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in batch_lines[0] and "crcOk: true" in batch_lines[0]
+    assert "baseOffset: 2 lastOffset: 2 count: 1" in batch_lines[1] and "compression: gzip" in batch_lines[1]
+    records = [line for line in lines if line.startswith("| ")]
+    assert records[0].startswith("| offset: 0 timestamp: ") and 'key: "k0" value: "hello" headers: []' in records[0]
+    assert 'key: null value: hex:00ff headers: ["h"="x", "n"=null]' in records[1]
+    assert 'key: "k2" value: "" headers: []' in records[2]
+    assert lines[-1] == f"summary: 2 valid batches, 3 records, offsets 0..2, {os.path.getsize(seg)} of " + (
+        f"{os.path.getsize(seg)} bytes valid, 0 problems"
+    )
+
+
+def test_dump_without_records_prints_one_line_per_batch(data_dir: str) -> None:
+    build(data_dir)
+    code, out = run("dump", segments(data_dir)[1])
+    assert code == 0
+    starts = [line.split()[3] for line in out.splitlines() if line.startswith("position:")]
+    assert starts == ["12", "15", "18", "21"]
+    assert not any(line.startswith("| ") for line in out.splitlines())
+
+
+def test_dump_marks_a_batch_whose_crc_does_not_match(data_dir: str) -> None:
+    build(data_dir)
+    seg = segments(data_dir)[0]
+    position = batch_positions(seg)[2]
+    flip_byte(seg, position + 300)
+    code, out = run("dump", "--records", seg)
+    assert code == 0
+    bad = [line for line in out.splitlines() if line.startswith(f"position: {position} ")]
+    assert len(bad) == 1 and "crcOk: false" in bad[0] and "problem: CRC-32C mismatch" in bad[0]
+    assert "1 problem" in out.splitlines()[-1]
+
+
+def test_dump_index_checks_entries_against_the_segment(data_dir: str) -> None:
+    build(data_dir)
+    seg = segments(data_dir)[0]
+    for target in (seg, seg[:-4] + ".idx"):
+        code, out = run("dump", "--index", target)
+        assert code == 0, out
+        entries = [line for line in out.splitlines() if line.startswith("entry:")]
+        assert [line.split()[3] for line in entries] == ["0", "3", "6", "9"]
+        assert all(line.endswith("check: ok") for line in entries)
+    code, out = run("dump", seg[:-4] + ".idx")  # an .idx is dumped as an index without --index
+    assert code == 0 and "summary: 4 entries, 0 problems" in out
+
+
+def test_dump_of_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    code, _ = run("dump", str(tmp_path / "00000000000000000000.seg"))
+    assert code == 2
+
+
+def test_render_bytes_is_unambiguous() -> None:
+    assert render_bytes(None) == "null"
+    assert render_bytes(b'say "hi"') == '"say \\"hi\\""'
+    assert render_bytes(b"line\n") == "hex:6c696e650a"
+    assert render_bytes(b"\xff", "base64") == "base64:/w=="
+    assert render_bytes("é".encode()) == '"é"'
+
+
+# -- the installed entry point, as a real process ----------------------------------------------------
+
+
+@pytest.mark.skipif(not ENTRY_POINT.exists(), reason=f"no installed entry point at {ENTRY_POINT}")
+def test_installed_entry_point_verifies_and_exits_with_the_documented_status(data_dir: str) -> None:
+    build(data_dir)
+    clean = run_process(str(ENTRY_POINT), "verify", data_dir)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    sealed = segments(data_dir)[0]
+    position = batch_positions(sealed)[3]
+    flip_byte(sealed, position + 80)
+    corrupt = run_process(str(ENTRY_POINT), "verify", data_dir)
+    assert corrupt.returncode == 1
+    assert f"ERROR   {sealed} at byte {position}: CRC-32C mismatch" in corrupt.stdout
+    missing = run_process(str(ENTRY_POINT), "verify", data_dir + "-nope")
+    assert missing.returncode == 2
+
+
+def test_python_dash_m_runs_the_cli(data_dir: str, subprocess_env: dict[str, str]) -> None:
+    build(data_dir, batches=1)
+    done = run_process(sys.executable, "-m", "lkstream.cli", "dump", segments(data_dir)[0], env=subprocess_env)
+    assert done.returncode == 0, done.stderr
+    assert "baseOffset: 0 lastOffset: 2 count: 3" in done.stdout

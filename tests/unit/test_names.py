@@ -1,0 +1,83 @@
+"""lkstream.storage.names: names that become file names."""
+
+from __future__ import annotations
+
+import pytest
+
+from lkstream.errors import InvalidArgumentError
+from lkstream.storage.names import (
+    MAX_NAME_LENGTH,
+    parse_partition_dir,
+    partition_dir_name,
+    validate_group,
+    validate_topic,
+)
+
+BAD_NAMES = [
+    "..",
+    ".",
+    "a/b",
+    "/abs",
+    "../x",
+    "a\\b",
+    "",
+    "x" * 250,
+    "a b",
+    "tab\t",
+    "new\nline",
+    "nul\x00",
+    "ünïcode",
+    "a:b",
+    "*",
+    None,
+    5,
+    b"bytes",
+]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
+def test_validate_topic_rejects_unsafe_names(name: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid topic name"):
+        validate_topic(name)
+
+
+@pytest.mark.parametrize("name", [*BAD_NAMES, "a__b", "__"], ids=repr)
+def test_validate_group_rejects_unsafe_names(name: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid group id"):
+        validate_group(name)
+
+
+@pytest.mark.parametrize("name", ["a", "market.ticks", "A-b_c.9", "...", "x" * 249, "_", "-"])
+def test_validate_topic_accepts_kafka_legal_names(name: str) -> None:
+    assert validate_topic(name) == name
+
+
+def test_max_name_length_is_kafkas_249() -> None:
+    assert MAX_NAME_LENGTH == 249
+    validate_topic("t" * MAX_NAME_LENGTH)
+    with pytest.raises(InvalidArgumentError):
+        validate_topic("t" * (MAX_NAME_LENGTH + 1))
+
+
+@pytest.mark.parametrize("name", ["strategy-v1", "g_1", "g.2", "x" * 249])
+def test_validate_group_accepts_safe_names(name: str) -> None:
+    assert validate_group(name) == name
+
+
+def test_error_message_shows_the_rule() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        validate_topic("a/b")
+    assert "[A-Za-z0-9._-]" in str(info.value)
+    assert "'a/b'" in str(info.value)
+
+
+@pytest.mark.parametrize("pid", [0, 1, 17, 999_999_999])
+def test_partition_dir_names_round_trip(pid: int) -> None:
+    assert parse_partition_dir(partition_dir_name(pid)) == pid
+
+
+@pytest.mark.parametrize(
+    "name", ["part", "part01", "part-1", "partx", "Part1", "part1.tmp", "xpart1", "part1234567890"]
+)
+def test_parse_partition_dir_rejects_anything_else(name: str) -> None:
+    assert parse_partition_dir(name) is None

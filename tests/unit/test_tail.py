@@ -1,0 +1,86 @@
+"""lkstream.broker.tail: the in-memory hot tail of a partition."""
+
+from __future__ import annotations
+
+from lkstream.broker import tail as tail_module
+from lkstream.broker.tail import HotTail
+
+
+def _batch(base: int, count: int, size: int = 100) -> tuple[int, int, bytes]:
+    """A stand-in batch: the tail never looks inside, only at sizes and offsets."""
+    return base, base + count, bytes([base % 256]) * size
+
+
+def _filled(max_bytes: int, batches: int, count: int = 2, size: int = 100) -> HotTail:
+    tail = HotTail(max_bytes)
+    for i in range(batches):
+        tail.add(*_batch(i * count, count, size))
+    return tail
+
+
+def test_read_returns_batches_from_the_one_holding_offset() -> None:
+    tail = _filled(10_000, 4)  # offsets 0-1, 2-3, 4-5, 6-7
+    data = tail.read(3, 10_000, high_watermark=8)
+    assert data == bytes([2]) * 100 + bytes([4]) * 100 + bytes([6]) * 100
+
+
+def test_read_honours_max_bytes_but_returns_at_least_one_batch() -> None:
+    tail = _filled(10_000, 4)
+    assert tail.read(0, 1, 8) == bytes([0]) * 100
+    assert tail.read(0, 250, 8) == bytes([0]) * 100 + bytes([2]) * 100
+
+
+def test_read_stops_at_the_high_watermark() -> None:
+    tail = _filled(10_000, 4)
+    assert tail.read(0, 10_000, high_watermark=4) == bytes([0]) * 100 + bytes([2]) * 100
+    assert tail.read(4, 10_000, high_watermark=4) is None  # nothing visible there yet
+
+
+def test_read_outside_the_cached_range_returns_none() -> None:
+    tail = _filled(250, 4)  # holds only the newest two batches: offsets 4-7
+    assert tail.read(3, 10_000, 8) is None
+    assert tail.read(8, 10_000, 8) is None
+    assert tail.read(4, 10_000, 8) == bytes([4]) * 100 + bytes([6]) * 100
+
+
+def test_add_evicts_oldest_batches_beyond_max_bytes() -> None:
+    tail = _filled(300, 10)
+    assert tail._bytes <= 300
+    assert tail.read(14, 10_000, 20) is not None
+    assert tail.read(13, 10_000, 20) is None
+
+
+def test_a_batch_larger_than_the_tail_empties_it() -> None:
+    tail = _filled(300, 2)
+    tail.add(*_batch(4, 2, size=301))
+    assert tail.read(0, 10_000, 6) is None
+    assert tail.read(4, 10_000, 6) is None
+    tail.add(*_batch(6, 2))
+    assert tail.read(6, 10_000, 8) == bytes([6]) * 100
+
+
+def test_a_gap_in_offsets_clears_stale_batches() -> None:
+    tail = _filled(10_000, 2)  # offsets 0-3
+    tail.add(*_batch(10, 2))  # the log moved on without the tail
+    assert tail.read(0, 10_000, 12) is None
+    assert tail.read(10, 10_000, 12) == bytes([10]) * 100
+
+
+def test_zero_byte_tail_caches_nothing() -> None:
+    tail = HotTail(0)
+    tail.add(*_batch(0, 1))
+    assert tail.read(0, 10_000, 1) is None
+
+
+def test_clear_forgets_everything() -> None:
+    tail = _filled(10_000, 3)
+    tail.clear()
+    assert tail.read(0, 10_000, 6) is None
+
+
+def test_compaction_keeps_reads_correct_after_many_evictions() -> None:
+    assert tail_module._COMPACT_AFTER <= 1024
+    tail = _filled(1_000, 3_000, count=1, size=100)  # ten batches cached at a time
+    assert len(tail._bases) < 3_000  # evicted entries were compacted away
+    assert tail.read(2_995, 10_000, 3_000) == b"".join(bytes([o % 256]) * 100 for o in range(2_995, 3_000))
+    assert tail.read(2_989, 10_000, 3_000) is None
