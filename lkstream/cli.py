@@ -7,8 +7,9 @@
 
 Invariants:
 
-* **Offline commands only read.** ``dump`` and ``verify`` go through
-  :mod:`lkstream.storage.reader`: files are opened read-only, nothing is
+* **Offline commands only read.** ``dump`` goes through
+  :mod:`lkstream.storage.reader` and ``verify`` through
+  :mod:`lkstream.storage.verify`: files are opened read-only, nothing is
   written or repaired, and the data directory's ``LOCK`` is never taken, so
   they are safe beside a running broker (whose newest batch may then look torn).
 * **Exit status is a contract** scripts can rely on:
@@ -43,17 +44,9 @@ from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamEr
 from lkstream.format.batch import HEADER_SIZE, MAGIC, TIMESTAMP_TYPE_MASK, BatchHeader, compute_crc, parse_header
 from lkstream.format.codec import Compression, decode_batch
 from lkstream.storage.files import StorageFile
-from lkstream.storage.reader import (
-    PartitionSummary,
-    Problem,
-    ScanProblem,
-    VerifyReport,
-    open_read_only,
-    read_index_entries,
-    scan_segment,
-    verify_data_dir,
-)
+from lkstream.storage.reader import ScanProblem, open_read_only, read_index_entries, scan_segment
 from lkstream.storage.segment import INDEX_SUFFIX, SEGMENT_SUFFIX, parse_segment_name
+from lkstream.storage.verify import PartitionSummary, Problem, VerifyReport, verify_data_dir
 
 EXIT_PROBLEMS: Final = 1
 _CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

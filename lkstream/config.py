@@ -26,17 +26,23 @@ class BrokerConfig(BaseModel):
     fsync_mode: Literal["sync", "group", "none"] = Field(
         "group", description="sync: ack after fsync; group: fsync every interval/bytes; none: OS decides."
     )
-    fsync_interval_ms: int = Field(100, ge=1, le=60_000, description="Group commit: fsync at most this long after a write.")
+    fsync_interval_ms: int = Field(
+        100, ge=1, le=60_000, description="Group commit: fsync at most this long after a write."
+    )
     fsync_group_bytes: int = Field(128 * 1024, ge=1, description="Group commit: fsync once this many bytes wait.")
     segment_max_bytes: int = Field(
-        64 * MiB, ge=4096, le=2**31 - 1,
+        64 * MiB,
+        ge=4096,
+        le=2**31 - 1,
         description="Roll to a new segment past this size (a larger batch gets a segment of its own).",
     )
     index_interval_bytes: int = Field(4096, ge=0, description="Bytes of segment data between sparse index entries.")
     partitions: int = Field(1, ge=1, le=10_000, description="Partitions of auto-created topics.")
     auto_create_topics: bool = Field(True, description="Create unknown topics on first produce.")
     retention_ms: int = Field(-1, ge=-1, description="Delete sealed segments older than this; -1 keeps forever.")
-    retention_bytes: int = Field(-1, ge=-1, description="Keep at most about this many bytes per partition; -1 unlimited.")
+    retention_bytes: int = Field(
+        -1, ge=-1, description="Keep at most about this many bytes per partition; -1 unlimited."
+    )
     retention_check_interval_ms: int = Field(60_000, ge=10, description="How often retention runs.")
     max_message_bytes: int = Field(1 * MiB, ge=1, le=256 * MiB, description="Largest key + value of one record.")
     max_batch_bytes: int = Field(16 * MiB, ge=1024, le=2**31 - 1, description="Largest record batch accepted.")

@@ -76,8 +76,7 @@ class OffsetOutOfRangeError(LkstreamError):
 
     def __init__(self, topic: str, partition: int, offset: int, earliest: int, latest: int) -> None:
         super().__init__(
-            f"offset {offset} is out of range for {topic}[{partition}]: "
-            f"earliest is {earliest}, latest is {latest}"
+            f"offset {offset} is out of range for {topic}[{partition}]: earliest is {earliest}, latest is {latest}"
         )
         self.topic = topic
         self.partition = partition
@@ -109,8 +108,7 @@ class BackpressureError(LkstreamError):
 
     def __init__(self, inflight_bytes: int, limit: int) -> None:
         super().__init__(
-            f"backpressure: {inflight_bytes} bytes in flight would exceed "
-            f"max_inflight_bytes={limit}; retry later"
+            f"backpressure: {inflight_bytes} bytes in flight would exceed max_inflight_bytes={limit}; retry later"
         )
         self.inflight_bytes = inflight_bytes
         self.limit = limit
@@ -136,8 +134,7 @@ class DataDirLockedError(LkstreamError):
 
     def __init__(self, path: str) -> None:
         super().__init__(
-            f"data directory is locked by another broker ({path}); "
-            "stop that broker or use another persist_dir"
+            f"data directory is locked by another broker ({path}); stop that broker or use another persist_dir"
         )
         self.path = path
 

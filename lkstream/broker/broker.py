@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
@@ -35,6 +36,7 @@ from lkstream.errors import (
     InvalidArgumentError,
     RecordTooLargeError,
     UnknownTopicError,
+    map_os_errors,
 )
 from lkstream.format.batch import check_producer_batch
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, encode_batch
@@ -116,7 +118,8 @@ class Broker:
         self.config = config or BrokerConfig.build(settings)
         self._clock = clock or SystemClock()
         self.persist_dir = os.path.abspath(self.config.persist_dir)
-        os.makedirs(self.persist_dir, exist_ok=True)
+        with map_os_errors("create data directory", self.persist_dir):
+            os.makedirs(self.persist_dir, exist_ok=True)
         self._dir_lock = DataDirLock(self.persist_dir)
         self._lock = threading.RLock()
         self._closed = False
@@ -127,23 +130,42 @@ class Broker:
         self.recoveries: list[LogRecovery] = []
         self._data_arrived = DataArrived()
         self._fsyncs = 0
+        self._committer = GroupCommitter(
+            FsyncMode(self.config.fsync_mode),
+            self.config.fsync_interval_ms,
+            self.config.fsync_group_bytes,
+            on_fsync=self._observe_fsync,
+        )
         try:
             self._store = TopicStore(self.persist_dir)
-            self._committer = GroupCommitter(
-                FsyncMode(self.config.fsync_mode),
-                self.config.fsync_interval_ms,
-                self.config.fsync_group_bytes,
-                on_fsync=self._observe_fsync,
-            )
-            for name in self._store.list():
-                self._open_topic(name)
+            self._open_existing_topics()
+            self.offset_store = OffsetStore(self.persist_dir, clock=self._clock, sweep_tmp=True)
         except BaseException:
-            self._dir_lock.release()
+            self._abandon_open()
             raise
-        self.offset_store = OffsetStore(self.persist_dir, clock=self._clock)
         self._stop_maintenance = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
         self._maintenance.start()
+
+    def _open_existing_topics(self) -> None:
+        for name in self._store.list():
+            try:
+                self._open_topic(name)
+            except (InvalidArgumentError, UnknownTopicError) as exc:
+                # A stray directory (lost+found, a hand-made folder) must not stop the broker;
+                # `lkstream verify` reports it.
+                log.warning("ignoring %s in %s: %s", name, self._store.root, exc)
+
+    def _abandon_open(self) -> None:
+        """Undo a failed constructor: close what was opened and release the directory."""
+        try:
+            self._committer.close()
+            for topic in self._topics.values():
+                for partition in topic.partitions:
+                    with contextlib.suppress(Exception):
+                        partition.close()
+        finally:
+            self._dir_lock.release()
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -165,13 +187,17 @@ class Broker:
         log_config = self._log_config(settings)
         partitions = []
         for pid in range(settings.partitions):
-            plog = PartitionLog(
-                self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock
-            )
+            plog = PartitionLog(self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock)
             self.recoveries.append(plog.recovery)
             partitions.append(
-                Partition(name, pid, plog, self._committer, self.config.hot_tail_bytes,
-                    data_arrived=self._data_arrived, producer=self.produce_many,
+                Partition(
+                    name,
+                    pid,
+                    plog,
+                    self._committer,
+                    self.config.hot_tail_bytes,
+                    data_arrived=self._data_arrived,
+                    producer=self.produce_many,
                 )
             )
         topic = _Topic(name, settings, partitions)
@@ -179,7 +205,11 @@ class Broker:
         return topic
 
     def create_topic(
-        self, name: str, partitions: int | None = None, *, retention_ms: int | None = None,
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        retention_ms: int | None = None,
         retention_bytes: int | None = None,
     ) -> None:
         """Create a topic; :class:`TopicExistsError` if it exists."""
@@ -243,7 +273,11 @@ class Broker:
     # -- produce --------------------------------------------------------------------------------
 
     async def produce_many(
-        self, topic: str, records: Sequence[ProduceItem], *, partition: int | None = None,
+        self,
+        topic: str,
+        records: Sequence[ProduceItem],
+        *,
+        partition: int | None = None,
         compression: Compression | str | None = None,
     ) -> list[tuple[int, int]]:
         """Append ``(key, value)`` or ``(key, value, headers)`` records; return ``[(partition, offset)]``.
@@ -261,7 +295,11 @@ class Broker:
         return results
 
     def produce_many_sync(
-        self, topic: str, records: Sequence[ProduceItem], *, partition: int | None = None,
+        self,
+        topic: str,
+        records: Sequence[ProduceItem],
+        *,
+        partition: int | None = None,
         compression: Compression | str | None = None,
     ) -> list[tuple[int, int]]:
         """Blocking twin of :meth:`produce_many`, for code without an event loop."""
@@ -311,7 +349,10 @@ class Broker:
         return (result.base_offset, result.last_offset), future
 
     def _produce(
-        self, topic_name: str, records: Sequence[ProduceItem], partition: int | None,
+        self,
+        topic_name: str,
+        records: Sequence[ProduceItem],
+        partition: int | None,
         compression: Compression | str | None,
     ) -> tuple[list[tuple[int, int]], list[concurrent.futures.Future[None]], int]:
         """Encode and append; return results, durability futures and the bytes reserved."""
@@ -378,7 +419,7 @@ class Broker:
             return None  # InvalidArgumentError is a ValueError: the general path reports it precisely
         if len(batch) > self.config.max_batch_bytes:
             return None
-        if len(batch) > self.config.max_message_bytes:
+        if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
             self._check_sizes([len(k or b"") + len(v or b"") for k, v in records])  # type: ignore[misc]
         pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
         self.inflight.reserve(len(batch))
@@ -427,7 +468,11 @@ class Broker:
         return self.partition(topic, partition).read_raw(offset, max_bytes)
 
     def read_from(
-        self, topic: str, partition: int, offset: int, max_msgs: int | None = None,
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_msgs: int | None = None,
         max_bytes: int = DEFAULT_FETCH_BYTES,
     ) -> list[Record]:
         """Decoded records of ``topic[partition]`` from ``offset``."""
@@ -514,11 +559,21 @@ class Broker:
             self._closed = True
         self._stop_maintenance.set()
         self._maintenance.join()
-        self._committer.close()
-        for topic in self._topics.values():
-            for partition in topic.partitions:
-                partition.close()
-        self._dir_lock.release()
+        errors: list[BaseException] = []
+        try:
+            self._committer.close()
+            # Every partition gets its final flush and checkpoint even if another one fails.
+            for topic in self._topics.values():
+                for partition in topic.partitions:
+                    try:
+                        partition.close()
+                    except Exception as exc:
+                        log.error("closing %s[%d] failed: %s", partition.topic, partition.pid, exc)
+                        errors.append(exc)
+        finally:
+            self._dir_lock.release()
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> Broker:
         return self
@@ -560,7 +615,7 @@ def _split_records(records: Sequence[ProduceItem]) -> tuple[list[KeyValue], list
     pairs: list[KeyValue] = []
     headers: list[Headers] | None = None
     for n, item in enumerate(records):
-        if type(item) is not tuple or len(item) not in (2, 3):
+        if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
             raise InvalidArgumentError(f"record {n} must be a (key, value) or (key, value, headers) tuple")
         key, value = item[0], item[1]
         if not (key is None or type(key) is bytes):
@@ -582,7 +637,9 @@ def _check_headers(headers: object) -> Headers:
         raise InvalidArgumentError("headers must be a list of (str, bytes | None) pairs")
     for pair in headers:
         if (
-            not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str)
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not isinstance(pair[0], str)
             or not (pair[1] is None or isinstance(pair[1], bytes))
         ):
             raise InvalidArgumentError(f"invalid header {pair!r}: expected (str, bytes | None)")

@@ -21,7 +21,6 @@ from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, Rea
 DEFAULT_FETCH_BYTES = 1024 * 1024
 
 
-
 class Producer(Protocol):
     def __call__(
         self, topic: str, records: Sequence[Any], *, partition: int | None = None
@@ -159,9 +158,7 @@ class Partition:
             return ReadResult(bytes(cached), start, high)
         return self.log.read(offset, max_bytes)
 
-    def read_from(
-        self, offset: int, max_msgs: int | None = None, max_bytes: int = DEFAULT_FETCH_BYTES
-    ) -> list[Record]:
+    def read_from(self, offset: int, max_msgs: int | None = None, max_bytes: int = DEFAULT_FETCH_BYTES) -> list[Record]:
         """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches."""
         result = self.read_raw(offset, max_bytes)
         records = decode_batches(result.data, self.topic, self.pid, offset)

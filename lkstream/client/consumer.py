@@ -55,7 +55,9 @@ class Consumer:
         fetch_max_bytes: int = DEFAULT_FETCH_BYTES,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "error"):
-            raise InvalidArgumentError(f"auto_offset_reset must be earliest, latest or error, not {auto_offset_reset!r}")
+            raise InvalidArgumentError(
+                f"auto_offset_reset must be earliest, latest or error, not {auto_offset_reset!r}"
+            )
         self.broker = broker
         self.group = None if group is None else validate_group(group)
         self.offset_store = offset_store if offset_store is not None else broker.offset_store
@@ -106,7 +108,12 @@ class Consumer:
                 raise OffsetOutOfRangeError(topic, pid, wanted, start, end)
             log.warning(
                 "%s[%d]: committed offset %d is outside [%d, %d]; resetting to %s",
-                topic, pid, wanted, start, end, self.auto_offset_reset,
+                topic,
+                pid,
+                wanted,
+                start,
+                end,
+                self.auto_offset_reset,
             )
         return start if self.auto_offset_reset == "earliest" else end
 
@@ -149,28 +156,30 @@ class Consumer:
         """Records from the assigned partitions, waiting up to ``timeout`` seconds for the first.
 
         Blocking (for code without an event loop); woken by appends, not by
-        polling. Advances the positions past the returned records (they count
-        as consumed for the next commit, which auto-commit makes here too).
+        polling. As in Kafka, calling ``poll`` means the records of the
+        previous ``poll`` were processed: auto-commit, when due, commits the
+        positions reached *before* this call, then the positions advance past
+        the records returned now.
         """
         if not self._positions:
             raise InvalidArgumentError("the consumer has no assigned partitions; call subscribe() first")
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
+            self.commit()
         records = self._read_available(max_records)
         if not records and timeout > 0 and self.broker.wait_for_data_sync(self._positions, timeout):
             records = self._read_available(max_records)
-        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
-            self.commit()
+        for record in records:
+            self._positions[(record.topic, record.partition)] = record.offset + 1
         return records
 
     def _read_available(self, max_records: int | None, topic: str | None = None) -> list[Record]:
+        """Records past the current positions, without moving the positions."""
         out: list[Record] = []
         for tp in [tp for tp in self._positions if topic is None or tp[0] == topic]:
             budget = None if max_records is None else max_records - len(out)
             if budget == 0:
                 break
-            records = self._fetch(tp, budget)
-            if records:
-                self._positions[tp] = records[-1].offset + 1
-                out.extend(records)
+            out.extend(self._fetch(tp, budget))
         return out
 
     async def consume(
@@ -204,9 +213,13 @@ class Consumer:
                         break
                     continue
                 for record in records:
+                    if self._stopping:
+                        break
                     result = handler(record.partition, record.offset, record)
                     if is_async or inspect.isawaitable(result):
                         await result  # type: ignore[misc]
+                    # Only a record whose handler returned counts as consumed (at-least-once).
+                    self._positions[(record.topic, record.partition)] = record.offset + 1
                     handled += 1
                 await self._maybe_auto_commit_async()
         finally:

@@ -132,8 +132,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     """Parse the header at ``pos``; checks only that 61 bytes are present."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecordError(f"truncated header: {len(buf) - pos} of {HEADER_SIZE} bytes")
-    (base, length, _epoch, magic, crc, attrs, lod, base_ts, max_ts, _pid, _pe, _seq, count) = (
-        HEADER.unpack_from(buf, pos)
+    (base, length, _epoch, magic, crc, attrs, lod, base_ts, max_ts, _pid, _pe, _seq, count) = HEADER.unpack_from(
+        buf, pos
     )
     return BatchHeader(base, length, magic, crc, attrs, lod, base_ts, max_ts, count)
 
@@ -165,8 +165,7 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | No
         raise CorruptRecordError(f"unsupported magic {header.magic} (expected {MAGIC})")
     if header.records_count < 1 or header.last_offset_delta < header.records_count - 1:
         raise CorruptRecordError(
-            f"inconsistent counts: records_count={header.records_count}, "
-            f"last_offset_delta={header.last_offset_delta}"
+            f"inconsistent counts: records_count={header.records_count}, last_offset_delta={header.last_offset_delta}"
         )
     actual = compute_crc(memoryview(buf)[pos : pos + header.size])
     if actual != header.crc:
@@ -183,8 +182,13 @@ def check_producer_batch(batch: bytes | bytearray | memoryview, max_bytes: int) 
     except CorruptRecordError as exc:
         raise InvalidArgumentError(f"rejected producer batch: {exc.reason}") from exc
     if header.size != len(batch):
+        raise InvalidArgumentError(f"rejected producer batch: {len(batch)} bytes given, header says {header.size}")
+    if header.last_offset_delta != header.records_count - 1:
+        # Gaps inside a batch exist only in compacted Kafka logs; accepting them from a
+        # producer would let a batch claim offsets that no record holds.
         raise InvalidArgumentError(
-            f"rejected producer batch: {len(batch)} bytes given, header says {header.size}"
+            f"rejected producer batch: last_offset_delta {header.last_offset_delta} "
+            f"does not match records_count {header.records_count}"
         )
     if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
         raise InvalidArgumentError("rejected producer batch: control and transactional batches are not supported")

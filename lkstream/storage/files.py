@@ -12,6 +12,7 @@ batch it did not acknowledge.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Protocol
@@ -66,10 +67,8 @@ class OsFile:
 
     def _rollback(self, size: int) -> None:
         # Best effort: if even ftruncate fails, recovery truncates the torn tail on next open.
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(self._fd, size)
-        except OSError:
-            pass
 
     def fsync(self) -> None:
         with map_os_errors("fsync", self.path):
@@ -142,7 +141,8 @@ def atomic_write(path: str, data: bytes) -> None:
     the file holds either the old or the new content, never a mix. The only
     function that writes metadata files; stray ``*.tmp`` files are swept on open.
     """
-    tmp = path + ".tmp"
+    # Unique per writer, so two writers of one file never share (or clobber) a tmp file.
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
     with map_os_errors("write", tmp):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:

@@ -95,9 +95,7 @@ class OffsetIndex:
 
     def maybe_add(self, offset: int, position: int) -> None:
         """Record a batch at ``position``, if the sparse interval says so."""
-        if self._last_indexed_position >= 0 and (
-            position - self._last_indexed_position < self.interval_bytes
-        ):
+        if self._last_indexed_position >= 0 and (position - self._last_indexed_position < self.interval_bytes):
             return
         invariant(
             not self._offsets or (offset > self._offsets[-1] and position > self._positions[-1]),

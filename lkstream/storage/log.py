@@ -130,6 +130,7 @@ class PartitionLog:
         self._open_file = file_factory
         self._lock = threading.Lock()
         self._closed = False
+        self._failed: StorageError | None = None
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._durable_position = 0  # bytes of the active segment known fsynced
@@ -173,16 +174,27 @@ class PartitionLog:
         if report.truncated_bytes:
             log.warning(
                 "recovery truncated %s[%d] %s bytes %d..%d: %s",
-                self.topic, self.partition, active.path, report.valid_bytes,
-                report.valid_bytes + report.truncated_bytes, report.reason,
+                self.topic,
+                self.partition,
+                active.path,
+                report.valid_bytes,
+                report.valid_bytes + report.truncated_bytes,
+                report.reason,
             )
         if problem:
             log.warning("%s[%d]: %s", self.topic, self.partition, problem)
+        up_to_date = (
+            checkpoint is not None
+            and not problem
+            and (checkpoint.recovery_point == active.size and checkpoint.next_offset == active.next_offset)
+        )
+        if not up_to_date:
+            # Bytes past the recovery point survived a process crash in the page cache but
+            # may never have reached the disk: fsync them before calling them durable, or
+            # a later power loss could take back records readers were shown (sync mode).
+            active.file.fsync()
         self._durable_position = active.size
         self._durable_next_offset = active.next_offset
-        up_to_date = checkpoint is not None and not problem and (
-            checkpoint.recovery_point == active.size and checkpoint.next_offset == active.next_offset
-        )
         if not up_to_date:  # a clean reopen writes nothing: opening many partitions stays cheap
             self._write_checkpoint()
         return LogRecovery(self.topic, self.partition, active.path, report, problem, swept)
@@ -246,14 +258,27 @@ class PartitionLog:
         invariant(header.size == len(batch), "append takes exactly one batch")
         with self._lock:
             self._check_open()
+            if self._failed is not None:
+                raise StorageError(
+                    f"{self.topic}[{self.partition}] refuses appends after a failed fsync ({self._failed}); "
+                    "restart the broker to recover the log",
+                    path=self._segments[-1].path,
+                )
             active = self._segments[-1]
             if active.size > 0 and active.size + len(batch) > self.config.segment_max_bytes:
                 active = self._roll()
             base = active.next_offset
             stamp_base_offset(batch, base)
             stamped = BatchHeader(
-                base, header.batch_length, header.magic, header.crc, header.attributes,
-                header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.records_count,
+                base,
+                header.batch_length,
+                header.magic,
+                header.crc,
+                header.attributes,
+                header.last_offset_delta,
+                header.base_timestamp,
+                header.max_timestamp,
+                header.records_count,
             )
             active.append(batch, stamped)
             self.unflushed_bytes += len(batch)
@@ -295,7 +320,18 @@ class PartitionLog:
                 return self._durable_next_offset
             self._flush_index(active)
             self.unflushed_bytes = 0
-        active.file.fsync()
+        try:
+            active.file.fsync()
+        except StorageError as exc:
+            with self._lock:
+                if active is not self._segments[-1] or self._closed:
+                    # Rolled (or closed) meanwhile: rolling and closing fsync the whole segment.
+                    return self._durable_next_offset
+                # After a failed fsync the kernel may have dropped the dirty pages, so a later
+                # successful fsync proves nothing: refuse further appends until a restart
+                # re-validates the log (the "fsyncgate" rule).
+                self._failed = exc
+            raise
         with self._lock:
             if active is self._segments[-1] and end > self._durable_position:
                 self._durable_position, self._durable_next_offset = end, next_offset
@@ -347,12 +383,17 @@ class PartitionLog:
             if offset == high:
                 return ReadResult(b"", start, high)
             i = bisect_right(self._bases, offset) - 1
-            segment = self._segments[i]
-            is_active = i == len(self._segments) - 1
-            end = self._readable_end(segment, is_active)
-            position = segment.position_of(offset, end)
-            data = segment.read(position, max_bytes, end)
-            return ReadResult(data, start, high)
+            while True:
+                segment = self._segments[i]
+                is_active = i == len(self._segments) - 1
+                end = self._readable_end(segment, is_active)
+                data = segment.read(segment.position_of(offset, end), max_bytes, end)
+                if data or is_active:
+                    return ReadResult(data, start, high)
+                # Nothing at or after `offset` in this segment: the offsets up to the next
+                # segment's base are missing (a gap). Serve the next data, as Kafka does,
+                # rather than an empty read that a consumer would repeat forever.
+                i += 1
 
     def _readable_end(self, segment: Segment, is_active: bool) -> int:
         if is_active and self.config.visible_after_fsync:
@@ -386,9 +427,13 @@ class PartitionLog:
             del self._bases[: len(doomed)]
         for segment in doomed:
             segment.delete_files()
+        fsync_dir(self.directory)
         log.info(
             "retention deleted %d segment(s) of %s[%d]; log start offset is now %d",
-            len(doomed), self.topic, self.partition, self.log_start_offset,
+            len(doomed),
+            self.topic,
+            self.partition,
+            self.log_start_offset,
         )
         return [s.base_offset for s in doomed]
 

@@ -22,11 +22,22 @@ def validate_topic(name: object) -> str:
 
 
 def validate_group(name: object) -> str:
-    """Group ids follow the topic rule and may not contain ``__``, the offset file separator."""
-    if not isinstance(name, str) or not _ALLOWED.match(name) or name in (".", "..") or "__" in name:
+    """Group ids follow the topic rule, may not contain ``__`` and may not end with ``_``.
+
+    Offset files are named ``{group}__{topic}__part{pid}``: with those two rules
+    the first ``__`` in a file name always ends the group id, so no two
+    (group, topic) pairs share a file (``g_`` + ``x`` vs ``g`` + ``_x``).
+    """
+    if (
+        not isinstance(name, str)
+        or not _ALLOWED.match(name)
+        or name in (".", "..")
+        or "__" in name
+        or name.endswith("_")
+    ):
         raise InvalidArgumentError(
             f"invalid group id {name!r}: use 1-249 characters from [A-Za-z0-9._-], "
-            "not '.' or '..', and no '__'"
+            "not '.' or '..', no '__' and no trailing '_'"
         )
     return name
 

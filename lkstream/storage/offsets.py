@@ -30,15 +30,18 @@ class OffsetStore:
     application owns when it keeps offsets itself).
     """
 
-    def __init__(self, base_dir: str, *, clock: Clock | None = None) -> None:
+    def __init__(self, base_dir: str, *, clock: Clock | None = None, sweep_tmp: bool = False) -> None:
         self.directory = os.path.join(base_dir, OFFSETS_DIR)
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         with map_os_errors("create offsets directory", self.directory):
             os.makedirs(self.directory, exist_ok=True)
-        for name in os.listdir(self.directory):
-            if name.endswith(".tmp"):
-                os.remove(os.path.join(self.directory, name))
+            # Only the broker that owns the data directory sweeps: another store on the
+            # same directory may be between its write and its rename right now.
+            if sweep_tmp:
+                for name in os.listdir(self.directory):
+                    if name.endswith(".tmp"):
+                        os.remove(os.path.join(self.directory, name))
 
     def path_for(self, group: str, topic: str, partition: int) -> str:
         validate_group(group)

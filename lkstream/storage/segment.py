@@ -14,6 +14,7 @@ index is cut to the validated bytes and rebuilt for them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -101,8 +102,12 @@ class Segment:
     # -- reads ---------------------------------------------------------------------------------
 
     def header_at(self, position: int) -> BatchHeader:
+        """The header at ``position``; :class:`CorruptRecordError` (with path and position) if cut short."""
         raw = self.file.pread(HEADER_SIZE, position)
-        return parse_header(raw)
+        try:
+            return parse_header(raw)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(exc.reason, path=self.path, position=position) from None
 
     def position_of(self, offset: int, end: int) -> int:
         """Position of the batch that holds ``offset`` (or the first batch after it), or ``end``.
@@ -116,7 +121,7 @@ class Segment:
         while position < end:
             header = self.header_at(position)
             # base_offset and batch_length are outside the CRC: check them against the walk.
-            if header.base_offset != expected or header.size < HEADER_SIZE:
+            if header.base_offset != expected or not HEADER_SIZE <= header.size <= end - position:
                 raise CorruptRecordError(
                     f"batch base offset {header.base_offset} (size {header.size}) does not continue at {expected}",
                     path=self.path,
@@ -307,7 +312,5 @@ class Segment:
     def delete_files(self) -> None:
         self.close()
         for path in (self.file.path, self.index.file.path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
-            except FileNotFoundError:
-                pass

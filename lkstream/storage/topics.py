@@ -70,9 +70,7 @@ class TopicStore:
         return os.path.join(self.topic_dir(topic), partition_dir_name(partition))
 
     def list(self) -> list[str]:
-        return sorted(
-            name for name in os.listdir(self.root) if os.path.isdir(os.path.join(self.root, name))
-        )
+        return sorted(name for name in os.listdir(self.root) if os.path.isdir(os.path.join(self.root, name)))
 
     def load(self, topic: str, defaults: TopicSettings) -> TopicSettings:
         directory = self.topic_dir(topic)

@@ -19,6 +19,7 @@ from lkstream import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    StorageError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -194,12 +195,6 @@ def test_record_at_exactly_max_message_bytes_is_accepted(make_broker: MakeBroker
     assert broker.produce_many_sync("t", [(b"kk", b"x" * 998)]) == [(0, 0)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG lkstream/broker/broker.py Broker._produce_one_batch: the one-batch fast path checks "
-    "max_message_bytes only when the *encoded* batch is larger, so a compressible record above the "
-    "limit is accepted (the general, keyed path rejects the same record)",
-)
 def test_record_over_max_message_bytes_is_rejected_even_when_compressed(make_broker: MakeBroker) -> None:
     broker = make_broker(max_message_bytes=1000, max_batch_bytes=1 << 20)
     with pytest.raises(RecordTooLargeError):
@@ -623,3 +618,42 @@ def test_concurrent_producers_get_unique_contiguous_offsets(make_broker: MakeBro
         assert worker_offsets == sorted(worker_offsets)  # each producer's records keep their order
         values = [broker.read_from("t", 0, o, max_msgs=1)[0].value for o in worker_offsets]
         assert values == [f"{worker}-{i}-{j}".encode() for i in range(calls) for j in range(3)]
+
+
+# -- opening and closing robustly ------------------------------------------------------------------
+
+
+def test_stray_directories_under_topics_do_not_stop_the_broker(tmp_path: Path, make_broker: MakeBroker) -> None:
+    data = tmp_path / "data"
+    broker = make_broker(persist_dir=str(data))
+    broker.produce_many_sync("good", [(None, b"x")])
+    broker.close()
+    (data / "topics" / "lost+found").mkdir()
+    (data / "topics" / "empty").mkdir()
+    reopened = make_broker(persist_dir=str(data))
+    assert reopened.list_topics() == ["good"]
+    assert _values(reopened, "good", 0) == [b"x"]
+
+
+def test_close_closes_every_partition_and_releases_the_lock_even_if_one_fails(
+    tmp_path: Path, make_broker: MakeBroker
+) -> None:
+    data = str(tmp_path / "data")
+    broker = make_broker(persist_dir=data, partitions=2)
+    broker.produce_many_sync("t", [(None, b"a")], partition=0)
+    broker.produce_many_sync("t", [(None, b"b")], partition=1)
+    first = broker.partition("t", 0)
+    real_close = first.log.close
+
+    def failing_close() -> None:
+        real_close()
+        raise StorageError("cannot fsync (Input/output error)", path="x")
+
+    first.log.close = failing_close  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        broker.close()
+    with pytest.raises(BrokerClosedError):
+        broker.partition("t", 1).log.read(0, 100)
+    reopened = make_broker(persist_dir=data)
+    assert _values(reopened, "t", 0) == [b"a"]
+    assert _values(reopened, "t", 1) == [b"b"]

@@ -289,11 +289,6 @@ async def test_stop_from_the_handler_ends_consume(broker: Broker) -> None:
     assert consumer.committed("t", 0) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG lkstream/client/consumer.py Consumer.consume: stop() is checked only between fetches, "
-    "so the handler keeps being called for the rest of the fetched records",
-)
 async def test_stop_from_the_handler_returns_after_the_record_being_handled(broker: Broker) -> None:
     _produce(broker, 5)  # one batch: one fetch returns all five
     consumer = Consumer(broker, group="g")
@@ -309,12 +304,6 @@ async def test_stop_from_the_handler_returns_after_the_record_being_handled(brok
     assert seen == [0, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG lkstream/client/consumer.py Consumer.consume/_read_available: positions advance past a "
-    "whole fetch before the handler runs, and the finally-commit then commits records whose handler "
-    "never ran or raised: at-least-once delivery is lost on a handler exception",
-)
 async def test_a_failing_handler_does_not_commit_the_failed_or_later_records(broker: Broker) -> None:
     _produce(broker, 5)
     consumer = Consumer(broker, group="g")
@@ -469,11 +458,6 @@ def test_poll_without_assignment_is_rejected(broker: Broker) -> None:
         Consumer(broker, group="g").poll()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG lkstream/client/consumer.py Consumer.poll: auto-commit runs after the new records were read, "
-    "so it commits records the caller has not processed yet (Kafka commits the positions of earlier polls)",
-)
 def test_poll_auto_commit_does_not_commit_the_records_it_is_returning(broker: Broker) -> None:
     _produce(broker, 3)
     consumer = Consumer(broker, group="g", auto_commit_interval_ms=0)

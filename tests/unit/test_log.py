@@ -8,11 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from lkstream.errors import BrokerClosedError, CorruptRecordError, InvariantViolation, OffsetOutOfRangeError
+from lkstream.errors import (
+    BrokerClosedError,
+    CorruptRecordError,
+    InvariantViolation,
+    OffsetOutOfRangeError,
+    StorageError,
+)
 from lkstream.format.batch import check_batch
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from lkstream.storage.clock import ManualClock
+from lkstream.storage.files import MemoryFile
 from lkstream.storage.log import LogConfig, PartitionLog
 from lkstream.storage.segment import format_segment_name
 
@@ -520,3 +527,64 @@ def test_recovery_truncation_is_logged_with_topic_partition_and_byte_range(
     message = " ".join(r.getMessage() for r in caplog.records)
     assert "t[0]" in message
     assert f"bytes {good}..{good + 100}" in message
+
+
+class _SharedMemoryFiles:
+    """A file factory that hands out one MemoryFile per path, surviving a log reopen."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, MemoryFile] = {}
+
+    def __call__(self, path: str) -> MemoryFile:
+        return self.files.setdefault(path, MemoryFile(path))
+
+
+def test_reopen_after_a_crash_fsyncs_the_recovered_tail_before_calling_it_durable(log_dir: str) -> None:
+    files = _SharedMemoryFiles()
+    config = LogConfig(visible_after_fsync=True)
+    first = PartitionLog(log_dir, "t", 0, config, file_factory=files)
+    first.append(make_batch(3))  # written, never fsynced: the process "dies" here
+    segment = files.files[first.segment_paths()[-1]]
+    assert segment.durable != bytes(segment.data)
+    reopened = PartitionLog(log_dir, "t", 0, config, file_factory=files)
+    assert reopened.high_watermark == 3
+    assert segment.durable == bytes(segment.data), "records became visible without being on disk"
+    reopened.close()
+
+
+class _FailingFsyncFile(MemoryFile):
+    fail = False
+
+    def fsync(self) -> None:
+        if _FailingFsyncFile.fail:
+            raise StorageError("cannot fsync (Input/output error)", path=self.path)
+        super().fsync()
+
+
+def test_a_failed_fsync_makes_the_log_refuse_appends_until_restart(log_dir: str) -> None:
+    plog = PartitionLog(log_dir, "t", 0, LogConfig(), file_factory=_FailingFsyncFile)
+    plog.append(make_batch(1))
+    _FailingFsyncFile.fail = True
+    try:
+        with pytest.raises(StorageError):
+            plog.flush()
+        with pytest.raises(StorageError, match="restart the broker"):
+            plog.append(make_batch(1))
+    finally:
+        _FailingFsyncFile.fail = False
+    assert plog.next_offset == 1
+
+
+def test_read_in_a_gap_between_segments_serves_the_next_data(open_log: Opener, log_dir: str) -> None:
+    plog = open_log(segment_max_bytes=4096)
+    for _ in range(30):
+        _append(plog, 2, value_size=200)
+    bases = [int(os.path.basename(p)[:20]) for p in plog.segment_paths()]
+    assert len(bases) >= 4
+    plog.close()
+    missing = bases[1]
+    for suffix in (".seg", ".idx"):
+        os.remove(os.path.join(log_dir, format_segment_name(missing, suffix)))
+    reopened = open_log(segment_max_bytes=4096)
+    records = _read_all(reopened, missing, max_bytes=1)
+    assert records and records[0].offset == bases[2], "a read inside the gap must move on, not return nothing"

@@ -77,13 +77,27 @@ def test_commit_fsyncs_file_and_directory(store: OffsetStore, monkeypatch: pytes
     assert len(synced) == 2  # the tmp file, then the directory
 
 
-def test_stray_tmp_files_are_swept_on_open(tmp_path: Path) -> None:
+def test_stray_tmp_files_are_swept_by_the_owning_store(tmp_path: Path) -> None:
     OffsetStore(str(tmp_path)).commit("g", "t", 0, 1)
     stray = tmp_path / "offsets" / "g__t__part0.offset.tmp"
     stray.write_bytes(b"{half")
-    again = OffsetStore(str(tmp_path))
+    again = OffsetStore(str(tmp_path), sweep_tmp=True)
     assert not stray.exists()
     assert again.read_committed("g", "t", 0) == 1
+
+
+def test_a_second_store_leaves_tmp_files_of_live_commits_alone(tmp_path: Path) -> None:
+    OffsetStore(str(tmp_path)).commit("g", "t", 0, 1)
+    in_flight = tmp_path / "offsets" / "g__t__part0.offset.123-456.tmp"
+    in_flight.write_bytes(b"{half")
+    OffsetStore(str(tmp_path))
+    assert in_flight.exists()
+
+
+def test_group_and_topic_pairs_never_share_an_offset_file(store: OffsetStore) -> None:
+    with pytest.raises(InvalidArgumentError):
+        store.path_for("g_", "x", 0)  # would collide with ("g", "_x")
+    assert store.path_for("g", "_x", 0) != store.path_for("g", "x", 0)
 
 
 @pytest.mark.parametrize("group", ["..", ".", "a/b", "", "a__b", "x" * 250, "sp ace", None])
