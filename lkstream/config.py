@@ -41,7 +41,9 @@ class BrokerConfig(BaseModel):
     auto_create_topics: bool = Field(True, description="Create unknown topics on first produce.")
     retention_ms: int = Field(-1, ge=-1, description="Delete sealed segments older than this; -1 keeps forever.")
     retention_bytes: int = Field(
-        -1, ge=-1, description="Keep at most about this many bytes per partition; -1 unlimited."
+        -1,
+        ge=-1,
+        description="Delete oldest sealed segments while the rest still hold this many bytes (as Kafka); -1 never.",
     )
     retention_check_interval_ms: int = Field(60_000, ge=10, description="How often retention runs.")
     max_message_bytes: int = Field(1 * MiB, ge=1, le=256 * MiB, description="Largest key + value of one record.")

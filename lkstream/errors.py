@@ -9,7 +9,7 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
 
     LkstreamError                      base; ``retriable`` says whether retrying can help
     ├── InvalidArgumentError           bad name, size, partition, option (nothing was written)
-    │   └── RecordTooLargeError        a message or batch above ``max_message_bytes``
+    │   └── RecordTooLargeError        a record above ``max_message_bytes`` or a batch above ``max_batch_bytes``
     ├── UnknownTopicError              topic does not exist (and auto-create is off)
     ├── TopicExistsError               create_topic on an existing topic
     ├── OffsetOutOfRangeError          offset outside [log_start_offset, next_offset]
@@ -70,7 +70,7 @@ class OffsetOutOfRangeError(LkstreamError):
     """The offset is outside the partition's readable range.
 
     ``earliest`` is the log start offset (retention may have moved it) and
-    ``latest`` the next offset to be written; readable offsets are
+    ``latest`` the high watermark (the next offset a reader will see); readable offsets are
     ``earliest <= offset <= latest`` (reading at ``latest`` waits for new data).
     """
 

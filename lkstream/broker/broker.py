@@ -6,7 +6,8 @@ thread (:mod:`lkstream.storage.durability`) and the retention thread.
 
 Produce runs on the caller's thread: the records of each target partition are
 encoded into one v2 batch (split at ``max_batch_bytes``) by aiokafka's C codec
-and appended; the broker itself never looks inside a batch. The async methods
+and appended; the append and read paths never look inside a batch (only
+the embedded client-side helpers encode and decode). The async methods
 do the same work inline on the event loop (it is a memory copy and a
 ``write(2)`` into the page cache) and await only the fsync in ``sync`` mode.
 
@@ -234,6 +235,8 @@ class Broker:
             for partition in topic.partitions:
                 partition.close()
             self._store.delete(name)
+            # A topic created later under the same name must not inherit old positions.
+            self.offset_store.forget_topic(name)
 
     def list_topics(self) -> list[str]:
         with self._lock:

@@ -10,7 +10,7 @@ Batch header (61 bytes), then the records::
     ------ ---- ------- ----------------------- ---------------------------------------------
          0    8 int64   base_offset             offset of the first record; stamped by the broker
          8    4 int32   batch_length            bytes that follow this field (total = 12 + batch_length)
-        12    4 int32   partition_leader_epoch  unused by LKSTREAM (written as 0 / left as sent)
+        12    4 int32   partition_leader_epoch  unused by LKSTREAM (clients write -1; kept as sent)
         16    1 int8    magic                   always 2
         17    4 uint32  crc                     CRC-32C of bytes [21, end): attributes .. last record
         21    2 int16   attributes              bits 0-2 compression, 3 timestamp type,

@@ -9,10 +9,11 @@ Modes (``fsync_mode``):
 ``group`` (default)
     Producers are acknowledged once the batch is written to the OS. The thread
     fsyncs every ``fsync_interval_ms``, or sooner once ``fsync_group_bytes``
-    are waiting. Loss window after a power failure or kernel crash: at most the
-    last ``fsync_interval_ms`` (plus one fsync's duration) of acknowledged
-    writes, or ``fsync_group_bytes`` whichever is reached first. A process
-    crash (SIGKILL) loses nothing written: the data is in the page cache.
+    are waiting. Loss window after a power failure or kernel crash: the
+    acknowledged writes of the last ``fsync_interval_ms`` plus the duration of
+    one fsync (producers do not wait for ``fsync_group_bytes``: it only makes
+    the fsync come sooner under load). A process crash (SIGKILL) loses nothing
+    written: the data is in the page cache.
 ``none``
     No periodic fsync; only rotation and close fsync. The OS decides when data
     reaches the disk.

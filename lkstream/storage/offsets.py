@@ -59,6 +59,24 @@ class OffsetStore:
         with self._lock:
             atomic_write(path, body)
 
+    def forget_topic(self, topic: str) -> int:
+        """Remove every group's committed offsets of ``topic`` (it was deleted); return how many.
+
+        Unambiguous because group ids contain no ``__`` and do not end with ``_``:
+        the first ``__`` of a file name ends the group id.
+        """
+        validate_topic(topic)
+        removed = 0
+        with self._lock:
+            for name in os.listdir(self.directory):
+                group, sep, rest = name.partition("__")
+                if sep and group and rest.startswith(topic + "__part") and rest.endswith(SUFFIX):
+                    pid = rest[len(topic) + len("__part") : -len(SUFFIX)]
+                    if pid.isdigit():
+                        os.remove(os.path.join(self.directory, name))
+                        removed += 1
+        return removed
+
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:
         """The committed offset, or ``None`` if the group never committed this partition."""
         path = self.path_for(group, topic, partition)

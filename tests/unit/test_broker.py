@@ -657,3 +657,12 @@ def test_close_closes_every_partition_and_releases_the_lock_even_if_one_fails(
     reopened = make_broker(persist_dir=data)
     assert _values(reopened, "t", 0) == [b"a"]
     assert _values(reopened, "t", 1) == [b"b"]
+
+
+def test_deleting_a_topic_forgets_its_committed_offsets(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.produce_many_sync("t", [(None, b"x")])
+    broker.offset_store.commit("g", "t", 0, 1)
+    broker.delete_topic("t")
+    broker.create_topic("t")
+    assert broker.offset_store.read_committed("g", "t", 0) is None

@@ -150,3 +150,14 @@ def test_garbage_offset_file_raises_corrupt_record(store: OffsetStore, content: 
     with pytest.raises(CorruptRecordError) as info:
         store.read_committed("g", "t", 0)
     assert info.value.path == path
+
+
+def test_forget_topic_removes_only_that_topics_offsets(store: OffsetStore) -> None:
+    store.commit("g", "t", 0, 5)
+    store.commit("g", "t", 1, 6)
+    store.commit("g", "t__x", 0, 7)
+    store.commit("h", "_t", 0, 8)
+    assert store.forget_topic("t") == 2
+    assert store.read_committed("g", "t", 0) is None
+    assert store.read_committed("g", "t__x", 0) == 7
+    assert store.read_committed("h", "_t", 0) == 8
