@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -44,7 +45,7 @@ from lkstream.format.codec import Compression, Headers, KeyValue, Record, encode
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.lock import DataDirLock
-from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
+from lkstream.storage.log import AppendResult, LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.topics import TopicSettings, TopicStore
@@ -289,12 +290,8 @@ class Broker:
         share one partition. Returns once the records are acknowledged under
         ``fsync_mode`` (in ``sync``: fsynced).
         """
-        results, pending, reserved = self._produce(topic, records, partition, compression)
-        try:
-            for future in pending:
-                await asyncio.wrap_future(future)
-        finally:
-            self.inflight.release(reserved)
+        results, ack = self._produce(topic, records, partition, compression)
+        await ack.wait()
         return results
 
     def produce_many_sync(
@@ -306,50 +303,34 @@ class Broker:
         compression: Compression | str | None = None,
     ) -> list[tuple[int, int]]:
         """Blocking twin of :meth:`produce_many`, for code without an event loop."""
-        results, pending, reserved = self._produce(topic, records, partition, compression)
-        try:
-            for future in pending:
-                future.result()
-        finally:
-            self.inflight.release(reserved)
+        results, ack = self._produce(topic, records, partition, compression)
+        ack.wait_sync()
         return results
 
     async def produce_batch(self, topic: str, partition: int, batch: bytearray) -> tuple[int, int]:
         """Append one pre-encoded v2 record batch; return ``(base_offset, last_offset)``."""
-        result, pending = self._append_encoded(topic, partition, batch)
-        try:
-            if pending is not None:
-                await asyncio.wrap_future(pending)
-        finally:
-            self.inflight.release(len(batch))
+        result, ack = self._append_encoded(topic, partition, batch)
+        await ack.wait()
         return result
 
     def produce_batch_sync(self, topic: str, partition: int, batch: bytearray) -> tuple[int, int]:
         """Blocking twin of :meth:`produce_batch`."""
-        result, pending = self._append_encoded(topic, partition, batch)
-        try:
-            if pending is not None:
-                pending.result()
-        finally:
-            self.inflight.release(len(batch))
+        result, ack = self._append_encoded(topic, partition, batch)
+        ack.wait_sync()
         return result
 
-    def _append_encoded(
-        self, topic: str, pid: int, batch: bytearray
-    ) -> tuple[tuple[int, int], concurrent.futures.Future[None] | None]:
+    def _append_encoded(self, topic: str, pid: int, batch: bytearray) -> tuple[tuple[int, int], _Acknowledgement]:
         self._check_open()
         if not isinstance(batch, bytearray):
             batch = bytearray(batch)
         check_producer_batch(batch, self.config.max_batch_bytes)
         target = self.partition(self._topic(topic, create=True).name, pid)
-        self.inflight.reserve(len(batch))
-        try:
-            future = self._durable_future() if self._committer.mode is FsyncMode.SYNC else None
-            result = target.append_batch(batch, None if future is None else _completer(future))
-        except BaseException:
-            self.inflight.release(len(batch))
-            raise
-        return (result.base_offset, result.last_offset), future
+        with self._acknowledgement(len(batch)) as ack:
+            result = ack.append(target, batch)
+        return (result.base_offset, result.last_offset), ack
+
+    def _acknowledgement(self, reserved: int) -> _Acknowledgement:
+        return _Acknowledgement(self.inflight, reserved, sync=self._committer.mode is FsyncMode.SYNC)
 
     def _produce(
         self,
@@ -357,12 +338,11 @@ class Broker:
         records: Sequence[ProduceItem],
         partition: int | None,
         compression: Compression | str | None,
-    ) -> tuple[list[tuple[int, int]], list[concurrent.futures.Future[None]], int]:
-        """Encode and append; return results, durability futures and the bytes reserved."""
+    ) -> tuple[list[tuple[int, int]], _Acknowledgement]:
+        """Encode and append; return the results and what acknowledges them."""
         self._check_open()
         codec = Compression.parse(compression)
         topic = self._topic(topic_name, create=True)
-        count = len(topic.partitions)
         if partition is not None:
             self.partition(topic.name, partition)
         fast = self._produce_one_batch(topic, records, partition, codec)
@@ -370,40 +350,28 @@ class Broker:
             return fast
         pairs, headers = _split_records(records)
         if not pairs:
-            return [], [], 0
+            return [], self._acknowledgement(0)
         sizes = [len(k or b"") + len(v or b"") for k, v in pairs]
         self._check_sizes(sizes)
-        routes = _route(pairs, count, partition, self._sticky)
-        reserved = sum(sizes) + _RECORD_OVERHEAD * len(sizes) + _BATCH_OVERHEAD
-        self.inflight.reserve(reserved)
+        routes = _route(pairs, len(topic.partitions), partition, self._sticky)
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
-        pending: list[concurrent.futures.Future[None]] = []
-        try:
+        with self._acknowledgement(sum(sizes) + _RECORD_OVERHEAD * len(sizes) + _BATCH_OVERHEAD) as ack:
             for pid, indices in routes.items():
-                target = topic.partitions[pid]
                 for chunk in self._chunks(indices, sizes):
-                    whole = len(chunk) == len(pairs)
                     batch = encode_batch(
-                        pairs if whole else [pairs[i] for i in chunk],
+                        pairs if len(chunk) == len(pairs) else [pairs[i] for i in chunk],
                         headers=None if headers is None else [headers[i] for i in chunk],
                         compression=codec,
                         timestamp_ms=self._clock.now_ms(),
                     )
-                    future = self._durable_future() if self._committer.mode is FsyncMode.SYNC else None
-                    result = target.append_batch(batch, None if future is None else _completer(future))
-                    if future is not None:
-                        pending.append(future)
-                    base = result.base_offset
+                    base = ack.append(topic.partitions[pid], batch).base_offset
                     for delta, i in enumerate(chunk):
                         results[i] = (pid, base + delta)
-        except BaseException:
-            self.inflight.release(reserved)
-            raise
-        return results, pending, reserved
+        return results, ack
 
     def _produce_one_batch(
         self, topic: _Topic, records: Sequence[ProduceItem], explicit: int | None, codec: Compression
-    ) -> tuple[list[tuple[int, int]], list[concurrent.futures.Future[None]], int] | None:
+    ) -> tuple[list[tuple[int, int]], _Acknowledgement] | None:
         """The common case in O(1) Python work per record: one target partition, one batch.
 
         Applies when every record is a ``(bytes | None, bytes)`` pair bound for
@@ -425,15 +393,9 @@ class Broker:
         if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
             self._check_sizes([len(k or b"") + len(v or b"") for k, v in records])  # type: ignore[misc]
         pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
-        self.inflight.reserve(len(batch))
-        try:
-            future = self._durable_future() if self._committer.mode is FsyncMode.SYNC else None
-            result = topic.partitions[pid].append_batch(batch, None if future is None else _completer(future))
-        except BaseException:
-            self.inflight.release(len(batch))
-            raise
-        results = list(zip(repeat(pid), range(result.base_offset, result.last_offset + 1), strict=False))
-        return results, ([] if future is None else [future]), len(batch)
+        with self._acknowledgement(len(batch)) as ack:
+            result = ack.append(topic.partitions[pid], batch)
+        return list(zip(repeat(pid), range(result.base_offset, result.last_offset + 1), strict=False)), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:
         limit = self.config.max_message_bytes
@@ -457,9 +419,6 @@ class Broker:
             used += record_size
         if chunk:
             yield chunk
-
-    def _durable_future(self) -> concurrent.futures.Future[None]:
-        return concurrent.futures.Future()
 
     # -- fetch ----------------------------------------------------------------------------------
 
@@ -591,14 +550,61 @@ class Broker:
         self.close()
 
 
-def _completer(future: concurrent.futures.Future[None]) -> Callable[[BaseException | None], None]:
-    def complete(error: BaseException | None) -> None:
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
+class _Acknowledgement:
+    """What one produce call waits for before it may return, and the in-flight bytes it holds.
 
-    return complete
+    Reserves ``reserved`` bytes of :class:`InflightBytes` on creation and gives
+    them back once every appended batch is acknowledged (written, or in
+    ``sync`` mode fsynced), or at once if the produce fails part-way: used as a
+    context manager around the appends, then waited on.
+    """
+
+    def __init__(self, inflight: InflightBytes, reserved: int, *, sync: bool) -> None:
+        inflight.reserve(reserved)
+        self._inflight = inflight
+        self._reserved = reserved
+        self._sync = sync
+        self._futures: list[concurrent.futures.Future[None]] = []
+
+    def __enter__(self) -> _Acknowledgement:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is not None:
+            self._release()
+
+    def append(self, target: Partition, batch: bytearray) -> AppendResult:
+        if not self._sync:
+            return target.append_batch(batch)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        result = target.append_batch(batch, functools.partial(_complete, future))
+        self._futures.append(future)
+        return result
+
+    async def wait(self) -> None:
+        try:
+            for future in self._futures:
+                await asyncio.wrap_future(future)
+        finally:
+            self._release()
+
+    def wait_sync(self) -> None:
+        try:
+            for future in self._futures:
+                future.result()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self._inflight.release(self._reserved)
+        self._reserved = 0
+
+
+def _complete(future: concurrent.futures.Future[None], error: BaseException | None) -> None:
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
 
 def _to_bytes(value: Value, what: str) -> bytes | None:
