@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from lkstream import Broker
 from lkstream.cli import cli, render_bytes
-from lkstream.storage.reader import ScannedBatch, open_read_only, scan_segment
+
+from .datadir import SEGMENT_BYTES, VALUE, batch_positions, flip_byte, segment_paths
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY_POINT = Path(sys.executable).with_name("lkstream")
@@ -21,30 +22,9 @@ TIMESTAMP = 1_700_000_000_000
 
 def build(data_dir: str, batches: int = 10) -> None:
     """Ten batches of three 300-byte records, four batches per 4 KiB segment."""
-    with Broker(persist_dir=data_dir, segment_max_bytes=4096, index_interval_bytes=0) as broker:
+    with Broker(persist_dir=data_dir, segment_max_bytes=SEGMENT_BYTES, index_interval_bytes=0) as broker:
         for n in range(batches):
-            broker.produce_many_sync("t", [(f"k{n}".encode(), b"v" * 300)] * 3)
-
-
-def segments(data_dir: str) -> list[str]:
-    d = os.path.join(data_dir, "topics", "t", "part0")
-    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".seg"))
-
-
-def batch_positions(path: str) -> list[int]:
-    file = open_read_only(path)
-    try:
-        return [i.position for i in scan_segment(file) if isinstance(i, ScannedBatch)]
-    finally:
-        file.close()
-
-
-def flip_byte(path: str, position: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(position)
-        byte = f.read(1)
-        f.seek(position)
-        f.write(bytes([byte[0] ^ 0xFF]))
+            broker.produce_many_sync("t", [(f"k{n}".encode(), VALUE)] * 3)
 
 
 def run_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -69,7 +49,7 @@ def test_verify_exits_0_on_a_clean_data_dir(data_dir: str) -> None:
 
 def test_verify_exits_1_naming_file_and_position_of_a_flipped_byte(data_dir: str) -> None:
     build(data_dir)
-    sealed = segments(data_dir)[0]
+    sealed = segment_paths(data_dir)[0]
     position = batch_positions(sealed)[1]
     flip_byte(sealed, position + 200)
     code, out = run("verify", data_dir)
@@ -87,7 +67,7 @@ def test_verify_exits_2_for_a_missing_or_foreign_directory(tmp_path: Path) -> No
 
 def test_verify_warns_about_a_torn_tail_and_fails_only_when_strict(data_dir: str) -> None:
     build(data_dir)
-    active = segments(data_dir)[-1]
+    active = segment_paths(data_dir)[-1]
     size = os.path.getsize(active)
     with open(active, "ab") as f:
         f.write(b"\0" * 30)
@@ -106,7 +86,7 @@ def test_dump_prints_batches_and_records(data_dir: str) -> None:
     with Broker(persist_dir=data_dir) as broker:
         broker.produce_many_sync("t", [(b"k0", b"hello"), (None, b"\x00\xff", [("h", b"x"), ("n", None)])])
         broker.produce_many_sync("t", [(b"k2", b"")], compression="gzip")
-    seg = segments(data_dir)[0]
+    seg = segment_paths(data_dir)[0]
     code, out = run("dump", "--records", seg)
     assert code == 0, out
     lines = out.splitlines()
@@ -125,7 +105,7 @@ def test_dump_prints_batches_and_records(data_dir: str) -> None:
 
 def test_dump_without_records_prints_one_line_per_batch(data_dir: str) -> None:
     build(data_dir)
-    code, out = run("dump", segments(data_dir)[1])
+    code, out = run("dump", segment_paths(data_dir)[1])
     assert code == 0
     starts = [line.split()[3] for line in out.splitlines() if line.startswith("position:")]
     assert starts == ["12", "15", "18", "21"]
@@ -134,7 +114,7 @@ def test_dump_without_records_prints_one_line_per_batch(data_dir: str) -> None:
 
 def test_dump_marks_a_batch_whose_crc_does_not_match(data_dir: str) -> None:
     build(data_dir)
-    seg = segments(data_dir)[0]
+    seg = segment_paths(data_dir)[0]
     position = batch_positions(seg)[2]
     flip_byte(seg, position + 300)
     code, out = run("dump", "--records", seg)
@@ -146,7 +126,7 @@ def test_dump_marks_a_batch_whose_crc_does_not_match(data_dir: str) -> None:
 
 def test_dump_index_checks_entries_against_the_segment(data_dir: str) -> None:
     build(data_dir)
-    seg = segments(data_dir)[0]
+    seg = segment_paths(data_dir)[0]
     for target in (seg, seg[:-4] + ".idx"):
         code, out = run("dump", "--index", target)
         assert code == 0, out
@@ -178,7 +158,7 @@ def test_installed_entry_point_verifies_and_exits_with_the_documented_status(dat
     build(data_dir)
     clean = run_process(str(ENTRY_POINT), "verify", data_dir)
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    sealed = segments(data_dir)[0]
+    sealed = segment_paths(data_dir)[0]
     position = batch_positions(sealed)[3]
     flip_byte(sealed, position + 80)
     corrupt = run_process(str(ENTRY_POINT), "verify", data_dir)
@@ -190,6 +170,6 @@ def test_installed_entry_point_verifies_and_exits_with_the_documented_status(dat
 
 def test_python_dash_m_runs_the_cli(data_dir: str, subprocess_env: dict[str, str]) -> None:
     build(data_dir, batches=1)
-    done = run_process(sys.executable, "-m", "lkstream.cli", "dump", segments(data_dir)[0], env=subprocess_env)
+    done = run_process(sys.executable, "-m", "lkstream.cli", "dump", segment_paths(data_dir)[0], env=subprocess_env)
     assert done.returncode == 0, done.stderr
     assert "baseOffset: 0 lastOffset: 2 count: 3" in done.stdout

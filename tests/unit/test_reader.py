@@ -17,49 +17,10 @@ from lkstream.storage.reader import (
     PartitionReader,
     ScannedBatch,
     ScanProblem,
-    open_read_only,
     scan_segment,
 )
 
-SEGMENT_BYTES = 4096
-VALUE = b"v" * 300  # three records make a ~1 KB batch: four batches per 4 KiB segment
-
-
-def build(data_dir: str, batches: int = 10, topic: str = "t", partitions: int = 1) -> list[int]:
-    """Produce ``batches`` batches of three records into partition 0; return every offset written."""
-    offsets: list[int] = []
-    with Broker(
-        persist_dir=data_dir, segment_max_bytes=SEGMENT_BYTES, index_interval_bytes=0, partitions=partitions
-    ) as broker:
-        for n in range(batches):
-            records = [(f"k{n}-{i}".encode(), VALUE) for i in range(3)]
-            offsets += [o for _, o in broker.produce_many_sync(topic, records, partition=0)]
-    return offsets
-
-
-def part_dir(data_dir: str, topic: str = "t", pid: int = 0) -> str:
-    return os.path.join(data_dir, "topics", topic, f"part{pid}")
-
-
-def segment_paths(data_dir: str, topic: str = "t", pid: int = 0) -> list[str]:
-    d = part_dir(data_dir, topic, pid)
-    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".seg"))
-
-
-def batch_positions(path: str) -> list[int]:
-    file = open_read_only(path)
-    try:
-        return [item.position for item in scan_segment(file) if isinstance(item, ScannedBatch)]
-    finally:
-        file.close()
-
-
-def flip_byte(path: str, position: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(position)
-        byte = f.read(1)
-        f.seek(position)
-        f.write(bytes([byte[0] ^ 0xFF]))
+from .datadir import batch_positions, build, flip_byte, part_dir, segment_paths
 
 
 def offsets_read(reader: PartitionReader, start: int = 0) -> list[int]:
