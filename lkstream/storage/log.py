@@ -415,7 +415,7 @@ class PartitionLog:
             for segment in self._segments[:-1]:
                 too_big = retention_bytes >= 0 and total - segment.size >= retention_bytes
                 if segment.max_timestamp < 0:
-                    segment.scan_last_batch()
+                    segment.scan_max_timestamp()
                 too_old = retention_ms >= 0 and 0 <= segment.max_timestamp < cutoff_ms
                 if not (too_big or too_old):
                     break

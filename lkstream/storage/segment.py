@@ -291,18 +291,24 @@ class Segment:
             position += header.size
         return position, expected_offset, ""
 
-    def scan_last_batch(self) -> None:
-        """Set ``next_offset`` and ``max_timestamp`` of a sealed segment from its last batch."""
+    def scan_max_timestamp(self) -> None:
+        """Set ``max_timestamp`` of a sealed segment from its last batch (for time retention).
+
+        Stops at a damaged header instead of walking on (a negative length would
+        loop forever); the timestamp then comes from the last sane batch.
+        """
         self.ensure_index()
         end = self.file.size()
         entry = self.index.lookup(2**63 - 1)
         position = 0 if entry is None else entry[1]
         header: BatchHeader | None = None
-        while position < end:
-            header = self.header_at(position)
-            position += header.size
+        while end - position >= HEADER_SIZE:
+            candidate = self.header_at(position)
+            if not HEADER_SIZE <= candidate.size <= end - position:
+                break
+            header = candidate
+            position += candidate.size
         if header is not None:
-            self.next_offset = header.next_offset
             self.max_timestamp = header.max_timestamp
 
     def close(self) -> None:

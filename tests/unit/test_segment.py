@@ -279,11 +279,19 @@ def test_empty_segment_with_empty_index_is_not_a_rebuild() -> None:
     assert (report.valid_bytes, report.truncated_bytes) == (0, 0)
 
 
-def test_scan_last_batch_sets_next_offset_and_max_timestamp() -> None:
+def test_scan_max_timestamp_reads_the_last_batch() -> None:
     data, _ = _sealed_bytes(3)
     seg = _segment(base=0, seg=data)
-    seg.scan_last_batch()
-    assert seg.next_offset == 6
+    seg.scan_max_timestamp()
+    assert seg.max_timestamp == FIXED_TS
+
+
+def test_scan_max_timestamp_stops_at_a_negative_batch_length() -> None:
+    data, positions = _sealed_bytes(3)
+    damaged = bytearray(data)
+    damaged[positions[-1] + 8 : positions[-1] + 12] = (-12).to_bytes(4, "big", signed=True)
+    seg = _segment(base=0, seg=bytes(damaged))
+    seg.scan_max_timestamp()  # returns instead of walking backwards forever
     assert seg.max_timestamp == FIXED_TS
 
 
