@@ -161,8 +161,7 @@ class Partition:
     def read_from(self, offset: int, max_msgs: int | None = None, max_bytes: int = DEFAULT_FETCH_BYTES) -> list[Record]:
         """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches."""
         result = self.read_raw(offset, max_bytes)
-        records = decode_batches(result.data, self.topic, self.pid, offset)
-        return records if max_msgs is None else records[:max_msgs]
+        return decode_batches(result.data, self.topic, self.pid, offset, max_msgs)
 
     # -- waiting ---------------------------------------------------------------------------------
 

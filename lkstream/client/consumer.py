@@ -147,10 +147,7 @@ class Consumer:
             self._positions[tp] = exc.earliest if self.auto_offset_reset == "earliest" else exc.latest
             log.warning("%s; resetting %s[%d] to %d", exc, topic, pid, self._positions[tp])
             return []
-        records = decode_batches(result.data, topic, pid, position)
-        if max_records is not None:
-            records = records[:max_records]
-        return records
+        return decode_batches(result.data, topic, pid, position, max_records)
 
     def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
         """Records from the assigned partitions, waiting up to ``timeout`` seconds for the first.
