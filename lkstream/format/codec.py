@@ -121,7 +121,16 @@ def decode_batch(batch: bytes, topic: str, partition: int, min_offset: int = 0) 
         records = [
             new(
                 Record,
-                (topic, partition, r.offset, r.timestamp, r.key, r.value, tuple(r.headers) if r.headers else (), ts_type),
+                (
+                    topic,
+                    partition,
+                    r.offset,
+                    r.timestamp,
+                    r.key,
+                    r.value,
+                    tuple(r.headers) if r.headers else (),
+                    ts_type,
+                ),
             )
             for r in decoded
         ]
