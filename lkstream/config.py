@@ -1,15 +1,53 @@
-"""Typed, validated broker configuration.
+"""Typed, validated broker configuration, and the one loader for files, environment and flags.
 
 Names follow the blueprint (``persist_dir``, ``fsync_mode``, ``fsync_interval_ms``,
 ``fsync_group_bytes``, ``segment_max_bytes``, ``partitions``); every limit carries
 its unit in its name. Unknown keys and out-of-range values are rejected with a
 message naming the key.
+
+Loading (:func:`load_config`)
+-----------------------------
+Each key takes the value of the highest source that sets it::
+
+    BrokerConfig defaults  <  YAML file  <  LKSTREAM_* environment  <  overrides (CLI flags)
+
+The YAML file is one mapping. :class:`BrokerConfig` fields sit at the top level; the
+daemon's own settings (gRPC/HTTP host and port, request size limits, ...) sit under a
+``server:`` section, which this module does *not* interpret: it is merged from the same
+sources and handed back raw in :attr:`LoadedConfig.server`, for the server to validate
+with its own model (``lkstream.server.settings``). ``conf/local.yml`` is the example::
+
+    persist_dir: ./data
+    fsync_mode: group
+    server:
+      grpc_port: 9090
+
+Environment: ``LKSTREAM_<FIELD>`` (upper case) sets a broker field, parsed as the field's
+type (integers as ``int()`` reads them, booleans only ``true``/``false``/``1``/``0``,
+case-insensitive); ``LKSTREAM_SERVER__<KEY>`` (double underscore) sets ``server.<key>`` to
+the raw string, for the server model to parse. Any other ``LKSTREAM_*`` variable is
+rejected as unknown, except those in :data:`IGNORED_ENV` (variables of the test tools,
+not configuration).
+
+Overrides: a mapping of broker field names, or ``server.<key>``, to already-typed values;
+``None`` means "flag not given" and is skipped.
+
+Every failure raises :class:`InvalidArgumentError` naming the key and where its value came
+from (``file conf/local.yml``, ``environment variable LKSTREAM_FSYNC_MODE``, ``override
+fsync_mode``). File values and overrides must already have the field's type (no
+``partitions: "4"``, no ``true`` for a number); only environment strings are converted.
+:attr:`LoadedConfig.sources` tells, per key set anywhere, which source won, so the server
+can name it too.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import yaml  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lkstream.errors import InvalidArgumentError
@@ -68,3 +106,205 @@ class BrokerConfig(BaseModel):
                 f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
             )
             raise InvalidArgumentError(f"invalid configuration: {problems}") from None
+
+
+ENV_PREFIX = "LKSTREAM_"
+SERVER_ENV_PREFIX = "LKSTREAM_SERVER__"
+SERVER_SECTION = "server"
+
+#: ``LKSTREAM_*`` variables that are not configuration and that :func:`load_config` skips.
+#: ``LKSTREAM_CRASH_SEED`` seeds the crash tests (tests/crash). Add a name here, with its
+#: purpose, before any other tool uses the prefix.
+IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED"})
+
+_TRUE = frozenset({"true", "1"})
+_FALSE = frozenset({"false", "0"})
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """What :func:`load_config` returns.
+
+    ``broker`` is validated; ``server`` is the raw merged ``server:`` section (keys as
+    written, values as YAML, environment strings or overrides gave them), for the server's
+    own model. ``sources`` maps each key set by a source (``"fsync_mode"``,
+    ``"server.grpc_port"``) to a description of the source that won.
+    """
+
+    broker: BrokerConfig
+    server: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> LoadedConfig:
+    """Merge defaults < YAML file at ``path`` < ``LKSTREAM_*`` in ``env`` < ``overrides``.
+
+    ``env`` defaults to ``os.environ``; pass ``{}`` to ignore the environment. Raises
+    :class:`InvalidArgumentError` naming the key and its source on any unknown key or bad
+    value, and naming the file when it is missing, unreadable, not YAML or not a mapping.
+    """
+    broker: dict[str, Any] = {}
+    server: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def put(key: str, value: Any, source: str) -> None:
+        if key.startswith(SERVER_SECTION + "."):
+            server[key[len(SERVER_SECTION) + 1 :]] = value
+        else:
+            broker[key] = value
+        sources[key] = source
+
+    if path is not None:
+        for key, value, source in _from_file(os.fspath(path)):
+            put(key, value, source)
+    for key, value, source in _from_env(os.environ if env is None else env):
+        put(key, value, source)
+    for key, value, source in _from_overrides(overrides or {}):
+        put(key, value, source)
+
+    try:
+        config = BrokerConfig.model_validate(broker, strict=True)
+    except ValidationError as exc:
+        raise InvalidArgumentError(f"invalid configuration: {_describe(exc, sources)}") from None
+    return LoadedConfig(broker=config, server=server, sources=sources)
+
+
+def _unknown(key: object, source: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"invalid configuration: unknown key {key!r} (from {source}); known keys are "
+        f"{', '.join(BrokerConfig.model_fields)} and the {SERVER_SECTION!r} section"
+    )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc,unused-ignore]
+    """``yaml.SafeLoader`` that rejects a key written twice in one mapping."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: str) -> dict[Any, Any]:
+    where = f"config file {path}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"{where}: cannot read it ({exc})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        raise InvalidArgumentError(f"{where}: not valid YAML: {exc}") from None
+    if data is None:  # an empty (or all-comment) file: every default applies
+        return {}
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(
+            f"{where}: the top level must be a mapping of keys to values, not {type(data).__name__}"
+        )
+    return data
+
+
+def _from_file(path: str) -> list[tuple[str, Any, str]]:
+    where = f"config file {path}"
+    data = _read_yaml(path)
+    source = f"file {path}"
+    found: list[tuple[str, Any, str]] = []
+    for key, value in data.items():
+        if key == SERVER_SECTION:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise InvalidArgumentError(
+                    f"{where}: {SERVER_SECTION!r} must be a mapping of settings, not {type(value).__name__}"
+                )
+            for skey, svalue in value.items():
+                if not isinstance(skey, str):
+                    raise InvalidArgumentError(f"{where}: key {skey!r} under {SERVER_SECTION!r} is not a string")
+                found.append((f"{SERVER_SECTION}.{skey}", svalue, source))
+        elif isinstance(key, str) and key in BrokerConfig.model_fields:
+            found.append((key, value, source))
+        else:
+            raise _unknown(key, source)
+    return found
+
+
+def _from_env(env: Mapping[str, str]) -> list[tuple[str, Any, str]]:
+    found: list[tuple[str, Any, str]] = []
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or name in IGNORED_ENV:
+            continue
+        source = f"environment variable {name}"
+        raw = env[name]
+        if name.startswith(SERVER_ENV_PREFIX) and len(name) > len(SERVER_ENV_PREFIX):
+            found.append((f"{SERVER_SECTION}.{name[len(SERVER_ENV_PREFIX) :].lower()}", raw, source))
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key not in BrokerConfig.model_fields:
+            raise InvalidArgumentError(
+                f"invalid configuration: unknown environment variable {name} (no config key {key!r}); "
+                f"known keys are {', '.join(BrokerConfig.model_fields)}, or LKSTREAM_SERVER__<KEY> for "
+                f"the {SERVER_SECTION!r} section"
+            )
+        found.append((key, _parse_env(key, raw, source), source))
+    return found
+
+
+def _parse_env(key: str, raw: str, source: str) -> Any:
+    annotation = BrokerConfig.model_fields[key].annotation
+    text = raw.strip()
+    if annotation is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise InvalidArgumentError(
+            f"invalid configuration: {key}: {raw!r} is not a boolean (use true/false/1/0) (from {source})"
+        )
+    if annotation is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"invalid configuration: {key}: {raw!r} is not an integer (from {source})"
+            ) from None
+    return raw
+
+
+def _from_overrides(overrides: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+    found: list[tuple[str, Any, str]] = []
+    for key, value in overrides.items():
+        source = f"override {key}"
+        if value is None:
+            continue
+        if key.startswith(SERVER_SECTION + ".") and len(key) > len(SERVER_SECTION) + 1:
+            found.append((key, value, source))
+        elif key in BrokerConfig.model_fields:
+            found.append((key, os.fspath(value) if isinstance(value, os.PathLike) else value, source))
+        else:
+            raise _unknown(key, source)
+    return found
+
+
+def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
+    problems = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        if key:
+            where = sources.get(key, "default")
+            problems.append(f"{key}: {err['msg']} (got {err['input']!r}, from {where})")
+        else:  # a cross-field check: name every field it mentions, with its source
+            named = [name for name in BrokerConfig.model_fields if name in err["msg"]]
+            where = ", ".join(f"{name} from {sources.get(name, 'default')}" for name in named)
+            problems.append(f"{err['msg'].removeprefix('Value error, ')}" + (f" ({where})" if where else ""))
+    return "; ".join(problems)
