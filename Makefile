@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast test-crash check bench clean
+.PHONY: venv run test test-fast test-crash check bench clean proto
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_producer.py
 	$(PY) benchmarks/bench_consumer.py
+
+## proto: regenerate the Python gRPC stubs in lkstream/server/_proto from proto/messaging.proto
+PROTO_OUT := lkstream/server/_proto
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) \
+		--grpc_python_out=$(PROTO_OUT) proto/messaging.proto
+	# protoc writes a top-level import; make it a package import.
+	sed -i 's/^import messaging_pb2 as messaging__pb2$$/from lkstream.server._proto import messaging_pb2 as messaging__pb2/' \
+		$(PROTO_OUT)/messaging_pb2_grpc.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

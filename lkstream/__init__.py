@@ -3,21 +3,25 @@
 Public names only; everything else lives in subpackages::
 
     from lkstream import Broker, Consumer, OffsetStore
+    broker = lkstream.connect("127.0.0.1:9090")   # the same surface, served by the daemon
 """
 
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.partition import Partition
 from lkstream.client.consumer import Consumer
+from lkstream.client.remote import RemoteBroker, connect
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BackpressureError,
     BrokerClosedError,
+    BrokerUnavailableError,
     CorruptRecordError,
     DataDirLockedError,
     DiskFullError,
     InvalidArgumentError,
     LkstreamError,
     OffsetOutOfRangeError,
+    ProtocolVersionError,
     RecordTooLargeError,
     StorageError,
     TopicExistsError,
@@ -33,6 +37,7 @@ __all__ = [
     "Broker",
     "BrokerClosedError",
     "BrokerConfig",
+    "BrokerUnavailableError",
     "Compression",
     "Consumer",
     "CorruptRecordError",
@@ -43,11 +48,14 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OffsetStore",
     "Partition",
+    "ProtocolVersionError",
     "Record",
     "RecordTooLargeError",
+    "RemoteBroker",
     "StorageError",
     "TopicDescription",
     "TopicExistsError",
     "UnknownTopicError",
     "__version__",
+    "connect",
 ]

@@ -18,7 +18,9 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── StorageError                   an OS-level I/O failure, with the path
     │   └── DiskFullError              ENOSPC / EDQUOT (retriable once space is freed)
     ├── DataDirLockedError             another broker holds the data directory
-    └── BrokerClosedError              the broker was closed
+    ├── BrokerClosedError              the broker was closed
+    ├── BrokerUnavailableError         a remote client cannot reach the daemon (retriable)
+    └── ProtocolVersionError           client and daemon speak incompatible protocol versions
 """
 
 from __future__ import annotations
@@ -141,6 +143,28 @@ class DataDirLockedError(LkstreamError):
 
 class BrokerClosedError(LkstreamError):
     """The broker was closed; no further calls are accepted."""
+
+
+class BrokerUnavailableError(LkstreamError):
+    """The daemon at ``address`` cannot be reached (not running, wrong address, shutting down)."""
+
+    retriable = True
+
+    def __init__(self, address: str, reason: str = "") -> None:
+        super().__init__(f"cannot reach the lkstream daemon at {address}" + (f": {reason}" if reason else ""))
+        self.address = address
+
+
+class ProtocolVersionError(LkstreamError):
+    """The daemon does not accept the client's protocol version."""
+
+    def __init__(self, client_version: int, server_version: int, min_client_version: int) -> None:
+        super().__init__(
+            f"client protocol version {client_version} is not supported: the server speaks protocol version "
+            f"{server_version} and accepts client versions {min_client_version}..{server_version}"
+        )
+        self.client_version = client_version
+        self.server_version = server_version
 
 
 class InvariantViolation(AssertionError):

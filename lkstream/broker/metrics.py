@@ -1,0 +1,359 @@
+"""Prometheus metrics of one broker (seed section 9).
+
+``BrokerMetrics(broker, registry=None)`` registers, in ``registry`` (a fresh
+:class:`~prometheus_client.CollectorRegistry` when None, never the global one,
+so several brokers in one process do not collide):
+
+Read from broker state at scrape time (nothing on the produce path):
+
+- ``lk_produced_total{topic,partition}`` counter: records appended since the broker opened
+  (``Partition.produced_records``);
+- ``lk_partition_next_offset{topic,partition}`` gauge: the offset the next record gets;
+- ``lk_segment_size_bytes{topic,partition}`` gauge: bytes of all the partition's segments;
+- ``lk_partition_committed_offset{topic,group,partition}`` gauge: the group's committed
+  offset (the next offset it will read), from the broker's offset files, else from
+  :meth:`BrokerMetrics.record_committed`;
+- ``lk_consumer_lag_seconds{topic,group,partition}`` gauge: age of the oldest record the
+  group has not consumed (its committed offset's batch timestamp); 0 when caught up;
+- ``lk_inflight_bytes`` gauge: produce bytes accepted and not yet acknowledged;
+- ``lk_recovery_truncations_total`` counter: partitions whose log was truncated at open;
+- ``lk_disk_free_bytes`` and ``lk_disk_total_bytes`` gauges: the filesystem of ``persist_dir``.
+
+Observed as events happen:
+
+- ``lk_fsync_latency_seconds`` histogram, through ``broker.fsync_observers``;
+- ``lk_consumed_total{topic,group,partition}`` counter: :meth:`BrokerMetrics.record_consumed`;
+- ``lk_produce_latency_seconds`` / ``lk_fetch_latency_seconds`` histograms:
+  :meth:`BrokerMetrics.observe_produce` / :meth:`BrokerMetrics.observe_fetch`;
+- ``lk_request_errors_total{code}`` counter: :meth:`BrokerMetrics.count_error` (a gRPC
+  status name such as ``NOT_FOUND``).
+
+Serving surfaces (the gRPC daemon, the HTTP app) call those methods; this
+module is synchronous and thread-safe (no asyncio). Expose the registry with
+``prometheus_client.generate_latest(metrics.registry)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from lkstream.broker.broker import Broker
+from lkstream.errors import LkstreamError
+from lkstream.format.batch import HEADER_SIZE, parse_header
+from lkstream.storage.offsets import SUFFIX
+
+#: Latency buckets (seconds) shared by the produce, fetch and fsync histograms: from
+#: 100 us (a page-cache write) to 10 s (a stalled disk); the fsync alert's 1 s is a bound.
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+#: Every metric name this module exports (as exposed, counters with ``_total``).
+METRIC_NAMES = (
+    "lk_produced_total",
+    "lk_consumed_total",
+    "lk_partition_next_offset",
+    "lk_partition_committed_offset",
+    "lk_consumer_lag_seconds",
+    "lk_segment_size_bytes",
+    "lk_inflight_bytes",
+    "lk_fsync_latency_seconds",
+    "lk_produce_latency_seconds",
+    "lk_fetch_latency_seconds",
+    "lk_request_errors_total",
+    "lk_recovery_truncations_total",
+    "lk_disk_free_bytes",
+    "lk_disk_total_bytes",
+)
+
+GroupKey = tuple[str, str, int]  # (topic, group, partition)
+_Family = CounterMetricFamily | GaugeMetricFamily
+
+
+@dataclass(frozen=True)
+class _PartitionView:
+    topic: str
+    pid: int
+    produced: int
+    next_offset: int
+    log_start_offset: int
+    high_watermark: int
+    size_bytes: int
+
+
+class BrokerMetrics:
+    """The Prometheus metrics of ``broker``; see the module docstring for the names.
+
+    ``now`` (seconds since the epoch) is injectable for lag tests. Call
+    :meth:`close` to stop observing fsyncs (the broker keeps working either way).
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        registry: CollectorRegistry | None = None,
+        *,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.broker = broker
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._now = now
+        self._lock = threading.Lock()
+        self._committed: dict[GroupKey, int] = {}
+        # The event metrics live in a private registry that the collector re-exports without
+        # their ``_created`` series, so the exposition holds exactly the documented names.
+        self._events = CollectorRegistry()
+        self.fsync_latency = Histogram(
+            "lk_fsync_latency_seconds",
+            "Duration of each log fsync (group commit, sync-mode ack, flush).",
+            buckets=LATENCY_BUCKETS,
+            registry=self._events,
+        )
+        self.produce_latency = Histogram(
+            "lk_produce_latency_seconds",
+            "Produce request latency, receipt to acknowledgement.",
+            buckets=LATENCY_BUCKETS,
+            registry=self._events,
+        )
+        self.fetch_latency = Histogram(
+            "lk_fetch_latency_seconds",
+            "Fetch request latency.",
+            buckets=LATENCY_BUCKETS,
+            registry=self._events,
+        )
+        self.request_errors = Counter(
+            "lk_request_errors",
+            "Failed requests by status code (NOT_FOUND, INVALID_ARGUMENT, OUT_OF_RANGE, ...).",
+            ["code"],
+            registry=self._events,
+        )
+        self.consumed = Counter(
+            "lk_consumed",
+            "Records delivered to a consumer group.",
+            ["topic", "group", "partition"],
+            registry=self._events,
+        )
+        self._collector = _BrokerCollector(self)
+        self.registry.register(self._collector)
+        broker.fsync_observers.append(self._observe_fsync)
+
+    # -- called by serving surfaces ----------------------------------------------------------------
+
+    def observe_produce(self, seconds: float) -> None:
+        self.produce_latency.observe(seconds)
+
+    def observe_fetch(self, seconds: float) -> None:
+        self.fetch_latency.observe(seconds)
+
+    def count_error(self, code: str) -> None:
+        self.request_errors.labels(code=code).inc()
+
+    def record_consumed(self, topic: str, group: str, partition: int, count: int) -> None:
+        """``count`` records of ``topic[partition]`` were delivered to ``group``."""
+        if count > 0:
+            self.consumed.labels(topic=topic, group=group, partition=str(partition)).inc(count)
+
+    def record_committed(self, topic: str, group: str, partition: int, offset: int) -> None:
+        """``group`` committed ``offset`` (the next it will read); the offset file wins when there is one."""
+        with self._lock:
+            self._committed[(topic, group, partition)] = offset
+
+    def close(self) -> None:
+        """Stop observing the broker's fsyncs. Idempotent."""
+        if self._observe_fsync in self.broker.fsync_observers:
+            self.broker.fsync_observers.remove(self._observe_fsync)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _observe_fsync(self, seconds: float) -> None:
+        self.fsync_latency.observe(seconds)
+
+    def event_metrics(self) -> list[Metric]:
+        """The event-driven families (histograms, event counters), without ``_created`` samples."""
+        families = list(self._events.collect())
+        for family in families:
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+        return families
+
+    def recorded_commits(self) -> dict[GroupKey, int]:
+        with self._lock:
+            return dict(self._committed)
+
+    def now(self) -> float:
+        return self._now()
+
+
+def read_committed_files(directory: str) -> dict[GroupKey, int]:
+    """Every ``{group}__{topic}__part{pid}.offset`` file under ``directory``: ``{(topic, group, pid): offset}``.
+
+    Unreadable or half-named files are skipped (``lkstream verify`` reports them).
+    """
+    found: dict[GroupKey, int] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        if not name.endswith(SUFFIX):
+            continue
+        group, sep, rest = name[: -len(SUFFIX)].partition("__")
+        topic, sep2, pid = rest.rpartition("__part")
+        if not (sep and sep2 and group and topic and pid.isdigit()):
+            continue
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                offset = json.loads(f.read())["offset"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0:
+            found[(topic, group, int(pid))] = offset
+    return found
+
+
+class _BrokerCollector(Collector):
+    """Reads the broker's state on each scrape."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+        # (topic, pid, offset) -> batch timestamp (ms) of the record at offset; kept for one scrape.
+        self._timestamps: dict[tuple[str, int, int], int] = {}
+        self._ts_lock = threading.Lock()
+
+    def describe(self) -> Iterable[Metric]:
+        return [*self._families(), *self._metrics.event_metrics()]
+
+    def _families(self) -> Iterator[_Family]:
+        yield CounterMetricFamily(
+            "lk_produced", "Records appended since the broker opened.", labels=["topic", "partition"]
+        )
+        yield GaugeMetricFamily(
+            "lk_partition_next_offset", "Offset the next appended record gets.", labels=["topic", "partition"]
+        )
+        yield GaugeMetricFamily(
+            "lk_segment_size_bytes", "Bytes of all segments of the partition.", labels=["topic", "partition"]
+        )
+        yield GaugeMetricFamily(
+            "lk_partition_committed_offset",
+            "Committed offset of a consumer group (the next offset it reads).",
+            labels=["topic", "group", "partition"],
+        )
+        yield GaugeMetricFamily(
+            "lk_consumer_lag_seconds",
+            "Age of the oldest record the group has not consumed; 0 when caught up.",
+            labels=["topic", "group", "partition"],
+        )
+        yield GaugeMetricFamily("lk_inflight_bytes", "Produce bytes accepted and not yet acknowledged.")
+        yield CounterMetricFamily("lk_recovery_truncations", "Partitions whose log was truncated when opened.")
+        yield GaugeMetricFamily("lk_disk_free_bytes", "Free bytes on the filesystem of persist_dir.")
+        yield GaugeMetricFamily("lk_disk_total_bytes", "Total bytes of the filesystem of persist_dir.")
+
+    def collect(self) -> Iterable[Metric]:
+        m = self._metrics
+        broker = m.broker
+        families = {f.name: f for f in self._families()}
+        produced = families["lk_produced"]
+        next_offset = families["lk_partition_next_offset"]
+        segment_bytes = families["lk_segment_size_bytes"]
+        committed_family = families["lk_partition_committed_offset"]
+        lag = families["lk_consumer_lag_seconds"]
+
+        partitions = self._partitions()
+        for view in partitions.values():
+            labels = [view.topic, str(view.pid)]
+            produced.add_metric(labels, view.produced)
+            next_offset.add_metric(labels, view.next_offset)
+            segment_bytes.add_metric(labels, view.size_bytes)
+
+        committed = m.recorded_commits()
+        committed.update(read_committed_files(broker.offset_store.directory))
+        now = m.now()
+        used: set[tuple[str, int, int]] = set()
+        for (topic, group, pid), offset in sorted(committed.items()):
+            found = partitions.get((topic, pid))
+            if found is None:
+                continue  # a deleted topic or a partition this broker does not have
+            labels = [topic, group, str(pid)]
+            committed_family.add_metric(labels, offset)
+            lag.add_metric(labels, self._lag_seconds(found, offset, now, used))
+        with self._ts_lock:
+            self._timestamps = {k: v for k, v in self._timestamps.items() if k in used}
+
+        stats = broker.stats()
+        families["lk_inflight_bytes"].add_metric([], stats.inflight_bytes)
+        families["lk_recovery_truncations"].add_metric([], stats.recovery_truncations)
+        try:
+            usage = shutil.disk_usage(broker.persist_dir)
+        except OSError:
+            usage = None
+        if usage is not None:
+            families["lk_disk_free_bytes"].add_metric([], usage.free)
+            families["lk_disk_total_bytes"].add_metric([], usage.total)
+        return [*families.values(), *m.event_metrics()]
+
+    def _partitions(self) -> dict[tuple[str, int], _PartitionView]:
+        broker = self._metrics.broker
+        views: dict[tuple[str, int], _PartitionView] = {}
+        for topic in broker.list_topics():
+            try:
+                count = broker.partitions_for(topic)
+                for pid in range(count):
+                    partition = broker.partition(topic, pid)
+                    st = partition.stats()
+                    views[(topic, pid)] = _PartitionView(
+                        topic,
+                        pid,
+                        partition.produced_records,
+                        st.next_offset,
+                        st.log_start_offset,
+                        st.high_watermark,
+                        st.size_bytes,
+                    )
+            except LkstreamError:
+                continue  # deleted while we looked
+        return views
+
+    def _lag_seconds(self, view: _PartitionView, offset: int, now: float, used: set[tuple[str, int, int]]) -> float:
+        """Seconds since the first record at or after ``offset`` was produced; 0 when none is left."""
+        if offset >= view.high_watermark:
+            return 0.0
+        first = max(offset, view.log_start_offset)
+        key = (view.topic, view.pid, first)
+        used.add(key)
+        with self._ts_lock:
+            ts_ms = self._timestamps.get(key)
+        if ts_ms is None:
+            try:
+                data = self._metrics.broker.partition(view.topic, view.pid).read_raw(first, 1).data
+                if len(data) < HEADER_SIZE:
+                    return 0.0
+                ts_ms = parse_header(data).base_timestamp
+            except LkstreamError:
+                return 0.0
+            with self._ts_lock:
+                self._timestamps[key] = ts_ms
+        return max(0.0, now - ts_ms / 1000.0)

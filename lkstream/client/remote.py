@@ -1,0 +1,426 @@
+"""The remote client: the embedded Broker's produce/fetch/admin surface over gRPC.
+
+``lkstream.connect("127.0.0.1:9090")`` returns a :class:`RemoteBroker`. Code
+written against the embedded ``Broker`` (``produce_many``, ``produce_many_sync``,
+``fetch``, ``read_from``, topic admin) runs against the daemon by changing that
+one constructor.
+
+Produce encodes record batches here, in the client, with the same C codec the
+embedded broker uses, and sends each as ``ProduceRequest.record_batch``: the
+daemon appends it with no per-record work. Keyed records are routed with
+Kafka's murmur2 partitioner, which needs the topic's partition count: it is
+asked once (Admin describe) and cached. Keyless records of one call go to one
+partition, chosen by the daemon (sticky), as the embedded broker does.
+
+Errors come back as the same :mod:`lkstream.errors` classes the embedded broker
+raises (table in :mod:`lkstream.server.wire`); an unreachable daemon raises
+:class:`BrokerUnavailableError` naming the address.
+
+Thread-safety: the blocking methods may be called from any thread. The async
+methods use one ``grpc.aio`` channel per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from lkstream.broker.broker import TopicDescription
+from lkstream.broker.partition import DEFAULT_FETCH_BYTES
+from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.errors import InvalidArgumentError, LkstreamError, RecordTooLargeError, UnknownTopicError
+from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
+from lkstream.server._proto import messaging_pb2 as pb
+from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.server.wire import PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
+from lkstream.storage.log import PartitionStats, ReadResult
+from lkstream.storage.topics import TopicSettings
+
+T = TypeVar("T")
+
+#: Target size of one client-encoded batch (a larger call is split).
+DEFAULT_BATCH_BYTES = 1024 * 1024
+#: Largest gRPC message the client sends or accepts.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_RECORD_OVERHEAD = 21
+
+# (partition or None for "the daemon picks", encoded batch, indices of the records in it)
+_Chunk = tuple[int | None, bytearray, list[int]]
+
+
+def connect(address: str = "127.0.0.1:9090", **options: Any) -> RemoteBroker:
+    """Connect to the daemon at ``address`` and check the protocol version; see :class:`RemoteBroker`."""
+    return RemoteBroker(address, **options)
+
+
+class RemoteBroker:
+    """A connection to an LKSTREAM daemon with the embedded :class:`Broker`'s surface."""
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1:9090",
+        *,
+        timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        compression: Compression | str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        protocol_version: int = PROTOCOL_VERSION,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.batch_bytes = batch_bytes
+        self.compression = Compression.parse(compression)
+        self._options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+        self._metadata = ((VERSION_METADATA_KEY, str(protocol_version)),)
+        self._channel = grpc.insecure_channel(address, options=self._options)
+        self._stub = pb_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
+        self._aio: dict[asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, Any]] = {}
+        self._partitions: dict[str, int] = {}
+        self._sticky = StickyPartitioner()
+        self._closed = False
+        self.max_message_bytes: int | None = None
+        try:
+            self.server_protocol_version = self._handshake(protocol_version, connect_timeout)
+        except BaseException:
+            self._channel.close()
+            raise
+
+    def _handshake(self, version: int, timeout: float) -> int:
+        request = pb.HandshakeRequest(client_protocol_version=version, client_name="lkstream-python")
+        response: pb.HandshakeResponse = self._call(self._stub.Handshake, request, timeout=timeout)
+        self.max_message_bytes = int(response.max_message_bytes) or None
+        return int(response.server_protocol_version)
+
+    # -- call plumbing ---------------------------------------------------------------------------
+
+    def _error(self, exc: grpc.RpcError) -> LkstreamError:
+        call: Any = exc
+        code = call.code() if hasattr(call, "code") else grpc.StatusCode.UNKNOWN
+        details = (call.details() if hasattr(call, "details") else "") or ""
+        trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
+        return error_from_status(code, details, tuple(trailing or ()), self.address)
+
+    def _call(self, method: Any, request: Any, *, timeout: float | None = None) -> Any:
+        if self._closed:
+            raise InvalidArgumentError("this RemoteBroker is closed")
+        try:
+            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def _astub(self) -> Any:
+        if self._closed:
+            raise InvalidArgumentError("this RemoteBroker is closed")
+        loop = asyncio.get_running_loop()
+        entry = self._aio.get(loop)
+        if entry is None:
+            channel = grpc.aio.insecure_channel(self.address, options=self._options)
+            entry = (channel, pb_grpc.BrokerStub(channel))  # type: ignore[no-untyped-call]
+            self._aio[loop] = entry
+        return entry[1]
+
+    async def _acall(self, name: str, request: Any) -> Any:
+        try:
+            return await getattr(self._astub(), name)(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    # -- produce ---------------------------------------------------------------------------------
+
+    async def produce_many(
+        self,
+        topic: str,
+        records: Sequence[Any],
+        *,
+        partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> list[tuple[int, int]]:
+        """Append ``(key, value[, headers])`` records; return ``[(partition, offset)]`` in input order."""
+        pairs, headers = _normalise(records)
+        if not pairs:
+            return []
+        count = None
+        if partition is None and any(key is not None for key, _ in pairs):
+            count = self._partitions.get(topic) or await self._adescribe_count(topic)
+        chunks = self._plan(pairs, headers, partition, count, compression)
+        results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
+        for pid, batch, indices in chunks:
+            response = await self._acall("Produce", _produce_request(topic, pid, batch))
+            _place(results, indices, response)
+        return results
+
+    def produce_many_sync(
+        self,
+        topic: str,
+        records: Sequence[Any],
+        *,
+        partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> list[tuple[int, int]]:
+        """Blocking twin of :meth:`produce_many`."""
+        pairs, headers = _normalise(records)
+        if not pairs:
+            return []
+        count = None
+        if partition is None and any(key is not None for key, _ in pairs):
+            count = self.partitions_for(topic, create=True)
+        results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
+        for pid, batch, indices in self._plan(pairs, headers, partition, count, compression):
+            _place(results, indices, self._call(self._stub.Produce, _produce_request(topic, pid, batch)))
+        return results
+
+    async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
+        """Append one pre-encoded v2 batch; return ``(base_offset, last_offset)``."""
+        response = await self._acall("Produce", _produce_request(topic, partition, batch))
+        return int(response.base_offset), int(response.last_offset)
+
+    def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
+        """Blocking twin of :meth:`produce_batch`."""
+        response = self._call(self._stub.Produce, _produce_request(topic, partition, batch))
+        return int(response.base_offset), int(response.last_offset)
+
+    def _plan(
+        self,
+        pairs: list[KeyValue],
+        headers: list[Headers] | None,
+        explicit: int | None,
+        count: int | None,
+        compression: Compression | str | None,
+    ) -> list[_Chunk]:
+        """Route records to partitions (as the embedded broker does) and encode one batch per chunk."""
+        codec = self.compression if compression is None else Compression.parse(compression)
+        if self.max_message_bytes is not None:
+            # The daemon appends our batches without looking at records: enforce its per-record limit here.
+            largest = max(len(k or b"") + len(v or b"") for k, v in pairs)
+            if largest > self.max_message_bytes:
+                raise RecordTooLargeError(largest, self.max_message_bytes)
+        routes: dict[int | None, list[int]]
+        if explicit is not None or count is None or count == 1:
+            routes = {explicit if count != 1 or explicit is not None else 0: list(range(len(pairs)))}
+        else:
+            keyless = self._sticky.next(count)
+            routes = {}
+            for i, (key, _) in enumerate(pairs):
+                target = keyless if key is None else partition_for_key(key, count)
+                routes.setdefault(target, []).append(i)
+        chunks: list[_Chunk] = []
+        for pid, indices in routes.items():
+            for chunk in _split(indices, pairs, self.batch_bytes):
+                batch = encode_batch(
+                    [pairs[i] for i in chunk],
+                    headers=None if headers is None else [headers[i] for i in chunk],
+                    compression=codec,
+                )
+                chunks.append((pid, batch, chunk))
+        return chunks
+
+    # -- fetch -----------------------------------------------------------------------------------
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
+        """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``)."""
+        response = self._call(self._stub.Fetch, _fetch_request(topic, partition, offset, max_bytes))
+        return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
+
+    async def fetch_async(
+        self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
+    ) -> ReadResult:
+        """Async twin of :meth:`fetch`."""
+        response = await self._acall("Fetch", _fetch_request(topic, partition, offset, max_bytes))
+        return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
+
+    def read_from(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_msgs: int | None = None,
+        max_bytes: int = DEFAULT_FETCH_BYTES,
+    ) -> list[Record]:
+        """Decoded records of ``topic[partition]`` from ``offset`` (as ``Broker.read_from``)."""
+        records = decode_batches(self.fetch(topic, partition, offset, max_bytes).data, topic, partition, offset)
+        return records if max_msgs is None else records[:max_msgs]
+
+    async def subscribe(self, topic: str, partition: int, offset: int) -> AsyncIterator[Record]:
+        """Records from ``offset`` on, then each new one as it is appended (the Subscribe stream)."""
+        call = self._astub().Subscribe(
+            pb.FetchRequest(topic=topic, partition=partition, offset=offset), metadata=self._metadata
+        )
+        try:
+            async for r in call:
+                headers = [(h.key, h.value) for h in r.headers]
+                yield Record(topic, partition, r.offset, r.ts, r.key or None, r.value, headers)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+        finally:
+            call.cancel()
+
+    # -- offsets and admin -----------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
+        request = pb.CommitRequest(group=group, topic=topic, partition=partition, offset=offset)
+        self._call(self._stub.CommitOffset, request)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> None:
+        create = pb.CreateTopic(
+            name=name, partitions=partitions or 0, retention_ms=retention_ms, retention_bytes=retention_bytes
+        )
+        response = self._call(self._stub.Admin, pb.AdminRequest(create_topic=create))
+        self._partitions[name] = int(response.topic.partitions)
+
+    def delete_topic(self, name: str) -> None:
+        self._partitions.pop(name, None)
+        self._call(self._stub.Admin, pb.AdminRequest(delete_topic=pb.DeleteTopic(name=name)))
+
+    def list_topics(self) -> list[str]:
+        response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()))
+        return list(response.topics)
+
+    def describe_topic(self, name: str, *, create: bool = False) -> TopicDescription:
+        request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=name, create_if_missing=create))
+        description = _description(self._call(self._stub.Admin, request).topic)
+        self._partitions[name] = description.settings.partitions
+        return description
+
+    def partitions_for(self, topic: str, *, create: bool = False) -> int:
+        """Partition count of ``topic`` (cached after the first ask)."""
+        cached = self._partitions.get(topic)
+        return cached if cached is not None else len(self.describe_topic(topic, create=create).partitions)
+
+    async def _adescribe_count(self, topic: str) -> int:
+        request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=topic, create_if_missing=True))
+        description = _description((await self._acall("Admin", request)).topic)
+        self._partitions[topic] = description.settings.partitions
+        return description.settings.partitions
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the channels. Async channels are closed without waiting for their calls."""
+        if self._closed:
+            return
+        self._closed = True
+        self._channel.close()
+        for loop, (channel, _) in list(self._aio.items()):
+            if not loop.is_closed():
+                _close_soon(loop, channel.close)
+        self._aio.clear()
+
+    def __enter__(self) -> RemoteBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RemoteBroker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        channel = self._aio.pop(asyncio.get_running_loop(), None)
+        if channel is not None:
+            await channel[0].close()
+        self.close()
+
+
+def _close_soon(loop: asyncio.AbstractEventLoop, close: Callable[[], Any]) -> None:
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        loop.create_task(close())
+    elif loop.is_running():
+        asyncio.run_coroutine_threadsafe(close(), loop)
+    # A stopped loop's channel is released with the loop.
+
+
+def _produce_request(topic: str, partition: int | None, batch: bytes | bytearray) -> pb.ProduceRequest:
+    return pb.ProduceRequest(topic=topic, partition=partition, record_batch=bytes(batch))
+
+
+def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> pb.FetchRequest:
+    if offset < 0:
+        raise InvalidArgumentError(f"offset must be non-negative, got {offset}")
+    return pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes, raw_batches=True)
+
+
+def _place(results: list[tuple[int, int]], indices: list[int], response: pb.ProduceResponse) -> None:
+    pid, base = int(response.partition), int(response.base_offset)
+    for delta, i in enumerate(indices):
+        results[i] = (pid, base + delta)
+
+
+def _description(info: pb.TopicInfo) -> TopicDescription:
+    if not info.name:
+        raise UnknownTopicError("?")
+    stats = [
+        PartitionStats(
+            log_start_offset=p.log_start_offset,
+            next_offset=p.next_offset,
+            high_watermark=p.high_watermark,
+            segment_count=p.segment_count,
+            size_bytes=p.size_bytes,
+            active_segment_bytes=p.active_segment_bytes,
+        )
+        for p in info.partition_stats
+    ]
+    settings = TopicSettings(info.partitions, info.retention_ms, info.retention_bytes)
+    return TopicDescription(info.name, settings, stats)
+
+
+def _bytes(value: object, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidArgumentError(f"{what} must be bytes, str or None, got {type(value).__name__}")
+
+
+def _normalise(records: Sequence[Any]) -> tuple[list[KeyValue], list[Headers] | None]:
+    """``(key, value[, headers])`` items as bytes pairs plus headers (None when no item has any)."""
+    if isinstance(records, (bytes, str)) or not isinstance(records, Sequence):
+        raise InvalidArgumentError("records must be a sequence of (key, value) tuples")
+    pairs: list[KeyValue] = []
+    headers: list[Headers] = []
+    any_headers = False
+    for n, item in enumerate(records):
+        if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+            raise InvalidArgumentError(f"record {n} must be a (key, value) or (key, value, headers) tuple")
+        pairs.append((_bytes(item[0], "key"), _bytes(item[1], "value")))
+        headers.append(list(item[2]) if len(item) == 3 else [])
+        any_headers = any_headers or len(item) == 3
+    return pairs, headers if any_headers else None
+
+
+def _split(indices: list[int], pairs: list[KeyValue], budget: int) -> list[list[int]]:
+    """Cut one partition's records into chunks of about ``budget`` encoded bytes."""
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    used = 0
+    for i in indices:
+        key, value = pairs[i]
+        size = len(key or b"") + len(value or b"") + _RECORD_OVERHEAD
+        if chunk and used + size > budget:
+            chunks.append(chunk)
+            chunk, used = [], 0
+        chunk.append(i)
+        used += size
+    if chunk:
+        chunks.append(chunk)
+    return chunks

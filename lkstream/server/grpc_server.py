@@ -1,0 +1,390 @@
+"""The gRPC daemon: one :class:`Broker` behind ``proto/messaging.proto``'s ``Broker`` service.
+
+Concurrency: one asyncio event loop (``grpc.aio``). The broker's append and
+read paths are synchronous and take microseconds (a C-level encode or CRC pass
+and a ``write(2)`` into the page cache), so handlers call them inline, as the
+embedded async API does (ADR 0003); they await only what really waits: the
+fsync in ``sync`` mode, new data for Subscribe (``Partition.wait_for_offset``,
+woken by the append, no polling) and offset commits (fsync + rename, run in a
+worker thread).
+
+Errors: every handler runs inside :func:`_guard`, the one place that turns an
+:class:`LkstreamError` into a status code (table in :mod:`lkstream.server.wire`)
+with the error's fields in trailing metadata.
+
+Shutdown (SIGTERM/SIGINT): health goes NOT_SERVING, Subscribe streams end with
+UNAVAILABLE, the server stops accepting calls and gives in-flight ones
+``shutdown_grace_s``, then ``Broker.close()`` fsyncs and releases the data
+directory lock. Every produce acknowledged before that is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from importlib import metadata
+from typing import Any, NoReturn
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from lkstream.broker.broker import Broker, TopicDescription
+from lkstream.broker.partition import DEFAULT_FETCH_BYTES
+from lkstream.broker.partitioner import StickyPartitioner
+from lkstream.config import BrokerConfig
+from lkstream.errors import (
+    BrokerClosedError,
+    CorruptRecordError,
+    InvalidArgumentError,
+    LkstreamError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from lkstream.format.codec import Record, decode_batches
+from lkstream.server._proto import messaging_pb2 as pb
+from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.server.settings import ServerSettings
+from lkstream.server.wire import (
+    MIN_CLIENT_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    VERSION_METADATA_KEY,
+    check_client_version,
+    error_metadata,
+    status_for,
+)
+
+log = logging.getLogger("lkstream.server")
+
+SERVICE_NAME = "lkstream.Broker"
+
+
+def _package_version() -> str:
+    # Not `lkstream.__version__`: importing the top-level package would import the client layer.
+    try:
+        return metadata.version("lkstream")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+__version__ = _package_version()
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: LkstreamError) -> NoReturn:
+    await context.abort(status_for(error), str(error), trailing_metadata=error_metadata(error))
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+def _check_version(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    for key, value in context.invocation_metadata() or ():
+        if key == VERSION_METADATA_KEY:
+            try:
+                version = int(value)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"{VERSION_METADATA_KEY} must be an integer, got {value!r}") from None
+            check_client_version(version)
+
+
+def _record(record: Record) -> pb.Record:
+    return pb.Record(
+        offset=record.offset,
+        key=record.key or b"",
+        value=record.value or b"",
+        ts=max(record.timestamp, 0),
+        headers=[pb.Header(key=k, value=v or b"") for k, v in record.headers],
+        partition=record.partition,
+    )
+
+
+def _topic_info(description: TopicDescription) -> pb.TopicInfo:
+    return pb.TopicInfo(
+        name=description.name,
+        partitions=description.settings.partitions,
+        retention_ms=description.settings.retention_ms,
+        retention_bytes=description.settings.retention_bytes,
+        partition_stats=[
+            pb.PartitionInfo(
+                partition=pid,
+                log_start_offset=s.log_start_offset,
+                next_offset=s.next_offset,
+                high_watermark=s.high_watermark,
+                segment_count=s.segment_count,
+                size_bytes=s.size_bytes,
+                active_segment_bytes=s.active_segment_bytes,
+            )
+            for pid, s in enumerate(description.partitions)
+        ],
+    )
+
+
+class BrokerService:
+    """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe."""
+
+    def __init__(self, broker: Broker, max_fetch_bytes: int) -> None:
+        self.broker = broker
+        self.max_fetch_bytes = max_fetch_bytes
+        self.stopping = asyncio.Event()
+        self._sticky = StickyPartitioner()
+
+    # -- produce ---------------------------------------------------------------------------------
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        async with _guard(context):
+            explicit = request.partition if request.HasField("partition") else None
+            if request.record_batch:
+                return await self._produce_batch(request, explicit)
+            if not request.values:
+                raise InvalidArgumentError("a produce request needs values or a record_batch")
+            key = request.key or None
+            records = [(key, value) for value in request.values]
+            results = await self.broker.produce_many(request.topic, records, partition=explicit)
+            offsets = [offset for _, offset in results]
+            return pb.ProduceResponse(
+                partition=results[0][0], offsets=offsets, base_offset=offsets[0], last_offset=offsets[-1]
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _produce_batch(self, request: pb.ProduceRequest, explicit: int | None) -> pb.ProduceResponse:
+        if request.values or request.key:
+            raise InvalidArgumentError("record_batch excludes key and values: send one or the other")
+        count = self._ensure_topic(request.topic, create=True)
+        pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
+        try:
+            base, last = await self.broker.produce_batch(request.topic, pid, bytearray(request.record_batch))
+        except CorruptRecordError as exc:
+            # A bad batch from a client is the client's argument, not data loss on this broker.
+            raise InvalidArgumentError(f"record_batch rejected: {exc}") from exc
+        return pb.ProduceResponse(partition=pid, base_offset=base, last_offset=last)
+
+    def _ensure_topic(self, name: str, *, create: bool) -> int:
+        """Partition count of ``name``; create it first if asked and the broker auto-creates topics."""
+        try:
+            return self.broker.partitions_for(name)
+        except UnknownTopicError:
+            if not (create and self.broker.config.auto_create_topics):
+                raise
+        with contextlib.suppress(TopicExistsError):
+            self.broker.create_topic(name)
+        return self.broker.partitions_for(name)
+
+    # -- fetch and subscribe ---------------------------------------------------------------------
+
+    def _fetch_bytes(self, requested: int) -> int:
+        return min(requested or DEFAULT_FETCH_BYTES, self.max_fetch_bytes)
+
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.FetchResponse:
+        async with _guard(context):
+            topic, pid, offset = request.topic, request.partition, request.offset
+            result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
+            response = pb.FetchResponse(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset)
+            if request.raw_batches:
+                response.record_batches = result.data
+            else:
+                response.records.extend(_record(r) for r in decode_batches(result.data, topic, pid, offset))
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def Subscribe(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.Record]:
+        """Stream records from ``offset`` on, then each new one as it is appended, until cancelled."""
+        async with _guard(context):
+            topic, pid, offset = request.topic, request.partition, request.offset
+            partition = self.broker.partition(topic, pid)
+            start, high = partition.log_start_offset, partition.high_watermark
+            if not start <= offset <= high:
+                raise OffsetOutOfRangeError(topic, pid, offset, start, high)
+            max_bytes = self._fetch_bytes(request.max_bytes)
+            while True:
+                if self.stopping.is_set():
+                    raise BrokerClosedError("server is shutting down")
+                if partition.high_watermark > offset:
+                    result = self.broker.fetch(topic, pid, offset, max_bytes)
+                    for record in decode_batches(result.data, topic, pid, offset):
+                        yield _record(record)
+                        offset = record.offset + 1
+                    continue
+                await self._wait(partition.wait_for_offset(offset))
+
+    async def _wait(self, arrival: Any) -> None:
+        """Wait for ``arrival`` (a wait_for_offset coroutine) or for shutdown, whichever comes first."""
+        data = asyncio.ensure_future(arrival)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({data, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            data.cancel()
+            stop.cancel()
+
+    # -- offsets, admin, handshake ---------------------------------------------------------------
+
+    async def CommitOffset(
+        self, request: pb.CommitRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CommitResponse:
+        async with _guard(context):
+            self.broker.partition(request.topic, request.partition)  # NOT_FOUND / INVALID_ARGUMENT first
+            # The commit fsyncs a file, renames it and fsyncs the directory: keep it off the loop.
+            await asyncio.to_thread(
+                self.broker.offset_store.commit, request.group, request.topic, request.partition, request.offset
+            )
+            return pb.CommitResponse()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def Admin(self, request: pb.AdminRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.AdminResponse:
+        async with _guard(context):
+            action = request.WhichOneof("action")
+            if action == "create_topic":
+                c = request.create_topic
+                self.broker.create_topic(
+                    c.name,
+                    c.partitions or None,
+                    retention_ms=c.retention_ms if c.HasField("retention_ms") else None,
+                    retention_bytes=c.retention_bytes if c.HasField("retention_bytes") else None,
+                )
+                return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(c.name)))
+            if action == "delete_topic":
+                self.broker.delete_topic(request.delete_topic.name)
+                return pb.AdminResponse()
+            if action == "list_topics":
+                return pb.AdminResponse(topics=self.broker.list_topics())
+            if action == "describe_topic":
+                d = request.describe_topic
+                self._ensure_topic(d.name, create=d.create_if_missing)
+                return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(d.name)))
+            raise InvalidArgumentError("an admin request needs one action")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def Handshake(
+        self, request: pb.HandshakeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.HandshakeResponse:
+        async with _guard(context):
+            check_client_version(request.client_protocol_version)
+            return pb.HandshakeResponse(
+                server_protocol_version=PROTOCOL_VERSION,
+                min_client_protocol_version=MIN_CLIENT_PROTOCOL_VERSION,
+                server_version=__version__,
+                max_message_bytes=self.broker.config.max_message_bytes,
+                max_batch_bytes=self.broker.config.max_batch_bytes,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _guard(contextlib.AbstractAsyncContextManager[None]):
+    """Check the protocol version, then map any LkstreamError raised in the block to a status."""
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._context = context
+
+    async def __aenter__(self) -> None:
+        try:
+            _check_version(self._context)
+        except LkstreamError as exc:
+            await _abort(self._context, exc)
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
+        if isinstance(exc, LkstreamError):
+            if status_for(exc) is grpc.StatusCode.INTERNAL:
+                log.error("request failed: %s", exc)
+            await _abort(self._context, exc)
+        return False
+
+
+# -- running the daemon ------------------------------------------------------------------------
+
+
+class Daemon:
+    """A started gRPC server over an open broker; :meth:`stop` shuts both down."""
+
+    def __init__(self, settings: ServerSettings, broker: Broker) -> None:
+        self.settings = settings
+        self.broker = broker
+        limit = settings.message_limit(broker.config)
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self.service = BrokerService(broker, max_fetch_bytes=limit - 64 * 1024)
+        pb_grpc.add_BrokerServicer_to_server(self.service, self.server)  # type: ignore[no-untyped-call]
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self.server,
+        )
+        address = f"{settings.grpc_host}:{settings.grpc_port}"
+        self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise InvalidArgumentError(f"cannot listen on {address} (address in use or not local?)")
+        self.address = f"{settings.grpc_host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight calls finish within the grace period, close the broker."""
+        try:
+            await self.health.enter_graceful_shutdown()
+            self.service.stopping.set()
+            await self.server.stop(self.settings.shutdown_grace_s)
+        finally:
+            self.broker.close()
+
+
+async def serve(
+    settings: ServerSettings,
+    config: BrokerConfig,
+    *,
+    ready: Callable[[Daemon], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    broker = Broker(config=config)
+    try:
+        daemon = Daemon(settings, broker)
+    except BaseException:
+        broker.close()
+        raise
+    try:
+        await daemon.start()
+        if ready is not None:
+            ready(daemon)
+        await stop.wait()
+        log.info("shutting down: %s s grace for in-flight requests", settings.shutdown_grace_s)
+    finally:
+        await daemon.stop()
+
+
+def print_ready(daemon: Daemon) -> None:
+    """The one line scripts and tests wait for."""
+    print(
+        f"lkstream daemon ready: grpc={daemon.address} data={daemon.broker.persist_dir} "
+        f"protocol={PROTOCOL_VERSION} version={__version__}",
+        flush=True,
+    )
+
+
+def run(settings: ServerSettings, config: BrokerConfig) -> int:
+    """Serve until signalled; return the process exit code."""
+    try:
+        asyncio.run(serve(settings, config, ready=print_ready))
+    except LkstreamError as exc:
+        print(f"lkstream: {exc}", file=sys.stderr)
+        return 1
+    log.info("stopped cleanly")
+    return 0

@@ -1,0 +1,142 @@
+"""The daemon's HTTP endpoints (aiohttp): ``/metrics``, ``/healthz``, ``/ready``.
+
+Usage from the daemon (inside its running event loop)::
+
+    from lkstream.broker.metrics import BrokerMetrics
+    from lkstream.server.http import start_http
+
+    metrics = BrokerMetrics(broker)                     # once, right after Broker(...) recovered
+    http = await start_http(broker, metrics, "127.0.0.1", 8080)
+    ...                                                 # start gRPC, accept writes
+    http.set_ready()                                    # /ready turns 200
+    ...
+    http.set_not_ready()                                # on SIGTERM, before draining: /ready 503
+    await http.stop()                                   # last, after the gRPC server stopped
+
+Routes (GET, and HEAD):
+
+- ``/metrics``: Prometheus text exposition of ``metrics.registry``
+  (``prometheus_client.generate_latest``, run in the default executor so a slow
+  scrape never blocks the loop);
+- ``/healthz``: 200 ``ok`` while the process serves HTTP (liveness);
+- ``/ready``: 200 ``ready`` once :meth:`HttpServer.set_ready` was called (recovery
+  finished and writes are accepted) and the broker is open; otherwise 503
+  ``not ready`` (readiness).
+
+``port=0`` binds a free port; :attr:`HttpServer.port` tells which. The
+default host is loopback (``DEFAULT_HOST``); bind another address only on
+purpose (a container sets ``0.0.0.0``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from lkstream.broker.broker import Broker
+from lkstream.broker.metrics import BrokerMetrics
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+METRICS_PATH = "/metrics"
+HEALTH_PATH = "/healthz"
+READY_PATH = "/ready"
+
+
+class HttpServer:
+    """A running HTTP endpoint; made by :func:`start_http`."""
+
+    def __init__(self, broker: Broker, metrics: BrokerMetrics, *, ready: bool = False) -> None:
+        self.broker = broker
+        self.metrics = metrics
+        self._ready = ready
+        self._runner: web.AppRunner | None = None
+        self.host = ""
+        self.port = 0
+
+    # -- readiness -----------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """True when ``/ready`` answers 200."""
+        return self._ready and not self.broker.closed
+
+    def set_ready(self) -> None:
+        """Recovery is done and writes are accepted: ``/ready`` answers 200."""
+        self._ready = True
+
+    def set_not_ready(self) -> None:
+        """Shutting down (or paused): ``/ready`` answers 503; ``/healthz`` still 200."""
+        self._ready = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get(METRICS_PATH, self._metrics)
+        app.router.add_get(HEALTH_PATH, self._healthz)
+        app.router.add_get(READY_PATH, self._ready_handler)
+        return app
+
+    async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+            sock.setblocking(False)
+            runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+            await runner.setup()
+            await web.SockSite(runner, sock).start()
+        except BaseException:
+            sock.close()
+            raise
+        self._runner = runner
+        self.host, self.port = sock.getsockname()[:2]
+
+    async def stop(self) -> None:
+        """Close the listener and open connections. Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _ready_handler(self, request: web.Request) -> web.Response:
+        if self.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not ready\n")
+
+
+async def start_http(
+    broker: Broker,
+    metrics: BrokerMetrics,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    ready: bool = False,
+) -> HttpServer:
+    """Serve ``/metrics``, ``/healthz`` and ``/ready`` on ``host:port``; return the running server.
+
+    ``/ready`` answers 503 until :meth:`HttpServer.set_ready` (or ``ready=True``).
+    Stop it with ``await server.stop()``.
+    """
+    server = HttpServer(broker, metrics, ready=ready)
+    await server.start(host, port)
+    return server

@@ -1,0 +1,123 @@
+"""A real daemon in a subprocess on a free loopback port, with its own data directory.
+
+The daemon is started with ``grpc_port: 0`` (the kernel picks a free port, so
+parallel runs never collide) and the fixture reads the port from its one
+"ready" line, waiting with a deadline. It is always stopped: SIGTERM, then
+SIGKILL if it has not exited within the deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+READY = re.compile(r"lkstream daemon ready: grpc=(\S+)")
+START_DEADLINE_S = 30.0
+STOP_DEADLINE_S = 20.0
+
+
+@dataclass
+class DaemonProcess:
+    config_path: Path
+    data_dir: Path
+    env: dict[str, str]
+    process: subprocess.Popen[str] | None = None
+    address: str = ""
+    output: list[str] = field(default_factory=list)
+    _reader: threading.Thread | None = None
+
+    def start(self) -> DaemonProcess:
+        cmd = [sys.executable, "-m", "lkstream.grpc_server", "--config", str(self.config_path)]
+        self.process = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO
+        )
+        deadline = time.monotonic() + START_DEADLINE_S
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            line = self.process.stdout.readline()
+            if not line:  # exited
+                break
+            self.output.append(line)
+            match = READY.search(line)
+            if match:
+                self.address = match.group(1)
+                # Keep reading so a chatty daemon never blocks on a full pipe.
+                self._reader = threading.Thread(target=self._read_rest, daemon=True)
+                self._reader.start()
+                return self
+        self.kill()
+        raise AssertionError(f"daemon did not become ready within {START_DEADLINE_S}s:\n{''.join(self.output)}")
+
+    def terminate(self, deadline_s: float = STOP_DEADLINE_S) -> int:
+        """SIGTERM, wait up to ``deadline_s``, then SIGKILL; return the exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(deadline_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._drain()
+        return code
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def _read_rest(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
+
+    def _drain(self) -> None:
+        if self._reader is not None:
+            self._reader.join(5)
+
+
+DaemonFactory = Callable[..., DaemonProcess]
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
+    """``start_daemon(**config)`` starts a daemon; every one started is stopped at teardown."""
+    started: list[DaemonProcess] = []
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+
+    def start(data_dir: Path | None = None, **config: Any) -> DaemonProcess:
+        data = data_dir or tmp_path / "data"
+        values = {"persist_dir": str(data), "grpc_port": 0, **config}
+        path = tmp_path / f"config-{len(started)}.yml"
+        path.write_text(yaml.safe_dump(values))
+        daemon = DaemonProcess(path, data, env)
+        started.append(daemon)
+        return daemon.start()
+
+    yield start
+    for daemon in started:
+        if daemon.process is not None and daemon.process.poll() is None:
+            daemon.terminate()
+
+
+@pytest.fixture
+def daemon(start_daemon: DaemonFactory) -> DaemonProcess:
+    return start_daemon()

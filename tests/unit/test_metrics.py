@@ -1,0 +1,221 @@
+"""BrokerMetrics over a real broker: exact names and labels, and values that move."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lkstream import Broker
+from lkstream.broker.metrics import METRIC_NAMES, BrokerMetrics, read_committed_files
+
+from .support import DEADLINE_S
+
+# Exposed sample name -> (type, label names) required by the seed (section 9) and the issue.
+EXPECTED: dict[str, tuple[str, set[str]]] = {
+    "lk_produced_total": ("counter", {"topic", "partition"}),
+    "lk_consumed_total": ("counter", {"topic", "group", "partition"}),
+    "lk_partition_next_offset": ("gauge", {"topic", "partition"}),
+    "lk_partition_committed_offset": ("gauge", {"topic", "group", "partition"}),
+    "lk_consumer_lag_seconds": ("gauge", {"topic", "group", "partition"}),
+    "lk_segment_size_bytes": ("gauge", {"topic", "partition"}),
+    "lk_inflight_bytes": ("gauge", set()),
+    "lk_fsync_latency_seconds": ("histogram", set()),
+    "lk_produce_latency_seconds": ("histogram", set()),
+    "lk_fetch_latency_seconds": ("histogram", set()),
+    "lk_request_errors_total": ("counter", {"code"}),
+    "lk_recovery_truncations_total": ("counter", set()),
+    "lk_disk_free_bytes": ("gauge", set()),
+    "lk_disk_total_bytes": ("gauge", set()),
+}
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(metrics: BrokerMetrics) -> tuple[Samples, dict[str, str]]:
+    """``({sample name: [(labels, value)]}, {family name: type})`` from the text exposition."""
+    samples: Samples = {}
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        types[family.name] = family.type
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return samples, types
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    for got, v in samples.get(name, []):
+        if got == labels:
+            return v
+    return None
+
+
+@pytest.fixture
+def group_broker(data_dir: str) -> Iterator[Broker]:
+    b = Broker(persist_dir=data_dir, fsync_mode="group", fsync_interval_ms=10, partitions=2)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def metrics(group_broker: Broker) -> Iterator[BrokerMetrics]:
+    m = BrokerMetrics(group_broker)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def test_exact_names_types_and_labels(group_broker: Broker, metrics: BrokerMetrics) -> None:
+    group_broker.produce_many_sync("orders", [(b"k", b"v")])
+    group_broker.offset_store.commit("billing", "orders", 0, 0)
+    metrics.record_consumed("orders", "billing", 0, 1)
+    metrics.count_error("NOT_FOUND")
+    metrics.observe_produce(0.001)
+    metrics.observe_fetch(0.002)
+
+    samples, types = scrape(metrics)
+    assert set(METRIC_NAMES) == set(EXPECTED)
+    for name, (kind, labels) in EXPECTED.items():
+        family = name.removesuffix("_total") if kind == "counter" else name
+        assert types.get(family) == kind, f"{name}: type {types.get(family)!r}"
+        sample = f"{name}_count" if kind == "histogram" else name
+        assert sample in samples, f"{sample} missing from the exposition"
+        for got, _ in samples[sample]:
+            assert set(got) == labels, f"{sample} has labels {sorted(got)}, expected {sorted(labels)}"
+    families = {n for n in types if n.startswith("lk_")}
+    assert families == {n.removesuffix("_total") if EXPECTED[n][0] == "counter" else n for n in EXPECTED}
+
+
+def test_produced_and_next_offset_increase(group_broker: Broker, metrics: BrokerMetrics) -> None:
+    group_broker.create_topic("events", 2)
+    before, _ = scrape(metrics)
+    assert value(before, "lk_produced_total", topic="events", partition="1") == 0
+    assert value(before, "lk_partition_next_offset", topic="events", partition="1") == 0
+    assert value(before, "lk_partition_next_offset", topic="events", partition="0") == 0
+
+    group_broker.produce_many_sync("events", [(None, b"x" * 100)] * 5, partition=1)
+    group_broker.produce_many_sync("events", [(None, b"y" * 100)] * 3, partition=1)
+    after, _ = scrape(metrics)
+    assert value(after, "lk_produced_total", topic="events", partition="1") == 8
+    assert value(after, "lk_partition_next_offset", topic="events", partition="1") == 8
+    assert value(after, "lk_partition_next_offset", topic="events", partition="0") == 0
+    size = value(after, "lk_segment_size_bytes", topic="events", partition="1")
+    assert size is not None and size > 800
+    assert value(after, "lk_inflight_bytes") == 0
+    assert value(after, "lk_recovery_truncations_total") == 0
+    free, total = value(after, "lk_disk_free_bytes"), value(after, "lk_disk_total_bytes")
+    assert free is not None and total is not None and 0 < free <= total
+
+
+def test_fsync_histogram_grows_in_group_mode(group_broker: Broker, metrics: BrokerMetrics) -> None:
+    samples, _ = scrape(metrics)
+    start = value(samples, "lk_fsync_latency_seconds_count") or 0.0
+    group_broker.produce_many_sync("t", [(None, b"v")] * 10)
+    deadline = time.monotonic() + DEADLINE_S
+    count = start
+    while count <= start and time.monotonic() < deadline:
+        time.sleep(0.02)  # the group-commit thread fsyncs within fsync_interval_ms (10 ms)
+        samples, _ = scrape(metrics)
+        count = value(samples, "lk_fsync_latency_seconds_count") or 0.0
+    assert count > start
+    fsync_sum = value(samples, "lk_fsync_latency_seconds_sum")
+    assert fsync_sum is not None and fsync_sum >= 0
+    assert value(samples, "lk_fsync_latency_seconds_bucket", le="+Inf") == count
+
+
+def test_committed_offset_and_lag(group_broker: Broker) -> None:
+    clock = [time.time()]
+    metrics = BrokerMetrics(group_broker, now=lambda: clock[0])
+    try:
+        group_broker.produce_many_sync("orders", [(None, b"a")] * 4, partition=0)
+        produced_at = time.time()
+        group_broker.offset_store.commit("billing", "orders", 0, 1)
+        clock[0] = produced_at + 120.0
+        samples, _ = scrape(metrics)
+        labels = {"topic": "orders", "group": "billing", "partition": "0"}
+        assert value(samples, "lk_partition_committed_offset", **labels) == 1
+        lag = value(samples, "lk_consumer_lag_seconds", **labels)
+        assert lag is not None and 119.0 <= lag <= 122.0
+
+        group_broker.offset_store.commit("billing", "orders", 0, 4)  # caught up
+        samples, _ = scrape(metrics)
+        assert value(samples, "lk_partition_committed_offset", **labels) == 4
+        assert value(samples, "lk_consumer_lag_seconds", **labels) == 0
+
+        # A commit reported by a surface shows up even without an offset file.
+        metrics.record_committed("orders", "audit", 1, 0)
+        metrics.record_consumed("orders", "audit", 1, 7)
+        metrics.record_consumed("orders", "audit", 1, 3)
+        samples, _ = scrape(metrics)
+        audit = {"topic": "orders", "group": "audit", "partition": "1"}
+        assert value(samples, "lk_partition_committed_offset", **audit) == 0
+        assert value(samples, "lk_consumer_lag_seconds", **audit) == 0  # partition 1 is empty
+        assert value(samples, "lk_consumed_total", **audit) == 10
+
+        # Commits of topics the broker does not have are not exported.
+        group_broker.delete_topic("orders")
+        metrics.record_committed("orders", "audit", 1, 0)
+        samples, _ = scrape(metrics)
+        assert value(samples, "lk_partition_committed_offset", **labels) is None
+    finally:
+        metrics.close()
+
+
+def test_latency_and_error_counters(metrics: BrokerMetrics) -> None:
+    metrics.observe_produce(0.0005)
+    metrics.observe_produce(2.0)
+    metrics.observe_fetch(0.003)
+    metrics.count_error("NOT_FOUND")
+    metrics.count_error("NOT_FOUND")
+    metrics.count_error("RESOURCE_EXHAUSTED")
+    samples, _ = scrape(metrics)
+    assert value(samples, "lk_produce_latency_seconds_count") == 2
+    assert value(samples, "lk_produce_latency_seconds_bucket", le="1.0") == 1
+    assert value(samples, "lk_fetch_latency_seconds_count") == 1
+    assert value(samples, "lk_request_errors_total", code="NOT_FOUND") == 2
+    assert value(samples, "lk_request_errors_total", code="RESOURCE_EXHAUSTED") == 1
+
+
+def test_registries_are_independent_and_close_detaches(group_broker: Broker) -> None:
+    first = BrokerMetrics(group_broker)
+    second = BrokerMetrics(group_broker)  # no duplicate-registration error: each has its own registry
+    assert first.registry is not second.registry
+    assert len(group_broker.fsync_observers) == 2
+    first.close()
+    first.close()
+    second.close()
+    assert group_broker.fsync_observers == []
+
+
+def test_read_committed_files_skips_junk(data_dir: str) -> None:
+    directory = os.path.join(data_dir, "offsets")
+    os.makedirs(directory)
+    files = {
+        "g__t__part0.offset": b'{"offset": 5, "committed_ms": 1}\n',
+        "g__a__part1__part2.offset": b'{"offset": 6, "committed_ms": 1}\n',
+        "g__t__partx.offset": b'{"offset": 1}\n',
+        "g__t__part3.offset": b"not json",
+        "g__t__part4.offset": b'{"offset": -1}\n',
+        "g__t__part5.offset.tmp": b'{"offset": 1}\n',
+    }
+    for name, body in files.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(body)
+    assert read_committed_files(directory) == {("t", "g", 0): 5, ("a__part1", "g", 2): 6}
+    assert read_committed_files(os.path.join(data_dir, "missing")) == {}
+
+
+def test_scrape_after_close_does_not_fail(data_dir: str) -> None:
+    b = Broker(persist_dir=data_dir, fsync_mode="group", partitions=1)
+    metrics = BrokerMetrics(b)
+    b.produce_many_sync("t", [(None, b"v")])
+    b.close()
+    samples, _ = scrape(metrics)
+    assert value(samples, "lk_inflight_bytes") == 0
