@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast test-crash check bench clean proto
+.PHONY: venv run test system-deps test-fast test-crash check bench clean proto
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,9 +19,13 @@ run: $(STAMP)
 	$(PY) examples/producer_example.py --persist-dir ./data
 	$(PY) examples/consumer_example.py --persist-dir ./data
 
-## test: set up the environment, then run the whole test suite
-test: $(STAMP)
+## test: set up the environment (and promtool, for the alert-rule checks), then run the whole test suite
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q
+
+## system-deps: Debian packages the tests use (promtool); a no-op when present
+system-deps:
+	bash scripts/install-system-deps.sh
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -35,9 +39,9 @@ check: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+## bench: the issue-2 benchmark suite (about 12 minutes; `benchmarks/run_all.sh --quick` for a smoke run)
 bench: $(STAMP)
-	$(PY) benchmarks/bench_producer.py
-	$(PY) benchmarks/bench_consumer.py
+	benchmarks/run_all.sh
 
 ## proto: regenerate the Python gRPC stubs in lkstream/server/_proto from proto/messaging.proto
 PROTO_OUT := lkstream/server/_proto
