@@ -24,7 +24,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -42,6 +42,13 @@ from lkstream.errors import (
 )
 from lkstream.format.batch import check_producer_batch
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, encode_batch
+from lkstream.format.produce import (
+    BATCH_OVERHEAD,
+    RECORD_OVERHEAD,
+    chunk_by_size,
+    normalise_records,
+    record_sizes,
+)
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.lock import DataDirLock
@@ -55,10 +62,6 @@ log = logging.getLogger("lkstream.broker")
 Key = str | bytes | None
 Value = bytes | bytearray | memoryview | str | None
 ProduceItem = tuple[Key, Value] | tuple[Key, Value, Headers]
-
-# Per-record framing overhead (varints and attributes) used to estimate batch size.
-_RECORD_OVERHEAD = 21
-_BATCH_OVERHEAD = 61
 
 
 @dataclass(frozen=True)
@@ -348,16 +351,16 @@ class Broker:
         fast = self._produce_one_batch(topic, records, partition, codec)
         if fast is not None:
             return fast
-        pairs, headers = _split_records(records)
+        pairs, headers = normalise_records(records)
         if not pairs:
             return [], self._acknowledgement(0)
-        sizes = [len(k or b"") + len(v or b"") for k, v in pairs]
+        sizes = record_sizes(pairs)
         self._check_sizes(sizes)
         routes = _route(pairs, len(topic.partitions), partition, self._sticky)
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
-        with self._acknowledgement(sum(sizes) + _RECORD_OVERHEAD * len(sizes) + _BATCH_OVERHEAD) as ack:
+        with self._acknowledgement(sum(sizes) + RECORD_OVERHEAD * len(sizes) + BATCH_OVERHEAD) as ack:
             for pid, indices in routes.items():
-                for chunk in self._chunks(indices, sizes):
+                for chunk in chunk_by_size(indices, sizes, self.config.max_batch_bytes):
                     batch = encode_batch(
                         pairs if len(chunk) == len(pairs) else [pairs[i] for i in chunk],
                         headers=None if headers is None else [headers[i] for i in chunk],
@@ -391,7 +394,7 @@ class Broker:
         if len(batch) > self.config.max_batch_bytes:
             return None
         if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
-            self._check_sizes([len(k or b"") + len(v or b"") for k, v in records])  # type: ignore[misc]
+            self._check_sizes(record_sizes(records))  # type: ignore[arg-type]  # fast path: the items encoded as (bytes | None, bytes) pairs
         pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
         with self._acknowledgement(len(batch)) as ack:
             result = ack.append(topic.partitions[pid], batch)
@@ -401,24 +404,6 @@ class Broker:
         limit = self.config.max_message_bytes
         if max(sizes) > limit:
             raise RecordTooLargeError(max(sizes), limit)
-
-    def _chunks(self, indices: list[int], sizes: list[int]) -> Iterable[list[int]]:
-        """Split one partition's records into batches below ``max_batch_bytes``."""
-        budget = self.config.max_batch_bytes - _BATCH_OVERHEAD
-        if sum(sizes[i] for i in indices) + _RECORD_OVERHEAD * len(indices) <= budget:
-            yield indices
-            return
-        chunk: list[int] = []
-        used = 0
-        for i in indices:
-            record_size = sizes[i] + _RECORD_OVERHEAD
-            if chunk and used + record_size > budget:
-                yield chunk
-                chunk, used = [], 0
-            chunk.append(i)
-            used += record_size
-        if chunk:
-            yield chunk
 
     # -- fetch ----------------------------------------------------------------------------------
 
@@ -605,54 +590,6 @@ def _complete(future: concurrent.futures.Future[None], error: BaseException | No
         future.set_result(None)
     else:
         future.set_exception(error)
-
-
-def _to_bytes(value: Value, what: str) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise InvalidArgumentError(f"{what} must be bytes, str or None, got {type(value).__name__}")
-
-
-def _split_records(records: Sequence[ProduceItem]) -> tuple[list[KeyValue], list[Headers] | None]:
-    """Normalise ``(key, value[, headers])`` items into ``(key, value)`` bytes pairs and headers."""
-    if isinstance(records, (bytes, str)) or not isinstance(records, Sequence):
-        raise InvalidArgumentError("records must be a sequence of (key, value) tuples")
-    pairs: list[KeyValue] = []
-    headers: list[Headers] | None = None
-    for n, item in enumerate(records):
-        if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
-            raise InvalidArgumentError(f"record {n} must be a (key, value) or (key, value, headers) tuple")
-        key, value = item[0], item[1]
-        if not (key is None or type(key) is bytes):
-            key = _to_bytes(key, "key")
-        if type(value) is not bytes:
-            value = _to_bytes(value, "value")
-        pairs.append((key, value))
-        if len(item) == 3:
-            if headers is None:
-                headers = [()] * n
-            headers.append(_check_headers(item[2]))
-        elif headers is not None:
-            headers.append(())
-    return pairs, headers
-
-
-def _check_headers(headers: object) -> Headers:
-    if not isinstance(headers, (list, tuple)):
-        raise InvalidArgumentError("headers must be a list of (str, bytes | None) pairs")
-    for pair in headers:
-        if (
-            not isinstance(pair, tuple)
-            or len(pair) != 2
-            or not isinstance(pair[0], str)
-            or not (pair[1] is None or isinstance(pair[1], bytes))
-        ):
-            raise InvalidArgumentError(f"invalid header {pair!r}: expected (str, bytes | None)")
-    return headers
 
 
 def _route(
