@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test system-deps test-fast test-crash check bench clean proto
+.PHONY: venv run examples test system-deps test-fast test-crash check bench clean proto
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## run: set up the environment, then run the producer and consumer examples on a local data dir
+## run: set up the environment, then run the daemon on conf/local.yml (gRPC 127.0.0.1:9090, HTTP 127.0.0.1:8080,
+## data in ./data) until Ctrl-C / SIGTERM
 run: $(STAMP)
+	$(PY) -m lkstream.grpc_server --config conf/local.yml
+
+## examples: run the embedded producer and consumer examples on a local data dir (no daemon)
+examples: $(STAMP)
 	$(PY) examples/producer_example.py --persist-dir ./data
 	$(PY) examples/consumer_example.py --persist-dir ./data
 

@@ -10,12 +10,20 @@ worker thread).
 
 Errors: every handler runs inside :func:`_guard`, the one place that turns an
 :class:`LkstreamError` into a status code (table in :mod:`lkstream.server.wire`)
-with the error's fields in trailing metadata.
+with the error's fields in trailing metadata, and counts it in
+``lk_request_errors_total{code}``.
 
-Shutdown (SIGTERM/SIGINT): health goes NOT_SERVING, Subscribe streams end with
-UNAVAILABLE, the server stops accepting calls and gives in-flight ones
-``shutdown_grace_s``, then ``Broker.close()`` fsyncs and releases the data
-directory lock. Every produce acknowledged before that is on disk.
+Metrics and HTTP: :class:`Daemon` creates one :class:`BrokerMetrics` over the
+open broker and serves ``/metrics``, ``/healthz`` and ``/ready``
+(:mod:`lkstream.server.http`) before gRPC starts; ``/ready`` turns 200 once gRPC
+accepts calls. Handlers observe produce and fetch latency, records delivered to
+a group (Fetch and Subscribe requests that name one) and committed offsets.
+
+Shutdown (SIGTERM/SIGINT): ``/ready`` turns 503 and health goes NOT_SERVING,
+Subscribe streams end with UNAVAILABLE, the server stops accepting calls and
+gives in-flight ones ``shutdown_grace_s``, then ``Broker.close()`` fsyncs and
+releases the data directory lock; HTTP stops last. Every produce acknowledged
+before that is on disk.
 """
 
 from __future__ import annotations
@@ -23,9 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from importlib import metadata
 from typing import Any, NoReturn
 
@@ -34,6 +44,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from lkstream.broker.broker import Broker, TopicDescription
+from lkstream.broker.metrics import BrokerMetrics
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner
 from lkstream.config import BrokerConfig
@@ -46,10 +57,12 @@ from lkstream.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from lkstream.format.batch import HEADER_SIZE, parse_header
 from lkstream.format.codec import Record, decode_batches
 from lkstream.server._proto import messaging_pb2 as pb
 from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.server.settings import ServerSettings
+from lkstream.server.http import HttpServer, start_http
+from lkstream.server.settings import ServerSettings, load_settings
 from lkstream.server.wire import (
     MIN_CLIENT_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -122,11 +135,24 @@ def _topic_info(description: TopicDescription) -> pb.TopicInfo:
     )
 
 
+def _records_from(data: bytes, offset: int) -> int:
+    """Records at or after ``offset`` in the whole batches of ``data`` (headers only, no decoding)."""
+    count = position = 0
+    while position + HEADER_SIZE <= len(data):
+        header = parse_header(data[position : position + HEADER_SIZE])
+        if header.size < HEADER_SIZE or position + header.size > len(data):
+            break  # a partial batch at the end of a fetch is not delivered
+        count += max(0, header.last_offset - max(header.base_offset, offset) + 1)
+        position += header.size
+    return count
+
+
 class BrokerService:
     """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe."""
 
-    def __init__(self, broker: Broker, max_fetch_bytes: int) -> None:
+    def __init__(self, broker: Broker, metrics: BrokerMetrics, max_fetch_bytes: int) -> None:
         self.broker = broker
+        self.metrics = metrics
         self.max_fetch_bytes = max_fetch_bytes
         self.stopping = asyncio.Event()
         self._sticky = StickyPartitioner()
@@ -136,20 +162,27 @@ class BrokerService:
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
-        async with _guard(context):
-            explicit = request.partition if request.HasField("partition") else None
-            if request.record_batch:
-                return await self._produce_batch(request, explicit)
-            if not request.values:
-                raise InvalidArgumentError("a produce request needs values or a record_batch")
-            key = request.key or None
-            records = [(key, value) for value in request.values]
-            results = await self.broker.produce_many(request.topic, records, partition=explicit)
-            offsets = [offset for _, offset in results]
-            return pb.ProduceResponse(
-                partition=results[0][0], offsets=offsets, base_offset=offsets[0], last_offset=offsets[-1]
-            )
+        started = time.perf_counter()
+        try:
+            async with _guard(context, self.metrics):
+                return await self._produce(request)
+        finally:
+            self.metrics.observe_produce(time.perf_counter() - started)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        explicit = request.partition if request.HasField("partition") else None
+        if request.record_batch:
+            return await self._produce_batch(request, explicit)
+        if not request.values:
+            raise InvalidArgumentError("a produce request needs values or a record_batch")
+        key = request.key or None
+        records = [(key, value) for value in request.values]
+        results = await self.broker.produce_many(request.topic, records, partition=explicit)
+        offsets = [offset for _, offset in results]
+        return pb.ProduceResponse(
+            partition=results[0][0], offsets=offsets, base_offset=offsets[0], last_offset=offsets[-1]
+        )
 
     async def _produce_batch(self, request: pb.ProduceRequest, explicit: int | None) -> pb.ProduceResponse:
         if request.values or request.key:
@@ -180,23 +213,34 @@ class BrokerService:
         return min(requested or DEFAULT_FETCH_BYTES, self.max_fetch_bytes)
 
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.FetchResponse:
-        async with _guard(context):
-            topic, pid, offset = request.topic, request.partition, request.offset
-            result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
-            response = pb.FetchResponse(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset)
-            if request.raw_batches:
-                response.record_batches = result.data
-            else:
-                response.records.extend(_record(r) for r in decode_batches(result.data, topic, pid, offset))
-            return response
+        started = time.perf_counter()
+        try:
+            async with _guard(context, self.metrics):
+                return self._fetch(request)
+        finally:
+            self.metrics.observe_fetch(time.perf_counter() - started)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        topic, pid, offset = request.topic, request.partition, request.offset
+        result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
+        response = pb.FetchResponse(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset)
+        if request.raw_batches:
+            response.record_batches = result.data
+            if request.group:
+                self.metrics.record_consumed(topic, request.group, pid, _records_from(result.data, offset))
+        else:
+            response.records.extend(_record(r) for r in decode_batches(result.data, topic, pid, offset))
+            if request.group:
+                self.metrics.record_consumed(topic, request.group, pid, len(response.records))
+        return response
 
     async def Subscribe(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.Record]:
         """Stream records from ``offset`` on, then each new one as it is appended, until cancelled."""
-        async with _guard(context):
-            topic, pid, offset = request.topic, request.partition, request.offset
+        async with _guard(context, self.metrics):
+            topic, pid, offset, group = request.topic, request.partition, request.offset, request.group
             partition = self.broker.partition(topic, pid)
             start, high = partition.log_start_offset, partition.high_watermark
             if not start <= offset <= high:
@@ -210,6 +254,8 @@ class BrokerService:
                     for record in decode_batches(result.data, topic, pid, offset):
                         yield _record(record)
                         offset = record.offset + 1
+                        if group:
+                            self.metrics.record_consumed(topic, group, pid, 1)
                     continue
                 await self._wait(partition.wait_for_offset(offset))
 
@@ -228,17 +274,18 @@ class BrokerService:
     async def CommitOffset(
         self, request: pb.CommitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CommitResponse:
-        async with _guard(context):
+        async with _guard(context, self.metrics):
             self.broker.partition(request.topic, request.partition)  # NOT_FOUND / INVALID_ARGUMENT first
             # The commit fsyncs a file, renames it and fsyncs the directory: keep it off the loop.
             await asyncio.to_thread(
                 self.broker.offset_store.commit, request.group, request.topic, request.partition, request.offset
             )
+            self.metrics.record_committed(request.topic, request.group, request.partition, request.offset)
             return pb.CommitResponse()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def Admin(self, request: pb.AdminRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.AdminResponse:
-        async with _guard(context):
+        async with _guard(context, self.metrics):
             action = request.WhichOneof("action")
             if action == "create_topic":
                 c = request.create_topic
@@ -264,7 +311,7 @@ class BrokerService:
     async def Handshake(
         self, request: pb.HandshakeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.HandshakeResponse:
-        async with _guard(context):
+        async with _guard(context, self.metrics):
             check_client_version(request.client_protocol_version)
             return pb.HandshakeResponse(
                 server_protocol_version=PROTOCOL_VERSION,
@@ -277,34 +324,49 @@ class BrokerService:
 
 
 class _guard(contextlib.AbstractAsyncContextManager[None]):
-    """Check the protocol version, then map any LkstreamError raised in the block to a status."""
+    """Check the protocol version, then map any LkstreamError raised in the block to a status.
 
-    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    The one error-mapping place: each mapped error is also counted by its status code name.
+    """
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any], metrics: BrokerMetrics) -> None:
         self._context = context
+        self._metrics = metrics
 
     async def __aenter__(self) -> None:
         try:
             _check_version(self._context)
         except LkstreamError as exc:
-            await _abort(self._context, exc)
+            await self._fail(exc)
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
         if isinstance(exc, LkstreamError):
-            if status_for(exc) is grpc.StatusCode.INTERNAL:
-                log.error("request failed: %s", exc)
-            await _abort(self._context, exc)
+            await self._fail(exc)
         return False
+
+    async def _fail(self, exc: LkstreamError) -> NoReturn:
+        code = status_for(exc)
+        if code is grpc.StatusCode.INTERNAL:
+            log.error("request failed: %s", exc)
+        self._metrics.count_error(code.name)
+        await _abort(self._context, exc)
 
 
 # -- running the daemon ------------------------------------------------------------------------
 
 
 class Daemon:
-    """A started gRPC server over an open broker; :meth:`stop` shuts both down."""
+    """A gRPC server and the HTTP endpoints over an open broker; :meth:`stop` shuts them all down.
+
+    Order (see :mod:`lkstream.server.http`): metrics over the recovered broker, HTTP
+    (``/ready`` 503), gRPC, then ``/ready`` 200. :meth:`stop` reverses it, HTTP last.
+    """
 
     def __init__(self, settings: ServerSettings, broker: Broker) -> None:
         self.settings = settings
         self.broker = broker
+        self.metrics = BrokerMetrics(broker)
+        self.http: HttpServer | None = None
         limit = settings.message_limit(broker.config)
         self.server = grpc.aio.server(
             options=[
@@ -313,7 +375,7 @@ class Daemon:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        self.service = BrokerService(broker, max_fetch_bytes=limit - 64 * 1024)
+        self.service = BrokerService(broker, self.metrics, max_fetch_bytes=limit - 64 * 1024)
         pb_grpc.add_BrokerServicer_to_server(self.service, self.server)  # type: ignore[no-untyped-call]
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -327,19 +389,39 @@ class Daemon:
             raise InvalidArgumentError(f"cannot listen on {address} (address in use or not local?)")
         self.address = f"{settings.grpc_host}:{self.port}"
 
+    @property
+    def http_address(self) -> str:
+        """``host:port`` of the HTTP endpoints (the bound port when ``http_port`` is 0)."""
+        assert self.http is not None, "the daemon is not started"
+        return self.http.url.removeprefix("http://")
+
     async def start(self) -> None:
+        host, port = self.settings.http_host, self.settings.http_port
+        try:
+            self.http = await start_http(self.broker, self.metrics, host, port)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
         await self.server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self.http.set_ready()
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight calls finish within the grace period, close the broker."""
+        """Turn not-ready, stop accepting, let in-flight calls finish within the grace period,
+        close the broker, then stop HTTP."""
         try:
+            if self.http is not None:
+                self.http.set_not_ready()
             await self.health.enter_graceful_shutdown()
             self.service.stopping.set()
             await self.server.stop(self.settings.shutdown_grace_s)
         finally:
-            self.broker.close()
+            try:
+                self.broker.close()
+            finally:
+                self.metrics.close()
+                if self.http is not None:
+                    await self.http.stop()
 
 
 async def serve(
@@ -373,8 +455,8 @@ async def serve(
 def print_ready(daemon: Daemon) -> None:
     """The one line scripts and tests wait for."""
     print(
-        f"lkstream daemon ready: grpc={daemon.address} data={daemon.broker.persist_dir} "
-        f"protocol={PROTOCOL_VERSION} version={__version__}",
+        f"lkstream daemon ready: grpc={daemon.address} http={daemon.http_address} "
+        f"data={daemon.broker.persist_dir} protocol={PROTOCOL_VERSION} version={__version__}",
         flush=True,
     )
 
@@ -388,3 +470,24 @@ def run(settings: ServerSettings, config: BrokerConfig) -> int:
         return 1
     log.info("stopped cleanly")
     return 0
+
+
+def run_daemon(
+    config_path: str | os.PathLike[str] | None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    log_level: str = "INFO",
+) -> int:
+    """Load the configuration (file < ``LKSTREAM_*`` < ``overrides``), then serve until signalled.
+
+    The one function behind ``python -m lkstream.grpc_server`` and ``lkstream serve``.
+    Exit code: 0 after a clean shutdown, 1 when the broker or a listener fails, 2 for
+    a bad configuration.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings, config = load_settings(config_path, overrides)
+    except InvalidArgumentError as exc:
+        print(f"lkstream: {exc}", file=sys.stderr)
+        return 2
+    return run(settings, config)

@@ -1,24 +1,22 @@
 """Settings of the daemon's network surfaces (kept apart from :class:`BrokerConfig`).
 
 ``ServerSettings`` holds what only the daemon needs: listen addresses and
-request size limits. :func:`load_config` reads one YAML file into a
-``ServerSettings`` and a ``BrokerConfig``: server keys may sit at the top level
-or under a ``server:`` section, every other top-level key is a broker key
-(unknown keys are rejected by ``BrokerConfig``, naming the key).
-
-This is the one place that parses the file; it will give way to the shared
-loader of ``lkstream.config`` (YAML + ``LKSTREAM_*`` env + flags) when that lands.
+request size limits. It validates the ``server:`` section that
+:func:`lkstream.config.load_config` merges from the YAML file,
+``LKSTREAM_SERVER__*`` environment variables and ``server.<key>`` overrides
+(command-line flags); :func:`load_settings` is the daemon's one way to read its
+configuration. Errors name the key and the source its value came from.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lkstream.config import BrokerConfig
+from lkstream.config import SERVER_SECTION, BrokerConfig, LoadedConfig, load_config
 from lkstream.errors import InvalidArgumentError
 
 #: Room for the protobuf framing around a maximal record batch.
@@ -33,7 +31,7 @@ class ServerSettings(BaseModel):
     grpc_host: str = Field("127.0.0.1", description="gRPC listen address (loopback unless configured).")
     grpc_port: int = Field(9090, ge=0, le=65535, description="gRPC port; 0 picks a free port.")
     http_host: str = Field("127.0.0.1", description="HTTP (metrics, health) listen address.")
-    http_port: int = Field(8080, ge=0, le=65535, description="HTTP port.")
+    http_port: int = Field(8080, ge=0, le=65535, description="HTTP port; 0 picks a free port.")
     max_request_bytes: int | None = Field(
         None,
         ge=1024,
@@ -48,39 +46,31 @@ class ServerSettings(BaseModel):
         return broker.max_batch_bytes + REQUEST_HEADROOM_BYTES
 
 
-_SERVER_KEYS = frozenset(ServerSettings.model_fields)
-
-
-def split_settings(values: dict[str, Any]) -> tuple[ServerSettings, BrokerConfig]:
-    """Build both models from one mapping; raise :class:`InvalidArgumentError` naming a bad key."""
-    values = dict(values)
-    server_values = values.pop("server", None) or {}
-    if not isinstance(server_values, dict):
-        raise InvalidArgumentError("invalid configuration: server: must be a mapping")
-    # Top-level server keys (also where command-line overrides land) win over the section.
-    server_values = {**server_values, **{k: values.pop(k) for k in list(values) if k in _SERVER_KEYS}}
+def server_settings(loaded: LoadedConfig) -> ServerSettings:
+    """Validate ``loaded.server``; raise :class:`InvalidArgumentError` naming each bad key and its source."""
     try:
-        server = ServerSettings(**server_values)
+        return ServerSettings.model_validate(loaded.server)
     except ValidationError as exc:
-        problems = "; ".join(f"server.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise InvalidArgumentError(f"invalid configuration: {problems}") from None
-    return server, BrokerConfig.build(values)
+        problems = []
+        for err in exc.errors():
+            key = f"{SERVER_SECTION}.{'.'.join(str(p) for p in err['loc'])}"
+            where = loaded.sources.get(key, "default")
+            if err["type"] == "extra_forbidden":
+                known = ", ".join(ServerSettings.model_fields)
+                problems.append(f"unknown key {key!r} (from {where}); known {SERVER_SECTION} keys are {known}")
+            else:
+                problems.append(f"{key}: {err['msg']} (got {err['input']!r}, from {where})")
+        raise InvalidArgumentError(f"invalid configuration: {'; '.join(problems)}") from None
 
 
-def load_config(path: str | Path | None, **overrides: Any) -> tuple[ServerSettings, BrokerConfig]:
-    """Read ``path`` (YAML; None for defaults) and apply ``overrides`` (non-None values win)."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot read config file {path}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise InvalidArgumentError(f"config file {path} is not valid YAML: {exc}") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise InvalidArgumentError(f"config file {path} must hold a mapping of settings")
-        values.update(loaded)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return split_settings(values)
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[ServerSettings, BrokerConfig]:
+    """The daemon's configuration: :func:`lkstream.config.load_config`, then :class:`ServerSettings`.
+
+    ``overrides`` maps broker keys or ``server.<key>`` to values (None: not given).
+    """
+    loaded = load_config(path, env=env, overrides=overrides)
+    return server_settings(loaded), loaded.broker

@@ -1,8 +1,8 @@
 """A real daemon in a subprocess on a free loopback port, with its own data directory.
 
-The daemon is started with ``grpc_port: 0`` (the kernel picks a free port, so
-parallel runs never collide) and the fixture reads the port from its one
-"ready" line, waiting with a deadline. It is always stopped: SIGTERM, then
+The daemon is started with ``grpc_port: 0`` and ``http_port: 0`` (the kernel
+picks free ports, so parallel runs never collide) and the fixture reads both
+addresses from its one "ready" line, waiting with a deadline. It is always stopped: SIGTERM, then
 SIGKILL if it has not exited within the deadline.
 """
 
@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-READY = re.compile(r"lkstream daemon ready: grpc=(\S+)")
+READY = re.compile(r"lkstream daemon ready: grpc=(\S+) http=(\S+)")
+SERVER_KEYS = frozenset({"grpc_host", "grpc_port", "http_host", "http_port", "max_request_bytes", "shutdown_grace_s"})
 START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 20.0
 
@@ -37,6 +38,7 @@ class DaemonProcess:
     env: dict[str, str]
     process: subprocess.Popen[str] | None = None
     address: str = ""
+    http_address: str = ""
     output: list[str] = field(default_factory=list)
     _reader: threading.Thread | None = None
 
@@ -57,7 +59,7 @@ class DaemonProcess:
             self.output.append(line)
             match = READY.search(line)
             if match:
-                self.address = match.group(1)
+                self.address, self.http_address = match.group(1), match.group(2)
                 # Keep reading so a chatty daemon never blocks on a full pipe.
                 self._reader = threading.Thread(target=self._read_rest, daemon=True)
                 self._reader.start()
@@ -105,7 +107,10 @@ def start_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
 
     def start(data_dir: Path | None = None, **config: Any) -> DaemonProcess:
         data = data_dir or tmp_path / "data"
-        values = {"persist_dir": str(data), "grpc_port": 0, **config}
+        # Server keys go under `server:`; both ports 0, so the kernel picks free ones.
+        server = {"grpc_port": 0, "http_port": 0, **{k: v for k, v in config.items() if k in SERVER_KEYS}}
+        values = {"persist_dir": str(data), **{k: v for k, v in config.items() if k not in SERVER_KEYS}}
+        values["server"] = server
         path = tmp_path / f"config-{len(started)}.yml"
         path.write_text(yaml.safe_dump(values))
         daemon = DaemonProcess(path, data, env)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -271,3 +274,65 @@ def test_sigterm_under_load_keeps_every_acknowledged_record(start_daemon: Daemon
             offset = records[-1].offset + 1
     missing = [(off, v) for _, off, v in acked if stored.get(off) != v]
     assert not missing, f"{len(missing)} acknowledged records lost, first {missing[:3]}"
+
+
+# -- HTTP: health, readiness, metrics ----------------------------------------------------------------
+
+
+def http_get(daemon: DaemonProcess, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{daemon.http_address}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def produced_total(metrics_text: str, topic: str) -> float:
+    pattern = rf'^lk_produced_total\{{[^}}]*topic="{re.escape(topic)}"[^}}]*\}} (\S+)$'
+    return sum(float(m.group(1)) for m in re.finditer(pattern, metrics_text, re.MULTILINE))
+
+
+def test_http_health_and_readiness_once_the_daemon_is_ready(daemon: DaemonProcess) -> None:
+    assert daemon.http_address and not daemon.http_address.endswith(":0")
+    assert http_get(daemon, "/healthz") == (200, "ok\n")
+    assert http_get(daemon, "/ready") == (200, "ready\n")
+
+
+def test_metrics_move_as_records_flow_through_connect(daemon: DaemonProcess) -> None:
+    status, before = http_get(daemon, "/metrics")
+    assert status == 200
+    assert produced_total(before, "flow") == 0
+    with lkstream.connect(daemon.address) as broker:
+        broker.produce_many_sync("flow", [(None, f"v{i}".encode()) for i in range(25)])
+        broker.produce_many_sync("flow", [(None, b"more")] * 5)
+        broker.read_from("flow", 0, 0)
+        broker.commit_offset("g1", "flow", 0, 30)
+        with pytest.raises(UnknownTopicError):
+            broker.fetch("missing", 0, 0)
+    _, after = http_get(daemon, "/metrics")
+    assert produced_total(after, "flow") == 30
+    assert 'lk_partition_next_offset{partition="0",topic="flow"} 30.0' in after
+    assert 'lk_partition_committed_offset{group="g1",partition="0",topic="flow"} 30.0' in after
+    assert 'lk_request_errors_total{code="NOT_FOUND"} 1.0' in after
+    assert re.search(r"^lk_produce_latency_seconds_count (\S+)$", after, re.MULTILINE)
+    assert float(re.findall(r"^lk_produce_latency_seconds_count (\S+)$", after, re.MULTILINE)[0]) >= 2
+    assert float(re.findall(r"^lk_fetch_latency_seconds_count (\S+)$", after, re.MULTILINE)[0]) >= 1
+
+
+def test_fetch_naming_a_group_counts_consumed_records(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        broker.produce_many_sync("eaten", [(None, b"a"), (None, b"b"), (None, b"c")])
+    channel, stub = raw_stub(daemon)
+    with channel:
+        stub.Fetch(pb.FetchRequest(topic="eaten", offset=1, group="readers"))
+        stub.Fetch(pb.FetchRequest(topic="eaten", offset=0, raw_batches=True, group="readers"))
+        stub.Fetch(pb.FetchRequest(topic="eaten", offset=0))  # no group: not counted
+    _, text = http_get(daemon, "/metrics")
+    assert 'lk_consumed_total{group="readers",partition="0",topic="eaten"} 5.0' in text
+
+
+def test_sigterm_exits_0_and_stops_http(daemon: DaemonProcess) -> None:
+    assert http_get(daemon, "/ready")[0] == 200
+    assert daemon.terminate() == 0, "".join(daemon.output)
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://{daemon.http_address}/healthz", timeout=2)

@@ -33,18 +33,20 @@ class ProduceResponse(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_bytes", "raw_batches")
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "raw_batches", "group")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     RAW_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
     max_bytes: int
     raw_batches: bool
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., raw_batches: _Optional[bool] = ...) -> None: ...
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., raw_batches: _Optional[bool] = ..., group: _Optional[str] = ...) -> None: ...
 
 class Record(_message.Message):
     __slots__ = ("offset", "key", "value", "ts", "headers", "partition")

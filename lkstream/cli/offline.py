@@ -1,4 +1,4 @@
-"""The ``lkstream`` command line: one click group, one function per command.
+"""Offline commands: ``dump`` and ``verify`` read a data directory, never a daemon.
 
 ::
 
@@ -25,113 +25,23 @@ Invariants:
   strings when they are printable UTF-8 and as ``hex:``/``base64:`` otherwise,
   so every value is unambiguous.
 
-The group is the extension point: later commands (serve, produce, consume,
-topics, groups, bench) are added with ``@cli.command()``, and errors they do not
-handle are mapped to exit statuses once, in :class:`_Group`.
+Errors these commands do not handle are mapped to exit statuses once, in
+:class:`lkstream.cli.base._Group`.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-from collections.abc import Sequence
-from typing import Any, Final
 
 import click
 
-from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError
-from lkstream.format.batch import HEADER_SIZE, MAGIC, TIMESTAMP_TYPE_MASK, BatchHeader, compute_crc, parse_header
-from lkstream.format.codec import Compression, decode_batch
+from lkstream.cli.base import EXIT_PROBLEMS, batch_line, cli, count_of, record_lines
+from lkstream.errors import InvalidArgumentError
+from lkstream.format.batch import HEADER_SIZE, MAGIC, compute_crc, parse_header
 from lkstream.storage.files import StorageFile
 from lkstream.storage.reader import ScanProblem, open_read_only, read_index_entries, scan_segment
 from lkstream.storage.segment import INDEX_SUFFIX, SEGMENT_SUFFIX, parse_segment_name
 from lkstream.storage.verify import PartitionSummary, Problem, VerifyReport, verify_data_dir
-
-EXIT_PROBLEMS: Final = 1
-_CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-class _Group(click.Group):
-    """The command group. Maps LKSTREAM errors a command did not handle to the exit-status
-    contract: ``InvalidArgumentError`` is a usage error (2), any other ``LkstreamError`` is 1."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except InvalidArgumentError as exc:
-            raise click.UsageError(str(exc), ctx) from exc
-        except LkstreamError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-
-@click.group(cls=_Group, context_settings=_CONTEXT)
-@click.version_option(package_name="lkstream", prog_name="lkstream")
-def cli() -> None:
-    """LKSTREAM: a file-backed event log with Kafka semantics.
-
-    Exit status: 0 success, 1 problems found (or an I/O error), 2 usage error.
-    """
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``lkstream`` script and of ``python -m lkstream.cli``."""
-    cli.main(args=None if argv is None else list(argv), prog_name="lkstream")
-
-
-# -- rendering --------------------------------------------------------------------------------------
-
-
-def render_bytes(data: bytes | None, binary: str = "hex") -> str:
-    """``null``, a JSON string for printable UTF-8, else ``hex:...`` or ``base64:...``."""
-    if data is None:
-        return "null"
-    try:
-        text: str | None = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and text.isprintable():
-        return json.dumps(text, ensure_ascii=False)
-    if binary == "base64":
-        return "base64:" + base64.b64encode(data).decode("ascii")
-    return "hex:" + data.hex()
-
-
-def _n(count: int, noun: str, plural: str = "") -> str:
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
-
-
-def _compression_name(header: BatchHeader) -> str:
-    try:
-        return Compression(header.compression).name.lower()
-    except ValueError:
-        return f"unknown({header.compression})"
-
-
-def _batch_line(position: int, header: BatchHeader, crc_ok: str) -> str:
-    timestamp_type = "log_append" if header.attributes & TIMESTAMP_TYPE_MASK else "create"
-    return (
-        f"position: {position} baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
-        f"count: {header.records_count} size: {header.size} crc: {header.crc:#010x} crcOk: {crc_ok} "
-        f"compression: {_compression_name(header)} timestampType: {timestamp_type} "
-        f"baseTimestamp: {header.base_timestamp} maxTimestamp: {header.max_timestamp}"
-    )
-
-
-def _record_lines(batch: bytes, binary: str) -> list[str]:
-    try:
-        records = decode_batch(batch, "", 0)
-    except CorruptRecordError as exc:
-        return [f"| records not decoded: {exc.reason}"]
-    lines = []
-    for r in records:
-        headers = ", ".join(f"{json.dumps(k, ensure_ascii=False)}={render_bytes(v, binary)}" for k, v in r.headers)
-        lines.append(
-            f"| offset: {r.offset} timestamp: {r.timestamp} key: {render_bytes(r.key, binary)} "
-            f"value: {render_bytes(r.value, binary)} headers: [{headers}]"
-        )
-    return lines
-
 
 # -- dump ------------------------------------------------------------------------------------------
 
@@ -187,16 +97,16 @@ def _dump_segment(path: str, with_records: bool, binary: str) -> None:
             batches, records, valid_bytes = batches + 1, records + header.records_count, valid_bytes + header.size
             first = header.base_offset if first is None else first
             last = header.last_offset
-            click.echo(_batch_line(item.position, header, "true"))
+            click.echo(batch_line(item.position, header, "true"))
             if item.data is not None:
-                for line in _record_lines(item.data, binary):
+                for line in record_lines(item.data, binary):
                     click.echo(line)
     finally:
         file.close()
     offsets = "" if first is None else f", offsets {first}..{last}"
     click.echo(
-        f"summary: {_n(batches, 'valid batch', 'valid batches')}, {_n(records, 'record')}{offsets}, "
-        f"{valid_bytes} of {size} bytes valid, {_n(problems, 'problem')}"
+        f"summary: {count_of(batches, 'valid batch', 'valid batches')}, {count_of(records, 'record')}{offsets}, "
+        f"{valid_bytes} of {size} bytes valid, {count_of(problems, 'problem')}"
     )
 
 
@@ -209,7 +119,7 @@ def _problem_batch_line(file: StorageFile, problem: ScanProblem, size: int) -> s
         crc_ok = "unknown"
         if HEADER_SIZE <= header.size <= size - problem.position:
             crc_ok = "true" if compute_crc(file.pread(header.size, problem.position)) == header.crc else "false"
-        line = f"{_batch_line(problem.position, header, crc_ok)} problem: {problem.reason}"
+        line = f"{batch_line(problem.position, header, crc_ok)} problem: {problem.reason}"
     if not problem.resumable:
         line += f"\nstopped: no batch can be found after this; bytes {problem.position}..{size} were not walked"
     return line
@@ -235,7 +145,7 @@ def _dump_index(path: str) -> None:
         index.close()
         if segment is not None:
             segment.close()
-    click.echo(f"summary: {len(entries)} entries, {_n(problems, 'problem')}")
+    click.echo(f"summary: {len(entries)} entries, {count_of(problems, 'problem')}")
 
 
 def _entry_note(entries: list[tuple[int, int]], i: int, segment: StorageFile | None) -> str:
@@ -298,7 +208,11 @@ def verify(ctx: click.Context, data_dir: str, strict: bool, quiet: bool) -> None
 def _partition_table(partitions: list[PartitionSummary]) -> list[str]:
     rows = [["TOPIC", "PARTITION", "SEGMENTS", "BYTES", "BATCHES", "RECORDS", "START", "END", "STATUS"]]
     for p in partitions:
-        status = "ok" if not (p.errors or p.warnings) else f"{_n(p.errors, 'error')}, {_n(p.warnings, 'warning')}"
+        status = (
+            "ok"
+            if not (p.errors or p.warnings)
+            else f"{count_of(p.errors, 'error')}, {count_of(p.warnings, 'warning')}"
+        )
         end = "?" if p.end_offset is None else str(p.end_offset)
         counts = (p.partition, p.segments, p.size_bytes, p.batches, p.records, p.log_start_offset)
         rows.append([p.topic, *map(str, counts), end, status])
@@ -319,11 +233,7 @@ def _summary_line(report: VerifyReport) -> str:
     records = sum(p.records for p in parts)
     verdict = "corrupt" if report.errors else "ok"
     return (
-        f"summary: {verdict}: {_n(report.errors, 'error')}, {_n(report.warnings, 'warning')}; "
-        f"checked {_n(topics, 'topic')}, {_n(len(parts), 'partition')}, {_n(segments, 'segment')} "
-        f"({size} bytes, {_n(records, 'record')}), {_n(report.offset_files, 'offset file')}"
+        f"summary: {verdict}: {count_of(report.errors, 'error')}, {count_of(report.warnings, 'warning')}; "
+        f"checked {count_of(topics, 'topic')}, {count_of(len(parts), 'partition')}, {count_of(segments, 'segment')} "
+        f"({size} bytes, {count_of(records, 'record')}), {count_of(report.offset_files, 'offset file')}"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,5 @@
+"""``python -m lkstream.cli``: the ``lkstream`` command line."""
+
+from lkstream.cli import main
+
+main()
