@@ -33,6 +33,7 @@ from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
 from lkstream.errors import InvalidArgumentError, LkstreamError, RecordTooLargeError, UnknownTopicError
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
+from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
 from lkstream.server._proto import messaging_pb2 as pb
 from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.server.wire import PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
@@ -45,7 +46,6 @@ T = TypeVar("T")
 DEFAULT_BATCH_BYTES = 1024 * 1024
 #: Largest gRPC message the client sends or accepts.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-_RECORD_OVERHEAD = 21
 
 # (partition or None for "the daemon picks", encoded batch, indices of the records in it)
 _Chunk = tuple[int | None, bytearray, list[int]]
@@ -143,7 +143,7 @@ class RemoteBroker:
         compression: Compression | str | None = None,
     ) -> list[tuple[int, int]]:
         """Append ``(key, value[, headers])`` records; return ``[(partition, offset)]`` in input order."""
-        pairs, headers = _normalise(records)
+        pairs, headers = normalise_records(records)
         if not pairs:
             return []
         count = None
@@ -165,7 +165,7 @@ class RemoteBroker:
         compression: Compression | str | None = None,
     ) -> list[tuple[int, int]]:
         """Blocking twin of :meth:`produce_many`."""
-        pairs, headers = _normalise(records)
+        pairs, headers = normalise_records(records)
         if not pairs:
             return []
         count = None
@@ -196,9 +196,10 @@ class RemoteBroker:
     ) -> list[_Chunk]:
         """Route records to partitions (as the embedded broker does) and encode one batch per chunk."""
         codec = self.compression if compression is None else Compression.parse(compression)
+        sizes = record_sizes(pairs)
         if self.max_message_bytes is not None:
             # The daemon appends our batches without looking at records: enforce its per-record limit here.
-            largest = max(len(k or b"") + len(v or b"") for k, v in pairs)
+            largest = max(sizes)
             if largest > self.max_message_bytes:
                 raise RecordTooLargeError(largest, self.max_message_bytes)
         routes: dict[int | None, list[int]]
@@ -212,7 +213,7 @@ class RemoteBroker:
                 routes.setdefault(target, []).append(i)
         chunks: list[_Chunk] = []
         for pid, indices in routes.items():
-            for chunk in _split(indices, pairs, self.batch_bytes):
+            for chunk in chunk_by_size(indices, sizes, self.batch_bytes):
                 batch = encode_batch(
                     [pairs[i] for i in chunk],
                     headers=None if headers is None else [headers[i] for i in chunk],
@@ -380,47 +381,3 @@ def _description(info: pb.TopicInfo) -> TopicDescription:
     ]
     settings = TopicSettings(info.partitions, info.retention_ms, info.retention_bytes)
     return TopicDescription(info.name, settings, stats)
-
-
-def _bytes(value: object, what: str) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise InvalidArgumentError(f"{what} must be bytes, str or None, got {type(value).__name__}")
-
-
-def _normalise(records: Sequence[Any]) -> tuple[list[KeyValue], list[Headers] | None]:
-    """``(key, value[, headers])`` items as bytes pairs plus headers (None when no item has any)."""
-    if isinstance(records, (bytes, str)) or not isinstance(records, Sequence):
-        raise InvalidArgumentError("records must be a sequence of (key, value) tuples")
-    pairs: list[KeyValue] = []
-    headers: list[Headers] = []
-    any_headers = False
-    for n, item in enumerate(records):
-        if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
-            raise InvalidArgumentError(f"record {n} must be a (key, value) or (key, value, headers) tuple")
-        pairs.append((_bytes(item[0], "key"), _bytes(item[1], "value")))
-        headers.append(list(item[2]) if len(item) == 3 else [])
-        any_headers = any_headers or len(item) == 3
-    return pairs, headers if any_headers else None
-
-
-def _split(indices: list[int], pairs: list[KeyValue], budget: int) -> list[list[int]]:
-    """Cut one partition's records into chunks of about ``budget`` encoded bytes."""
-    chunks: list[list[int]] = []
-    chunk: list[int] = []
-    used = 0
-    for i in indices:
-        key, value = pairs[i]
-        size = len(key or b"") + len(value or b"") + _RECORD_OVERHEAD
-        if chunk and used + size > budget:
-            chunks.append(chunk)
-            chunk, used = [], 0
-        chunk.append(i)
-        used += size
-    if chunk:
-        chunks.append(chunk)
-    return chunks
