@@ -18,9 +18,7 @@ Thread-safety: all methods are thread-safe. Lock order: ``Broker._lock``
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -29,11 +27,11 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
-from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.broker.partitioner import StickyPartitioner, route_records
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
-    BackpressureError,
     BrokerClosedError,
     InvalidArgumentError,
     RecordTooLargeError,
@@ -41,7 +39,7 @@ from lkstream.errors import (
     map_os_errors,
 )
 from lkstream.format.batch import check_producer_batch
-from lkstream.format.codec import Compression, Headers, KeyValue, Record, encode_batch
+from lkstream.format.codec import Compression, Headers, Record, encode_batch
 from lkstream.format.produce import (
     BATCH_OVERHEAD,
     RECORD_OVERHEAD,
@@ -52,7 +50,7 @@ from lkstream.format.produce import (
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.lock import DataDirLock
-from lkstream.storage.log import AppendResult, LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
+from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.topics import TopicSettings, TopicStore
@@ -79,26 +77,6 @@ class BrokerStats:
     checkpoint_problems: int
     inflight_bytes: int
     fsyncs: int
-
-
-class InflightBytes:
-    """Bytes accepted by produce calls and not yet acknowledged. Thread-safe."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.value = 0
-        self._lock = threading.Lock()
-
-    def reserve(self, nbytes: int) -> None:
-        with self._lock:
-            # A lone request larger than the limit is admitted, or it could never succeed.
-            if self.value and self.value + nbytes > self.limit:
-                raise BackpressureError(self.value + nbytes, self.limit)
-            self.value += nbytes
-
-    def release(self, nbytes: int) -> None:
-        with self._lock:
-            self.value -= nbytes
 
 
 class _Topic:
@@ -322,7 +300,7 @@ class Broker:
         ack.wait_sync()
         return result
 
-    def _append_encoded(self, topic: str, pid: int, batch: bytearray) -> tuple[tuple[int, int], _Acknowledgement]:
+    def _append_encoded(self, topic: str, pid: int, batch: bytearray) -> tuple[tuple[int, int], Acknowledgement]:
         self._check_open()
         if not isinstance(batch, bytearray):
             batch = bytearray(batch)
@@ -332,8 +310,8 @@ class Broker:
             result = ack.append(target, batch)
         return (result.base_offset, result.last_offset), ack
 
-    def _acknowledgement(self, reserved: int) -> _Acknowledgement:
-        return _Acknowledgement(self.inflight, reserved, sync=self._committer.mode is FsyncMode.SYNC)
+    def _acknowledgement(self, reserved: int) -> Acknowledgement:
+        return Acknowledgement(self.inflight, reserved, sync=self._committer.mode is FsyncMode.SYNC)
 
     def _produce(
         self,
@@ -341,7 +319,7 @@ class Broker:
         records: Sequence[ProduceItem],
         partition: int | None,
         compression: Compression | str | None,
-    ) -> tuple[list[tuple[int, int]], _Acknowledgement]:
+    ) -> tuple[list[tuple[int, int]], Acknowledgement]:
         """Encode and append; return the results and what acknowledges them."""
         self._check_open()
         codec = Compression.parse(compression)
@@ -356,7 +334,7 @@ class Broker:
             return [], self._acknowledgement(0)
         sizes = record_sizes(pairs)
         self._check_sizes(sizes)
-        routes = _route(pairs, len(topic.partitions), partition, self._sticky)
+        routes = route_records(pairs, len(topic.partitions), partition, self._sticky)
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
         with self._acknowledgement(sum(sizes) + RECORD_OVERHEAD * len(sizes) + BATCH_OVERHEAD) as ack:
             for pid, indices in routes.items():
@@ -374,7 +352,7 @@ class Broker:
 
     def _produce_one_batch(
         self, topic: _Topic, records: Sequence[ProduceItem], explicit: int | None, codec: Compression
-    ) -> tuple[list[tuple[int, int]], _Acknowledgement] | None:
+    ) -> tuple[list[tuple[int, int]], Acknowledgement] | None:
         """The common case in O(1) Python work per record: one target partition, one batch.
 
         Applies when every record is a ``(bytes | None, bytes)`` pair bound for
@@ -533,81 +511,3 @@ class Broker:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Acknowledgement:
-    """What one produce call waits for before it may return, and the in-flight bytes it holds.
-
-    Reserves ``reserved`` bytes of :class:`InflightBytes` on creation and gives
-    them back once every appended batch is acknowledged (written, or in
-    ``sync`` mode fsynced), or at once if the produce fails part-way: used as a
-    context manager around the appends, then waited on.
-    """
-
-    def __init__(self, inflight: InflightBytes, reserved: int, *, sync: bool) -> None:
-        inflight.reserve(reserved)
-        self._inflight = inflight
-        self._reserved = reserved
-        self._sync = sync
-        self._futures: list[concurrent.futures.Future[None]] = []
-
-    def __enter__(self) -> _Acknowledgement:
-        return self
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        if exc_type is not None:
-            self._release()
-
-    def append(self, target: Partition, batch: bytearray) -> AppendResult:
-        if not self._sync:
-            return target.append_batch(batch)
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        result = target.append_batch(batch, functools.partial(_complete, future))
-        self._futures.append(future)
-        return result
-
-    async def wait(self) -> None:
-        try:
-            for future in self._futures:
-                await asyncio.wrap_future(future)
-        finally:
-            self._release()
-
-    def wait_sync(self) -> None:
-        try:
-            for future in self._futures:
-                future.result()
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        self._inflight.release(self._reserved)
-        self._reserved = 0
-
-
-def _complete(future: concurrent.futures.Future[None], error: BaseException | None) -> None:
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
-
-
-def _route(
-    pairs: list[KeyValue], partitions: int, explicit: int | None, sticky: StickyPartitioner
-) -> dict[int, list[int]]:
-    """Group record indices by target partition, keeping their order."""
-    if explicit is not None:
-        return {explicit: list(range(len(pairs)))}
-    if partitions == 1:
-        return {0: list(range(len(pairs)))}
-    keyless = -1
-    routes: dict[int, list[int]] = {}
-    for i, (key, _) in enumerate(pairs):
-        if key is None:
-            if keyless < 0:
-                keyless = sticky.next(partitions)
-            pid = keyless
-        else:
-            pid = partition_for_key(key, partitions)
-        routes.setdefault(pid, []).append(i)
-    return routes

@@ -14,6 +14,8 @@ from functools import lru_cache
 
 from aiokafka.partitioner import murmur2
 
+from lkstream.format.codec import KeyValue
+
 
 @lru_cache(maxsize=65536)
 def _key_hash(key: bytes) -> int:
@@ -35,3 +37,24 @@ class StickyPartitioner:
 
     def next(self, partitions: int) -> int:
         return next(self._counter) % partitions
+
+
+def route_records(
+    pairs: list[KeyValue], partitions: int, explicit: int | None, sticky: StickyPartitioner
+) -> dict[int, list[int]]:
+    """Group record indices by target partition, keeping their order."""
+    if explicit is not None:
+        return {explicit: list(range(len(pairs)))}
+    if partitions == 1:
+        return {0: list(range(len(pairs)))}
+    keyless = -1
+    routes: dict[int, list[int]] = {}
+    for i, (key, _) in enumerate(pairs):
+        if key is None:
+            if keyless < 0:
+                keyless = sticky.next(partitions)
+            pid = keyless
+        else:
+            pid = partition_for_key(key, partitions)
+        routes.setdefault(pid, []).append(i)
+    return routes
