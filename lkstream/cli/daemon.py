@@ -5,7 +5,7 @@
     lkstream serve [--config PATH] [--persist-dir DIR] [--grpc-port N] [--http-port N] [--fsync-mode MODE]
     lkstream produce TOPIC --bootstrap HOST:PORT [--key-separator SEP] [--partition N] [--file PATH]
     lkstream consume TOPIC --bootstrap HOST:PORT [--from earliest|latest|OFFSET] [--partition N]
-                     [--follow] [--max-messages N] [--output raw|json]
+                     [--follow] [--max-messages N] [--output raw|json] [--group GROUP]
 
 ``serve`` is ``python -m lkstream.grpc_server``: both call
 :func:`lkstream.server.grpc_server.run_daemon`, and its flags are
@@ -218,23 +218,33 @@ def _start_offset(broker: RemoteBroker, topic: str, pid: int, start: str) -> int
     return int(start)
 
 
-def _drain(broker: RemoteBroker, topic: str, pid: int, offset: int, printer: _Printer) -> None:
-    """Print ``topic[pid]`` from ``offset`` up to its current end (or until enough were printed)."""
+def _drain(broker: RemoteBroker, topic: str, pid: int, offset: int, printer: _Printer, *, group: str | None) -> None:
+    """Print ``topic[pid]`` from ``offset`` up to its current end (or until enough were printed).
+
+    With a ``group``, the position after each printed batch is committed for it.
+    """
     while not printer.done:
         records = broker.read_from(topic, pid, offset)
         if not records:
             return
+        start = offset
         for record in records:
             if printer.done:
-                return
+                break
             printer.emit(record)
             offset = record.offset + 1
+        if group is not None and offset > start:
+            broker.commit_offset(group, topic, pid, offset)
 
 
-async def _follow(broker: RemoteBroker, topic: str, starts: dict[int, int], printer: _Printer) -> None:
+async def _follow(
+    broker: RemoteBroker, topic: str, starts: dict[int, int], printer: _Printer, group: str | None
+) -> None:
     async def one(pid: int, offset: int) -> None:
         async for record in broker.subscribe(topic, pid, offset):
             printer.emit(record)
+            if group is not None:  # a streamed record is its own batch
+                await asyncio.to_thread(broker.commit_offset, group, topic, pid, record.offset + 1)
             if printer.done:
                 return
 
@@ -279,6 +289,12 @@ def _from_value(ctx: click.Context, param: click.Parameter, value: str) -> str:
     show_default=True,
     help="raw: each value on a line; json: one object per line (topic, partition, offset, timestamp, key, value).",
 )
+@click.option(
+    "--group",
+    metavar="GROUP",
+    help="Commit the position after each printed batch for consumer group GROUP. The protocol cannot read "
+    "committed offsets back, so consuming still starts at --from (pass the last position with --from OFFSET).",
+)
 def consume(
     *,
     topic: str,
@@ -288,11 +304,17 @@ def consume(
     follow: bool,
     max_messages: int | None,
     output: str,
+    group: str | None,
 ) -> None:
     """Print the records of TOPIC, partition by partition, then stop (or, with --follow, wait for more).
 
     In JSON output a key or value that is not UTF-8 is base64, marked by
     "key_encoding" / "value_encoding": "base64".
+
+    With --group, the next offset to read is committed (CommitOffset) after each
+    printed batch, i.e. only for records already written to stdout; with
+    --follow, after each record. The daemon offers no call that reads a
+    group's committed offsets, so --group does not choose the start: --from does.
     """
     printer = _Printer(output, max_messages)
     with _connect(bootstrap) as broker:
@@ -304,10 +326,10 @@ def consume(
             starts = {pid: _start_offset(broker, topic, pid, start) for pid in pids}
             if not follow:
                 for pid, offset in starts.items():
-                    _drain(broker, topic, pid, offset, printer)
+                    _drain(broker, topic, pid, offset, printer, group=group)
                 return
             try:
-                asyncio.run(_follow(broker, topic, starts, printer))
+                asyncio.run(_follow(broker, topic, starts, printer, group))
             except KeyboardInterrupt:
                 return
         except LkstreamError as exc:

@@ -1,0 +1,217 @@
+"""Topic admin: ``lkstream topics create|list|describe|delete``.
+
+::
+
+    lkstream topics create TOPIC [--partitions N] [--retention-ms MS] [--retention-bytes B] [--bootstrap HOST:PORT]
+    lkstream topics list     [--bootstrap HOST:PORT | --data-dir DIR]
+    lkstream topics describe TOPIC [--bootstrap HOST:PORT | --data-dir DIR]
+    lkstream topics delete TOPIC --yes [--bootstrap HOST:PORT]
+
+Against a daemon (``--bootstrap``, default 127.0.0.1:9090) every subcommand goes
+through :class:`lkstream.client.remote.RemoteBroker`. With ``--data-dir``,
+``list`` and ``describe`` read a data directory offline through the read-only
+:class:`lkstream.storage.reader.DataDirReader` (no daemon, no lock taken; safe
+beside a running broker, whose newest batch may then look torn).
+
+Exit status: 0 success; 1 an error from the broker or the daemon, printed as one
+line ``Error: CODE: message`` (``NOT_FOUND`` for an unknown topic), or no daemon
+at the address; 2 usage (``delete`` without ``--yes``, a bad value, a directory
+that is not a data directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import click
+
+from lkstream.cli.base import cli
+from lkstream.cli.daemon import DEFAULT_BOOTSTRAP
+from lkstream.client.remote import RemoteBroker, connect
+from lkstream.errors import InvalidArgumentError, LkstreamError
+from lkstream.server.wire import ERROR_CODES
+from lkstream.storage.reader import DataDirReader
+from lkstream.storage.topics import TOPIC_META
+
+_bootstrap = click.option(
+    "--bootstrap",
+    metavar="HOST:PORT",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    help="Address of the daemon's gRPC port.",
+)
+_data_dir = click.option(
+    "--data-dir",
+    type=click.Path(exists=True, file_okay=False),
+    help="Read this data directory offline (read-only, no daemon) instead of asking --bootstrap.",
+)
+
+
+class PartitionRow(NamedTuple):
+    partition: int
+    log_start_offset: int
+    next_offset: int
+    high_watermark: int
+    segments: int
+    size_bytes: int
+
+
+_HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES")
+
+
+def error_code(exc: LkstreamError) -> str:
+    """The gRPC status name the daemon uses for ``exc`` (``NOT_FOUND`` for an unknown topic)."""
+    for cls, code in ERROR_CODES:
+        if isinstance(exc, cls):
+            return str(code.name)
+    return "UNKNOWN"
+
+
+@contextmanager
+def _broker_errors() -> Iterator[None]:
+    """Turn a broker error into exit status 1 with one ``CODE: message`` line (usage errors stay 2)."""
+    try:
+        yield
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
+    except LkstreamError as exc:
+        raise click.ClickException(f"{error_code(exc)}: {exc}") from None
+
+
+@contextmanager
+def _remote(bootstrap: str) -> Iterator[RemoteBroker]:
+    with _broker_errors():
+        broker = connect(bootstrap)
+        try:
+            yield broker
+        finally:
+            broker.close()
+
+
+def table(rows: Sequence[Sequence[object]], headers: Sequence[str] = _HEADERS) -> list[str]:
+    """Rows as right-aligned columns under ``headers``."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells]
+
+
+def _retention(value: int | None) -> str:
+    if value is None:
+        return "default"
+    return "forever" if value < 0 else str(value)
+
+
+def _offline_rows(reader: DataDirReader, topic: str) -> list[PartitionRow]:
+    rows = []
+    for pid in reader.partitions(topic):
+        part = reader.partition(topic, pid)
+        end = part.end_offset()
+        size = sum(os.stat(seg.seg_path).st_size for seg in part.segments)
+        rows.append(PartitionRow(pid, part.log_start_offset, end, end, len(part.segments), size))
+    return rows
+
+
+def _offline_settings(reader: DataDirReader, topic: str) -> dict[str, object]:
+    try:
+        with open(os.path.join(reader.topics_dir, topic, TOPIC_META), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+# -- commands ---------------------------------------------------------------------------------------
+
+
+@cli.group()
+def topics() -> None:
+    """Create, list, describe and delete topics (against a daemon, or --data-dir offline for list/describe)."""
+
+
+@topics.command("create")
+@click.argument("topic")
+@_bootstrap
+@click.option("--partitions", type=click.IntRange(min=1), help="Partition count (default: the broker's).")
+@click.option("--retention-ms", type=click.IntRange(min=-1), help="Keep records this long; -1 forever.")
+@click.option("--retention-bytes", type=click.IntRange(min=-1), help="Keep at most this many bytes per partition.")
+def create(
+    topic: str, bootstrap: str, partitions: int | None, retention_ms: int | None, retention_bytes: int | None
+) -> None:
+    """Create TOPIC on the daemon. Exit 1 (ALREADY_EXISTS) if it exists."""
+    with _remote(bootstrap) as broker:
+        broker.create_topic(topic, partitions, retention_ms=retention_ms, retention_bytes=retention_bytes)
+        count = broker.partitions_for(topic)
+    click.echo(f"created topic {topic} with {count} partition{'' if count == 1 else 's'}")
+
+
+@topics.command("list")
+@_bootstrap
+@_data_dir
+def list_(bootstrap: str, data_dir: str | None) -> None:
+    """Print every topic name, one per line, sorted."""
+    if data_dir is not None:
+        with _broker_errors():
+            names = DataDirReader(data_dir).topics()
+    else:
+        with _remote(bootstrap) as broker:
+            names = broker.list_topics()
+    for name in sorted(names):
+        click.echo(name)
+
+
+@topics.command()
+@click.argument("topic")
+@_bootstrap
+@_data_dir
+def describe(topic: str, bootstrap: str, data_dir: str | None) -> None:
+    """Print TOPIC's settings, then a table with one row per partition.
+
+    Columns: log start offset, next offset, high watermark, segment count and
+    bytes of segments. Offline (--data-dir) the next offset is the log end that
+    recovery would arrive at, and the high watermark equals it.
+    """
+    if data_dir is not None:
+        with _broker_errors():
+            reader = DataDirReader(data_dir)
+            rows = _offline_rows(reader, topic)
+            meta = _offline_settings(reader, topic)
+        retention_ms = meta.get("retention_ms")
+        retention_bytes = meta.get("retention_bytes")
+        click.echo(
+            f"topic: {topic} partitions: {len(rows)} "
+            f"retention.ms: {_retention(retention_ms if isinstance(retention_ms, int) else None)} "
+            f"retention.bytes: {_retention(retention_bytes if isinstance(retention_bytes, int) else None)} "
+            f"(offline: {data_dir})"
+        )
+    else:
+        with _remote(bootstrap) as broker:
+            description = broker.describe_topic(topic)
+        settings = description.settings
+        rows = [
+            PartitionRow(pid, s.log_start_offset, s.next_offset, s.high_watermark, s.segment_count, s.size_bytes)
+            for pid, s in enumerate(description.partitions)
+        ]
+        click.echo(
+            f"topic: {description.name} partitions: {settings.partitions} "
+            f"retention.ms: {_retention(settings.retention_ms)} "
+            f"retention.bytes: {_retention(settings.retention_bytes)}"
+        )
+    for line in table(rows):
+        click.echo(line)
+
+
+@topics.command()
+@click.argument("topic")
+@_bootstrap
+@click.option("--yes", is_flag=True, help="Confirm: deleting a topic removes all its records. Required.")
+def delete(topic: str, bootstrap: str, yes: bool) -> None:
+    """Delete TOPIC and all its records (requires --yes)."""
+    if not yes:
+        raise click.UsageError(f"deleting {topic!r} removes all its records; pass --yes to confirm")
+    with _remote(bootstrap) as broker:
+        broker.delete_topic(topic)
+    click.echo(f"deleted topic {topic}")

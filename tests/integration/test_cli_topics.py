@@ -1,0 +1,105 @@
+"""`lkstream topics ...` and `lkstream consume --group` against a real daemon subprocess."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import lkstream
+from lkstream.storage.offsets import OffsetStore
+from tests.integration.conftest import DaemonProcess
+from tests.integration.test_cli_daemon import lkstream_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_create_list_describe_delete(daemon: DaemonProcess) -> None:
+    addr = daemon.address
+    done = lkstream_cli(
+        "topics", "create", "orders", "--bootstrap", addr, "--partitions", "3", "--retention-ms", "60000",
+        "--retention-bytes", "1048576",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "created topic orders with 3 partitions" in done.stdout
+    assert lkstream_cli("topics", "create", "audit", "--bootstrap", addr).returncode == 0
+
+    done = lkstream_cli("topics", "list", "--bootstrap", addr)
+    assert (done.returncode, done.stdout) == (0, "audit\norders\n"), done.stderr
+
+    with lkstream.connect(addr) as broker:
+        broker.produce_many_sync("orders", [(None, b"a"), (None, b"b")], partition=1)
+    done = lkstream_cli("topics", "describe", "orders", "--bootstrap", addr)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "topic: orders partitions: 3 retention.ms: 60000 retention.bytes: 1048576"
+    assert lines[1].split() == ["PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES"]
+    rows = [line.split() for line in lines[2:]]
+    assert [r[:4] for r in rows] == [["0", "0", "0", "0"], ["1", "0", "2", "2"], ["2", "0", "0", "0"]]
+    assert int(rows[1][5]) > 0
+    assert len({len(line) for line in lines[1:]}) == 1  # aligned columns
+
+    done = lkstream_cli("topics", "delete", "orders", "--bootstrap", addr)
+    assert done.returncode == 2
+    assert "--yes" in done.stderr
+    done = lkstream_cli("topics", "delete", "orders", "--bootstrap", addr, "--yes")
+    assert (done.returncode, done.stdout) == (0, "deleted topic orders\n"), done.stderr
+    assert lkstream_cli("topics", "list", "--bootstrap", addr).stdout == "audit\n"
+
+
+def test_unknown_topic_and_bad_usage(daemon: DaemonProcess) -> None:
+    for args in (("describe", "nope"), ("delete", "nope", "--yes")):
+        done = lkstream_cli("topics", *args, "--bootstrap", daemon.address)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        assert "NOT_FOUND" in done.stderr and "nope" in done.stderr
+    assert lkstream_cli("topics", "create", "x", "--bootstrap", daemon.address).returncode == 0
+    done = lkstream_cli("topics", "create", "x", "--bootstrap", daemon.address)
+    assert done.returncode == 1 and "ALREADY_EXISTS" in done.stderr
+    done = lkstream_cli("topics", "create", "y", "--bootstrap", daemon.address, "--partitions", "0")
+    assert done.returncode == 2
+
+
+def test_no_daemon_is_exit_1() -> None:
+    done = lkstream_cli("topics", "list", "--bootstrap", "127.0.0.1:1")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_offline_list_and_describe_read_the_data_dir(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("ticks", 2, retention_ms=5000)
+        broker.produce_many_sync("ticks", [(None, f"v{i}".encode()) for i in range(5)], partition=0)
+    data = str(daemon.data_dir)
+
+    done = lkstream_cli("topics", "list", "--data-dir", data)
+    assert (done.returncode, done.stdout) == (0, "ticks\n"), done.stderr
+    done = lkstream_cli("topics", "describe", "ticks", "--data-dir", data)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("topic: ticks partitions: 2 retention.ms: 5000")
+    rows = [line.split() for line in lines[2:]]
+    assert [r[:5] for r in rows] == [["0", "0", "5", "5", "1"], ["1", "0", "0", "0", "1"]]
+
+    done = lkstream_cli("topics", "describe", "nope", "--data-dir", data)
+    assert done.returncode == 1 and "NOT_FOUND" in done.stderr
+    assert lkstream_cli("topics", "list", "--data-dir", str(daemon.data_dir / "topics")).returncode == 2
+
+
+def test_consume_group_commits_after_printing(daemon: DaemonProcess, tmp_path: Path) -> None:
+    addr = daemon.address
+    with lkstream.connect(addr) as broker:
+        broker.produce_many_sync("g", [(None, f"m{i}".encode()) for i in range(5)])
+    offsets = OffsetStore(str(daemon.data_dir))
+    assert offsets.read_committed("cli", "g", 0) is None
+
+    done = lkstream_cli("consume", "g", "--bootstrap", addr, "--group", "cli", "--max-messages", "3")
+    assert (done.returncode, done.stdout) == (0, "m0\nm1\nm2\n"), done.stderr
+    assert offsets.read_committed("cli", "g", 0) == 3
+
+    # No call reads committed offsets back: the next run resumes with --from the committed position.
+    committed = offsets.read_committed("cli", "g", 0)
+    done = lkstream_cli("consume", "g", "--bootstrap", addr, "--group", "cli", "--from", str(committed))
+    assert (done.returncode, done.stdout) == (0, "m3\nm4\n"), done.stderr
+    assert offsets.read_committed("cli", "g", 0) == 5
+    assert "--group" in lkstream_cli("consume", "--help").stdout
