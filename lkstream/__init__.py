@@ -9,6 +9,7 @@ Public names only; everything else lives in subpackages::
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.partition import Partition
 from lkstream.client.consumer import Consumer
+from lkstream.client.producer import Producer
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
@@ -48,6 +49,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OffsetStore",
     "Partition",
+    "Producer",
     "ProtocolVersionError",
     "Record",
     "RecordTooLargeError",

@@ -16,6 +16,18 @@ Errors come back as the same :mod:`lkstream.errors` classes the embedded broker
 raises (table in :mod:`lkstream.server.wire`); an unreachable daemon raises
 :class:`BrokerUnavailableError` naming the address.
 
+Retries: a call failing with gRPC ``UNAVAILABLE`` (:class:`BrokerUnavailableError`,
+e.g. during a daemon restart) is retried up to ``retries`` times with exponential
+backoff (``retry_backoff_ms`` doubling per attempt, capped at 2 s) and jitter.
+Idempotent RPCs (Fetch, Admin describe/list, Handshake) are always retried.
+Every other RPC (Produce, Admin create/delete, CommitOffset) is retried only when
+the failure happened *before the request was sent* (connection refused, channel
+not connected), so the daemon cannot have seen it. A Produce that fails after
+being sent (the connection dropped mid-call) is **not** retried and raises: the
+daemon may or may not have appended it. Re-sending it yourself gives
+at-least-once delivery, i.e. possible duplicates. When every attempt fails, the
+error names the address and the number of attempts.
+
 Thread-safety: the blocking methods may be called from any thread. The async
 methods use one ``grpc.aio`` channel per event loop.
 """
@@ -23,6 +35,8 @@ methods use one ``grpc.aio`` channel per event loop.
 from __future__ import annotations
 
 import asyncio
+import random
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -31,12 +45,18 @@ import grpc
 from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
-from lkstream.errors import InvalidArgumentError, LkstreamError, RecordTooLargeError, UnknownTopicError
+from lkstream.errors import (
+    BrokerUnavailableError,
+    InvalidArgumentError,
+    LkstreamError,
+    RecordTooLargeError,
+    UnknownTopicError,
+)
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
 from lkstream.server._proto import messaging_pb2 as pb
 from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.server.wire import PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
+from lkstream.server.wire import ERROR_CLASS_KEY, PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
 from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
 
@@ -46,6 +66,26 @@ T = TypeVar("T")
 DEFAULT_BATCH_BYTES = 1024 * 1024
 #: Largest gRPC message the client sends or accepts.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Retries of a call failing with UNAVAILABLE, and the first backoff (doubling, capped).
+DEFAULT_RETRIES = 5
+DEFAULT_RETRY_BACKOFF_MS = 100
+RETRY_BACKOFF_CAP_S = 2.0
+# gRPC's own reconnect backoff (default 1 s growing to 120 s) would outlast our retries after a restart.
+_RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+# Transport failures that mean the request never left the client (safe to retry any RPC).
+_NOT_SENT_MARKERS = (
+    "failed to connect",
+    "connection refused",
+    "connect failed",
+    "channel is not ready",
+    "no ready subchannel",
+    "name resolution",
+    "dns resolution failed",
+)
 
 # (partition or None for "the daemon picks", encoded batch, indices of the records in it)
 _Chunk = tuple[int | None, bytearray, list[int]]
@@ -65,18 +105,29 @@ class RemoteBroker:
         *,
         timeout: float = 30.0,
         connect_timeout: float = 5.0,
+        connect_timeout_s: float | None = None,
+        retries: int = DEFAULT_RETRIES,
+        retry_backoff_ms: float = DEFAULT_RETRY_BACKOFF_MS,
+        retry_seed: int | None = None,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         compression: Compression | str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         protocol_version: int = PROTOCOL_VERSION,
     ) -> None:
+        if retries < 0 or retry_backoff_ms < 0:
+            raise InvalidArgumentError("retries and retry_backoff_ms must be non-negative")
         self.address = address
         self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout_s is None else connect_timeout_s
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_ms / 1000.0
+        self._random = random.Random(retry_seed)
         self.batch_bytes = batch_bytes
         self.compression = Compression.parse(compression)
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            *_RECONNECT_OPTIONS,
         ]
         self._metadata = ((VERSION_METADATA_KEY, str(protocol_version)),)
         self._channel = grpc.insecure_channel(address, options=self._options)
@@ -87,14 +138,16 @@ class RemoteBroker:
         self._closed = False
         self.max_message_bytes: int | None = None
         try:
-            self.server_protocol_version = self._handshake(protocol_version, connect_timeout)
+            self.server_protocol_version = self._handshake(protocol_version, self.connect_timeout)
         except BaseException:
             self._channel.close()
             raise
 
     def _handshake(self, version: int, timeout: float) -> int:
         request = pb.HandshakeRequest(client_protocol_version=version, client_name="lkstream-python")
-        response: pb.HandshakeResponse = self._call(self._stub.Handshake, request, timeout=timeout)
+        response: pb.HandshakeResponse = self._call(
+            self._stub.Handshake, request, timeout=timeout, idempotent=True, deadline=time.monotonic() + timeout
+        )
         self.max_message_bytes = int(response.max_message_bytes) or None
         return int(response.server_protocol_version)
 
@@ -107,13 +160,56 @@ class RemoteBroker:
         trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
         return error_from_status(code, details, tuple(trailing or ()), self.address)
 
-    def _call(self, method: Any, request: Any, *, timeout: float | None = None) -> Any:
+    def _retry_delay(self, attempt: int, exc: grpc.RpcError, idempotent: bool) -> float | None:
+        """Seconds to wait before retry ``attempt`` (1-based), or None when ``exc`` must not be retried."""
+        call: Any = exc
+        code = call.code() if hasattr(call, "code") else None
+        if code is not grpc.StatusCode.UNAVAILABLE or attempt > self.retries:
+            return None
+        trailing = dict(call.trailing_metadata() or ()) if hasattr(call, "trailing_metadata") else {}
+        if trailing.get(ERROR_CLASS_KEY):
+            return None  # the daemon answered (e.g. BrokerClosedError while shutting down)
+        if not idempotent:
+            details = ((call.details() if hasattr(call, "details") else "") or "").lower()
+            if not any(marker in details for marker in _NOT_SENT_MARKERS):
+                return None
+        backoff = min(RETRY_BACKOFF_CAP_S, self.retry_backoff_s * (2.0 ** (attempt - 1)))
+        return backoff * (0.5 + 0.5 * self._random.random())
+
+    def _gave_up(self, exc: grpc.RpcError, attempts: int) -> LkstreamError:
+        error = self._error(exc)
+        if attempts > 1 and isinstance(error, BrokerUnavailableError):
+            call: Any = exc
+            details = (call.details() if hasattr(call, "details") else "") or ""
+            error = BrokerUnavailableError(self.address, f"gave up after {attempts} attempts: {details}")
+        return error
+
+    def _call(
+        self,
+        method: Any,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        idempotent: bool = False,
+        deadline: float | None = None,
+    ) -> Any:
         if self._closed:
             raise InvalidArgumentError("this RemoteBroker is closed")
-        try:
-            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise self._error(exc) from None
+        attempt = 0
+        while True:
+            attempt += 1
+            limit = timeout or self.timeout
+            if deadline is not None:
+                limit = max(0.001, min(limit, deadline - time.monotonic()))
+            try:
+                return method(request, timeout=limit, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                delay = self._retry_delay(attempt, exc, idempotent)
+                if delay is not None and deadline is not None:
+                    delay = min(delay, deadline - time.monotonic())
+                if delay is None or delay <= 0 or self._closed:
+                    raise self._gave_up(exc, attempt) from None
+                time.sleep(delay)
 
     def _astub(self) -> Any:
         if self._closed:
@@ -126,11 +222,17 @@ class RemoteBroker:
             self._aio[loop] = entry
         return entry[1]
 
-    async def _acall(self, name: str, request: Any) -> Any:
-        try:
-            return await getattr(self._astub(), name)(request, timeout=self.timeout, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise self._error(exc) from None
+    async def _acall(self, name: str, request: Any, *, idempotent: bool = False) -> Any:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await getattr(self._astub(), name)(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                delay = self._retry_delay(attempt, exc, idempotent)
+                if delay is None or self._closed:
+                    raise self._gave_up(exc, attempt) from None
+                await asyncio.sleep(delay)
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -226,14 +328,14 @@ class RemoteBroker:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
         """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``)."""
-        response = self._call(self._stub.Fetch, _fetch_request(topic, partition, offset, max_bytes))
+        response = self._call(self._stub.Fetch, _fetch_request(topic, partition, offset, max_bytes), idempotent=True)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     async def fetch_async(
         self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
     ) -> ReadResult:
         """Async twin of :meth:`fetch`."""
-        response = await self._acall("Fetch", _fetch_request(topic, partition, offset, max_bytes))
+        response = await self._acall("Fetch", _fetch_request(topic, partition, offset, max_bytes), idempotent=True)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     def read_from(
@@ -288,12 +390,12 @@ class RemoteBroker:
         self._call(self._stub.Admin, pb.AdminRequest(delete_topic=pb.DeleteTopic(name=name)))
 
     def list_topics(self) -> list[str]:
-        response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()))
+        response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()), idempotent=True)
         return list(response.topics)
 
     def describe_topic(self, name: str, *, create: bool = False) -> TopicDescription:
         request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=name, create_if_missing=create))
-        description = _description(self._call(self._stub.Admin, request).topic)
+        description = _description(self._call(self._stub.Admin, request, idempotent=True).topic)
         self._partitions[name] = description.settings.partitions
         return description
 
@@ -304,7 +406,7 @@ class RemoteBroker:
 
     async def _adescribe_count(self, topic: str) -> int:
         request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=topic, create_if_missing=True))
-        description = _description((await self._acall("Admin", request)).topic)
+        description = _description((await self._acall("Admin", request, idempotent=True)).topic)
         self._partitions[topic] = description.settings.partitions
         return description.settings.partitions
 

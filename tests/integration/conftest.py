@@ -126,3 +126,26 @@ def start_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
 @pytest.fixture
 def daemon(start_daemon: DaemonFactory) -> DaemonProcess:
     return start_daemon()
+
+
+RestartDaemon = Callable[[DaemonProcess], DaemonProcess]
+
+
+@pytest.fixture
+def restart_daemon(tmp_path: Path) -> Iterator[RestartDaemon]:
+    """``restart_daemon(old)`` starts a daemon on ``old``'s gRPC port, data dir and settings (stop ``old`` first)."""
+    started: list[DaemonProcess] = []
+
+    def restart(old: DaemonProcess) -> DaemonProcess:
+        values = yaml.safe_load(old.config_path.read_text())
+        values["server"] = {**values["server"], "grpc_port": int(old.address.rsplit(":", 1)[1]), "http_port": 0}
+        path = tmp_path / f"config-restart-{len(started)}.yml"
+        path.write_text(yaml.safe_dump(values))
+        daemon = DaemonProcess(path, old.data_dir, old.env)
+        started.append(daemon)
+        return daemon.start()
+
+    yield restart
+    for daemon in started:
+        if daemon.process is not None and daemon.process.poll() is None:
+            daemon.terminate()

@@ -1,0 +1,92 @@
+"""lkstream.client.producer: linger batching, the bounded buffer, flush, futures (embedded Broker)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lkstream import BackpressureError, Broker, Producer
+from lkstream.format.codec import iter_batches
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker(persist_dir=str(tmp_path / "data"), partitions=2)
+    yield b
+    b.close()
+
+
+def _batch_count(broker: Broker, topic: str, pid: int) -> int:
+    return sum(1 for _ in iter_batches(broker.fetch(topic, pid, 0).data))
+
+
+async def test_linger_batches_many_sends_into_one_batch(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=50)
+    futures = [producer.send("t", f"v{i}", partition=1) for i in range(100)]
+    results = await asyncio.gather(*futures)
+    assert results == [(1, i) for i in range(100)]
+    assert _batch_count(broker, "t", 1) == 1
+    assert [r.value for r in broker.read_from("t", 1, 0)] == [f"v{i}".encode() for i in range(100)]
+    await producer.close()
+
+
+async def test_batch_bytes_sends_before_linger(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=60_000, batch_bytes=1000)
+    futures = [producer.send("t", b"x" * 100, partition=0) for _ in range(30)]
+    done, _ = await asyncio.wait(futures[:5], timeout=5)
+    assert len(done) == 5  # the first batch went without waiting a minute
+    await producer.flush()
+    assert [f.result() for f in futures] == [(0, i) for i in range(30)]
+    assert 1 < _batch_count(broker, "t", 0) < 30
+    assert producer.buffered_bytes == 0
+
+
+async def test_buffer_overflow_raises_backpressure_naming_the_limit(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=60_000, buffer_bytes=1000)
+    accepted = []
+    with pytest.raises(BackpressureError, match="1000") as info:
+        for _ in range(100):
+            accepted.append(producer.send("t", b"y" * 100, partition=0))
+    assert info.value.limit == 1000
+    assert 0 < len(accepted) < 10
+    assert producer.buffered_bytes <= 1000
+    await producer.flush()
+    assert producer.buffered_bytes == 0
+    producer.send("t", b"y" * 100, partition=0)  # room again after the flush
+    await producer.close()
+    assert broker.describe_topic("t").partitions[0].next_offset == len(accepted) + 1
+
+
+async def test_flush_delivers_everything_and_futures_carry_partition_and_offset(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=60_000)
+    keyed = [producer.send("k", f"v{i}", key=f"key{i}") for i in range(50)]
+    explicit = [producer.send("e", b"v", partition=1, headers=[("h", b"1")]) for _ in range(5)]
+    await producer.flush()
+    assert all(f.done() for f in keyed + explicit)
+    assert [f.result() for f in explicit] == [(1, i) for i in range(5)]
+    for i, future in enumerate(keyed):
+        pid, offset = future.result()
+        record = broker.read_from("k", pid, offset, max_msgs=1)[0]
+        assert record.value == f"v{i}".encode() and record.key == f"key{i}".encode()
+    assert list(broker.read_from("e", 1, 0)[0].headers) == [("h", b"1")]
+
+
+async def test_failed_produce_fails_the_futures(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=1)
+    future = producer.send("t", b"v", partition=7)  # no such partition
+    with pytest.raises(Exception, match="partition"):
+        await future
+    assert producer.buffered_bytes == 0
+
+
+def test_sync_face_lingers_and_flushes(broker: Broker) -> None:
+    with Producer(broker, linger_ms=20) as producer:
+        futures = [producer.send_sync("s", f"v{i}", partition=0) for i in range(20)]
+        assert [f.result(timeout=10) for f in futures] == [(0, i) for i in range(20)]
+        more = [producer.send_sync("s", b"w", partition=0) for _ in range(3)]
+        producer.flush_sync()
+        assert [f.result(timeout=0) for f in more] == [(0, 20), (0, 21), (0, 22)]
+    assert _batch_count(broker, "s", 0) == 2
