@@ -404,6 +404,24 @@ class Broker:
         self._check_open()
         return self.partition(topic, partition).read_from(offset, max_msgs, max_bytes)
 
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset of ``topic[partition]`` whose record timestamp is ``>= timestamp_ms``.
+
+        Returns the high watermark when every record is older (reading from
+        there waits for new records), as Kafka's ``offsetsForTimes`` + ``latest``.
+        The storage lookup is batch-granular; this decodes that one batch to find
+        the exact record, an administrative call and not on the produce/fetch path.
+        """
+        self._check_open()
+        target = self.partition(topic, partition)
+        base = target.log.offset_for_timestamp(timestamp_ms)
+        if base is None:
+            return target.high_watermark
+        for record in target.read_from(base, max_bytes=1):
+            if record.timestamp >= timestamp_ms:
+                return record.offset
+        return base
+
     # -- waiting for data ---------------------------------------------------------------------
 
     def _has_data(self, positions: dict[tuple[str, int], int]) -> bool:

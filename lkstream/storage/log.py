@@ -400,6 +400,29 @@ class PartitionLog:
             return self._durable_position
         return segment.size
 
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """The base offset of the first readable batch holding a record at or after ``timestamp_ms``.
+
+        Like Kafka's ListOffsets by timestamp but at batch granularity: the
+        batch may start with earlier records, which a reader skips by their
+        timestamps. None when every readable record is older.
+        """
+        with self._lock:
+            self._check_open()
+            last = len(self._segments) - 1
+            for i, segment in enumerate(self._segments):
+                if i < last:
+                    # Sealed: skip by the segment's largest timestamp. The active segment's
+                    # is only known from the batches appended or validated since open, so walk it.
+                    if segment.max_timestamp < 0:
+                        segment.scan_max_timestamp()
+                    if segment.max_timestamp < timestamp_ms:
+                        continue
+                found = segment.first_batch_at_or_after(timestamp_ms, self._readable_end(segment, i == last))
+                if found is not None:
+                    return found
+            return None
+
     # -- retention ------------------------------------------------------------------------------
 
     def enforce_retention(self) -> list[int]:

@@ -291,6 +291,24 @@ class Segment:
             position += header.size
         return position, expected_offset, ""
 
+    def first_batch_at_or_after(self, timestamp_ms: int, end: int) -> int | None:
+        """Base offset of the first batch whose ``max_timestamp`` is at least ``timestamp_ms``.
+
+        Walks batch headers only (records are the client's business); batch
+        granularity, as Kafka's time index. None when no batch before ``end`` qualifies.
+        """
+        position = 0
+        while end - position >= HEADER_SIZE:
+            header = self.header_at(position)
+            if not HEADER_SIZE <= header.size <= end - position:
+                raise CorruptRecordError(
+                    f"batch length {header.size} does not fit the segment", path=self.path, position=position
+                )
+            if header.max_timestamp >= timestamp_ms:
+                return header.base_offset
+            position += header.size
+        return None
+
     def scan_max_timestamp(self) -> None:
         """Set ``max_timestamp`` of a sealed segment from its last batch (for time retention).
 

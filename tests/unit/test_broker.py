@@ -26,7 +26,7 @@ from lkstream import (
 from lkstream.broker.partition import Partition
 from lkstream.broker.partitioner import partition_for_key
 from lkstream.format.batch import check_batch
-from lkstream.format.codec import decode_batches
+from lkstream.format.codec import decode_batches, encode_batch
 
 from .support import DEADLINE_S, make_batch
 
@@ -666,3 +666,14 @@ def test_deleting_a_topic_forgets_its_committed_offsets(make_broker: MakeBroker)
     broker.delete_topic("t")
     broker.create_topic("t")
     assert broker.offset_store.read_committed("g", "t", 0) is None
+
+
+def test_offset_for_timestamp_returns_the_exact_record_or_the_high_watermark(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.create_topic("ts")
+    batch = encode_batch([(None, b"a"), (None, b"b"), (None, b"c")], timestamps=[1000, 2000, 3000])
+    broker.produce_batch_sync("ts", 0, batch)
+    assert broker.offset_for_timestamp("ts", 0, 0) == 0
+    assert broker.offset_for_timestamp("ts", 0, 2000) == 1
+    assert broker.offset_for_timestamp("ts", 0, 2500) == 2
+    assert broker.offset_for_timestamp("ts", 0, 3001) == 3

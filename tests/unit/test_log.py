@@ -588,3 +588,22 @@ def test_read_in_a_gap_between_segments_serves_the_next_data(open_log: Opener, l
     reopened = open_log(segment_max_bytes=4096)
     records = _read_all(reopened, missing, max_bytes=1)
     assert records and records[0].offset == bases[2], "a read inside the gap must move on, not return nothing"
+
+
+def test_offset_for_timestamp_finds_the_first_batch_at_or_after_it(open_log: Opener) -> None:
+    plog = open_log(segment_max_bytes=4096)
+    bases = [_append(plog, 2, ts=FIXED_TS + 1000 * i, value_size=300) for i in range(20)]
+    assert len(plog.segment_paths()) > 2
+    assert plog.offset_for_timestamp(FIXED_TS - 1) == 0
+    assert plog.offset_for_timestamp(FIXED_TS + 7000) == bases[7]
+    assert plog.offset_for_timestamp(FIXED_TS + 6500) == bases[7]
+    assert plog.offset_for_timestamp(FIXED_TS + 19_001) is None
+
+
+def test_offset_for_timestamp_survives_a_reopen(open_log: Opener) -> None:
+    plog = open_log(segment_max_bytes=4096)
+    bases = [_append(plog, 2, ts=FIXED_TS + 1000 * i, value_size=300) for i in range(12)]
+    plog.close()
+    reopened = open_log(segment_max_bytes=4096)
+    assert reopened.offset_for_timestamp(FIXED_TS + 11_000) == bases[11]
+    assert reopened.offset_for_timestamp(FIXED_TS + 3000) == bases[3]
