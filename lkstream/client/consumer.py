@@ -1,10 +1,22 @@
-"""The embedded consumer: read topics from a :class:`~lkstream.broker.Broker` with committed offsets.
+"""The consumer: read topics from a broker, embedded or remote, with committed offsets.
 
 ::
 
     consumer = Consumer(broker, group="strategy-v1", offset_store=OffsetStore(base_dir))
     consumer.subscribe("market.ticks", from_committed=True)
     await consumer.consume("market.ticks", handler)   # handler(pid, offset, record)
+
+``broker`` is an embedded :class:`~lkstream.broker.Broker` or anything that
+satisfies :class:`ConsumerSource`, such as the daemon client returned by
+``lkstream.connect(address)``: the same code runs against the daemon by
+changing that one constructor.
+
+Where the group's offsets live: with an embedded broker, in ``offset_store``
+(default: the broker's own, under its data directory). With a remote broker, in
+the daemon (CommitOffset / FetchCommittedOffsets RPCs): an ``offset_store``
+passed with a remote broker is *ignored*, with a warning in the log, so the
+embedded code keeps working unchanged while there is only one place a group's
+progress is kept (the one every other client of the daemon sees).
 
 Delivery is at-least-once: an offset is committed (automatically every
 ``auto_commit_interval_ms``, or by :meth:`Consumer.commit`) only after the
@@ -24,12 +36,13 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
+from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
 from lkstream.storage.offsets import OffsetStore
 
@@ -38,14 +51,97 @@ log = logging.getLogger("lkstream.consumer")
 Handler = Callable[[int, int, Record], Awaitable[object] | object]
 TopicPartition = tuple[str, int]
 OffsetReset = Literal["earliest", "latest", "error"]
+Positions = dict[TopicPartition, int]
+
+
+@runtime_checkable
+class ConsumerSource(Protocol):
+    """What a :class:`Consumer` needs from a broker: reads, wake-ups and the group's offsets.
+
+    :class:`~lkstream.client.remote.RemoteBroker` satisfies it directly; an embedded
+    :class:`~lkstream.broker.Broker` is adapted (with its offset store) by the consumer.
+    """
+
+    def partitions_for(self, topic: str) -> int:
+        """Partition count of ``topic`` (UnknownTopicError if it does not exist)."""
+        ...
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(log_start_offset, high_watermark)`` (InvalidArgumentError for a missing partition)."""
+        ...
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> ReadResult:
+        """Whole record batches from ``offset`` (OffsetOutOfRangeError outside the log)."""
+        ...
+
+    async def fetch_async(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> ReadResult:
+        """Async twin of :meth:`fetch`."""
+        ...
+
+    async def wait_for_data(self, positions: Positions, timeout: float | None = None) -> bool:
+        """Wait until any partition has a record at or past its position; False on timeout. No polling."""
+        ...
+
+    def wait_for_data_sync(self, positions: Positions, timeout: float | None = None) -> bool:
+        """Blocking twin of :meth:`wait_for_data`."""
+        ...
+
+    def read_committed(self, group: str, topic: str, partition: int) -> int | None:
+        """The group's committed offset, or None if it never committed."""
+        ...
+
+    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Durably record that ``group`` will next read ``offset``."""
+        ...
+
+
+class _EmbeddedSource:
+    """An embedded :class:`Broker` plus an :class:`OffsetStore`, seen as a :class:`ConsumerSource`."""
+
+    def __init__(self, broker: Broker, offset_store: OffsetStore) -> None:
+        self.broker = broker
+        self.offset_store = offset_store
+
+    def partitions_for(self, topic: str) -> int:
+        return self.broker.partitions_for(topic)
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        p = self.broker.partition(topic, partition)
+        return p.log_start_offset, p.high_watermark
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
+        return self.broker.fetch(topic, partition, offset, max_bytes)
+
+    async def fetch_async(
+        self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
+    ) -> ReadResult:
+        # An embedded read is a page-cache copy of microseconds: inline, as the broker's async API does.
+        return self.broker.fetch(topic, partition, offset, max_bytes)
+
+    async def wait_for_data(self, positions: Positions, timeout: float | None = None) -> bool:
+        return await self.broker.wait_for_data(positions, timeout)
+
+    def wait_for_data_sync(self, positions: Positions, timeout: float | None = None) -> bool:
+        return self.broker.wait_for_data_sync(positions, timeout)
+
+    def read_committed(self, group: str, topic: str, partition: int) -> int | None:
+        return self.offset_store.read_committed(group, topic, partition)
+
+    def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        self.offset_store.commit(group, topic, partition, offset)
 
 
 class Consumer:
-    """Reads assigned partitions in offset order and commits progress for ``group``."""
+    """Reads assigned partitions in offset order and commits progress for ``group``.
+
+    ``broker``: an embedded :class:`Broker` or a :class:`ConsumerSource` (e.g. a
+    ``RemoteBroker``). ``offset_store`` applies to an embedded broker only; see the
+    module docstring.
+    """
 
     def __init__(
         self,
-        broker: Broker,
+        broker: Broker | ConsumerSource,
         group: str | None = None,
         offset_store: OffsetStore | None = None,
         *,
@@ -60,7 +156,23 @@ class Consumer:
             )
         self.broker = broker
         self.group = None if group is None else validate_group(group)
-        self.offset_store = offset_store if offset_store is not None else broker.offset_store
+        self.offset_store: OffsetStore | None
+        self.source: ConsumerSource
+        if isinstance(broker, Broker):
+            self.offset_store = offset_store if offset_store is not None else broker.offset_store
+            self.source = _EmbeddedSource(broker, self.offset_store)
+        elif isinstance(broker, ConsumerSource):
+            if offset_store is not None:
+                log.warning(
+                    "offset_store is ignored with a remote broker: group %r commits its offsets in the daemon",
+                    group,
+                )
+            self.offset_store = None
+            self.source = broker
+        else:
+            raise InvalidArgumentError(
+                f"Consumer needs a Broker or a ConsumerSource (e.g. lkstream.connect(...)), not {type(broker).__name__}"
+            )
         self.auto_commit = auto_commit and group is not None
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000.0
         self.auto_offset_reset = auto_offset_reset
@@ -78,10 +190,10 @@ class Consumer:
         Without a commit (or with ``from_committed=False``) a partition starts at
         ``auto_offset_reset`` (earliest or latest).
         """
-        for pid in range(self.broker.partitions_for(topic)):
+        for pid in range(self.source.partitions_for(topic)):
             start = None
             if from_committed and self.group is not None:
-                start = self.offset_store.read_committed(self.group, topic, pid)
+                start = self.source.read_committed(self.group, topic, pid)
                 if start is not None:
                     self._committed[(topic, pid)] = start
             self._positions[(topic, pid)] = self._valid_start(topic, pid, start)
@@ -89,18 +201,17 @@ class Consumer:
     def assign(self, partitions: list[TopicPartition]) -> None:
         """Read exactly these partitions, from the committed offset or ``auto_offset_reset``."""
         for topic, pid in partitions:
-            self.broker.partition(topic, pid)
+            self.source.bounds(topic, pid)  # the partition exists
             committed = None
             if self.group is not None:
-                committed = self.offset_store.read_committed(self.group, topic, pid)
+                committed = self.source.read_committed(self.group, topic, pid)
             self._positions[(topic, pid)] = self._valid_start(topic, pid, committed)
 
     def assignment(self) -> list[TopicPartition]:
         return sorted(self._positions)
 
     def _valid_start(self, topic: str, pid: int, wanted: int | None) -> int:
-        partition = self.broker.partition(topic, pid)
-        start, end = partition.log_start_offset, partition.high_watermark
+        start, end = self.source.bounds(topic, pid)
         if wanted is not None and start <= wanted <= end:
             return wanted
         if wanted is not None:
@@ -124,15 +235,15 @@ class Consumer:
     def seek(self, topic: str, pid: int, offset: int) -> None:
         if (topic, pid) not in self._positions:
             raise InvalidArgumentError(f"{topic}[{pid}] is not assigned to this consumer")
-        partition = self.broker.partition(topic, pid)
-        if not partition.log_start_offset <= offset <= partition.high_watermark:
-            raise OffsetOutOfRangeError(topic, pid, offset, partition.log_start_offset, partition.high_watermark)
+        start, end = self.source.bounds(topic, pid)
+        if not start <= offset <= end:
+            raise OffsetOutOfRangeError(topic, pid, offset, start, end)
         self._positions[(topic, pid)] = offset
 
     def committed(self, topic: str, pid: int) -> int | None:
         if self.group is None:
             return None
-        return self.offset_store.read_committed(self.group, topic, pid)
+        return self.source.read_committed(self.group, topic, pid)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -140,14 +251,26 @@ class Consumer:
         topic, pid = tp
         position = self._positions[tp]
         try:
-            result = self.broker.fetch(topic, pid, position, self.fetch_max_bytes)
+            result = self.source.fetch(topic, pid, position, self.fetch_max_bytes)
         except OffsetOutOfRangeError as exc:
-            if self.auto_offset_reset == "error":
-                raise
-            self._positions[tp] = exc.earliest if self.auto_offset_reset == "earliest" else exc.latest
-            log.warning("%s; resetting %s[%d] to %d", exc, topic, pid, self._positions[tp])
-            return []
+            return self._reset(tp, exc)
         return decode_batches(result.data, topic, pid, position, max_records)
+
+    async def _fetch_async(self, tp: TopicPartition, max_records: int | None) -> list[Record]:
+        topic, pid = tp
+        position = self._positions[tp]
+        try:
+            result = await self.source.fetch_async(topic, pid, position, self.fetch_max_bytes)
+        except OffsetOutOfRangeError as exc:
+            return self._reset(tp, exc)
+        return decode_batches(result.data, topic, pid, position, max_records)
+
+    def _reset(self, tp: TopicPartition, exc: OffsetOutOfRangeError) -> list[Record]:
+        if self.auto_offset_reset == "error":
+            raise exc
+        self._positions[tp] = exc.earliest if self.auto_offset_reset == "earliest" else exc.latest
+        log.warning("%s; resetting %s[%d] to %d", exc, tp[0], tp[1], self._positions[tp])
+        return []
 
     def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
         """Records from the assigned partitions, waiting up to ``timeout`` seconds for the first.
@@ -163,7 +286,7 @@ class Consumer:
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
             self.commit()
         records = self._read_available(max_records)
-        if not records and timeout > 0 and self.broker.wait_for_data_sync(self._positions, timeout):
+        if not records and timeout > 0 and self.source.wait_for_data_sync(self._positions, timeout):
             records = self._read_available(max_records)
         for record in records:
             self._positions[(record.topic, record.partition)] = record.offset + 1
@@ -177,6 +300,16 @@ class Consumer:
             if budget == 0:
                 break
             out.extend(self._fetch(tp, budget))
+        return out
+
+    async def _read_available_async(self, max_records: int | None, topic: str | None) -> list[Record]:
+        """Async twin of :meth:`_read_available` (a remote fetch does not block the event loop)."""
+        out: list[Record] = []
+        for tp in [tp for tp in self._positions if topic is None or tp[0] == topic]:
+            budget = None if max_records is None else max_records - len(out)
+            if budget == 0:
+                break
+            out.extend(await self._fetch_async(tp, budget))
         return out
 
     async def consume(
@@ -202,11 +335,11 @@ class Consumer:
         try:
             while not self._stopping and (max_records is None or handled < max_records):
                 budget = None if max_records is None else max_records - handled
-                records = self._read_available(budget, topic)
+                records = await self._read_available_async(budget, topic)
                 if not records:
                     await self._maybe_auto_commit_async()
                     watched = {tp: pos for tp, pos in self._positions.items() if topic is None or tp[0] == topic}
-                    if not await self.broker.wait_for_data(watched, idle_timeout):
+                    if not await self.source.wait_for_data(watched, idle_timeout):
                         break
                     continue
                 for record in records:
@@ -238,13 +371,13 @@ class Consumer:
         for (topic, pid), offset in to_commit.items():
             if self._committed.get((topic, pid)) == offset:
                 continue
-            self.offset_store.commit(self.group, topic, pid, offset)
+            self.source.commit_offset(self.group, topic, pid, offset)
             self._committed[(topic, pid)] = offset
         self._last_commit = time.monotonic()
 
     async def _maybe_auto_commit_async(self) -> None:
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
-            # Offset files are fsynced: keep that off the event loop.
+            # Offset files are fsynced (a remote commit is a round trip): keep that off the event loop.
             await asyncio.to_thread(self.commit)
 
     def close(self) -> None:

@@ -12,6 +12,12 @@ Kafka's murmur2 partitioner, which needs the topic's partition count: it is
 asked once (Admin describe) and cached. Keyless records of one call go to one
 partition, chosen by the daemon (sticky), as the embedded broker does.
 
+A :class:`~lkstream.client.consumer.Consumer` takes a ``RemoteBroker`` in place of
+the embedded broker (it satisfies ``ConsumerSource``): positions come from
+:meth:`RemoteBroker.bounds`, waits for new data are long-poll Fetches
+(``FetchRequest.max_wait_ms``, woken by the daemon's append) and the group's
+offsets live in the daemon (CommitOffset / FetchCommittedOffsets).
+
 Errors come back as the same :mod:`lkstream.errors` classes the embedded broker
 raises (table in :mod:`lkstream.server.wire`); an unreachable daemon raises
 :class:`BrokerUnavailableError` naming the address.
@@ -19,7 +25,7 @@ raises (table in :mod:`lkstream.server.wire`); an unreachable daemon raises
 Retries: a call failing with gRPC ``UNAVAILABLE`` (:class:`BrokerUnavailableError`,
 e.g. during a daemon restart) is retried up to ``retries`` times with exponential
 backoff (``retry_backoff_ms`` doubling per attempt, capped at 2 s) and jitter.
-Idempotent RPCs (Fetch, Admin describe/list, Handshake) are always retried.
+Idempotent RPCs (Fetch, FetchCommittedOffsets, Admin describe/list, Handshake) are always retried.
 Every other RPC (Produce, Admin create/delete, CommitOffset) is retried only when
 the failure happened *before the request was sent* (connection refused, channel
 not connected), so the daemon cannot have seen it. A Produce that fails after
@@ -35,6 +41,8 @@ methods use one ``grpc.aio`` channel per event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
+import queue
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -86,6 +94,9 @@ _NOT_SENT_MARKERS = (
     "name resolution",
     "dns resolution failed",
 )
+
+#: Longest single long-poll Fetch while waiting for data (a longer wait re-asks).
+LONG_POLL_S = 10.0
 
 # (partition or None for "the daemon picks", encoded batch, indices of the records in it)
 _Chunk = tuple[int | None, bytearray, list[int]]
@@ -350,6 +361,83 @@ class RemoteBroker:
         records = decode_batches(self.fetch(topic, partition, offset, max_bytes).data, topic, partition, offset)
         return records if max_msgs is None else records[:max_msgs]
 
+    # -- waiting for data (the Consumer's wake-up) --------------------------------------------------
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(log_start_offset, high_watermark)`` of ``topic[partition]`` (one Admin describe)."""
+        stats = self.describe_topic(topic).partitions
+        if not 0 <= partition < len(stats):
+            raise InvalidArgumentError(
+                f"partition {partition!r} does not exist in {topic!r} (it has {len(stats)} partitions)"
+            )
+        return stats[partition].log_start_offset, stats[partition].high_watermark
+
+    async def wait_for_data(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
+        """Wait until any ``(topic, partition)`` has a record at or past its offset; False on timeout.
+
+        One long-poll Fetch (``max_wait_ms``) per partition, concurrently: the daemon
+        answers when the append lands, so nothing polls. A failed wait returns True
+        ("go and look"): the caller's next fetch retries or raises the real error.
+        """
+        deadline = _deadline(positions, timeout)
+        while True:
+            wait_s = _wait_slice(deadline)
+            stub = self._astub()
+            tasks = [
+                asyncio.ensure_future(self._arrival(stub, topic, pid, offset, wait_s))
+                for (topic, pid), offset in positions.items()
+            ]
+            try:
+                pending = set(tasks)
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if any(task.result() for task in done):
+                        return True
+            finally:
+                for task in tasks:
+                    task.cancel()
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    async def _arrival(self, stub: Any, topic: str, pid: int, offset: int, wait_s: float) -> bool:
+        request = _wait_request(topic, pid, offset, wait_s)
+        try:
+            response = await stub.Fetch(request, timeout=wait_s + self.timeout, metadata=self._metadata)
+        except grpc.RpcError:
+            return True
+        return int(response.high_watermark) > offset
+
+    def wait_for_data_sync(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
+        """Blocking twin of :meth:`wait_for_data` (concurrent long polls as gRPC futures, no threads)."""
+        deadline = _deadline(positions, timeout)
+        while True:
+            wait_s = _wait_slice(deadline)
+            answered: queue.SimpleQueue[tuple[Any, int]] = queue.SimpleQueue()
+            calls = []
+            if self._closed:
+                raise InvalidArgumentError("this RemoteBroker is closed")
+            for (topic, pid), offset in positions.items():
+                call = self._stub.Fetch.future(
+                    _wait_request(topic, pid, offset, wait_s), timeout=wait_s + self.timeout, metadata=self._metadata
+                )
+                call.add_done_callback(functools.partial(_answered, answered, offset))
+                calls.append(call)
+            try:
+                for _ in calls:
+                    try:
+                        done, offset = answered.get(timeout=wait_s + self.timeout)
+                    except queue.Empty:
+                        return True  # the calls' own deadlines should have fired: go and look
+                    if _arrived(done, offset):
+                        return True
+            finally:
+                for call in calls:
+                    call.cancel()
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    # -- subscribe -----------------------------------------------------------------------------------
+
     async def subscribe(self, topic: str, partition: int, offset: int) -> AsyncIterator[Record]:
         """Records from ``offset`` on, then each new one as it is appended (the Subscribe stream)."""
         call = self._astub().Subscribe(
@@ -370,6 +458,19 @@ class RemoteBroker:
         """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
         request = pb.CommitRequest(group=group, topic=topic, partition=partition, offset=offset)
         self._call(self._stub.CommitOffset, request)
+
+    def committed_offsets(self, group: str, topic: str, partitions: Sequence[int] = ()) -> dict[int, int]:
+        """``{partition: committed offset}`` of ``group`` (all partitions when none are named).
+
+        A partition the group never committed is absent.
+        """
+        request = pb.FetchCommittedRequest(group=group, topic=topic, partitions=list(partitions))
+        response = self._call(self._stub.FetchCommittedOffsets, request, idempotent=True)
+        return {int(pid): int(offset) for pid, offset in response.offsets.items()}
+
+    def read_committed(self, group: str, topic: str, partition: int) -> int | None:
+        """The committed offset of ``group`` on ``topic[partition]``, or None (as ``OffsetStore.read_committed``)."""
+        return self.committed_offsets(group, topic, [partition]).get(partition)
 
     def create_topic(
         self,
@@ -459,6 +560,35 @@ def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> p
     if offset < 0:
         raise InvalidArgumentError(f"offset must be non-negative, got {offset}")
     return pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes, raw_batches=True)
+
+
+def _wait_request(topic: str, partition: int, offset: int, wait_s: float) -> pb.FetchRequest:
+    # max_bytes=1: the answer carries at most one batch; the caller only looks at high_watermark.
+    request = _fetch_request(topic, partition, offset, 1)
+    request.max_wait_ms = max(0, int(wait_s * 1000))
+    return request
+
+
+def _deadline(positions: dict[tuple[str, int], int], timeout: float | None) -> float | None:
+    if not positions:
+        raise InvalidArgumentError("nothing to wait for: no partitions given")
+    return None if timeout is None else time.monotonic() + max(0.0, timeout)
+
+
+def _wait_slice(deadline: float | None) -> float:
+    return LONG_POLL_S if deadline is None else max(0.0, min(LONG_POLL_S, deadline - time.monotonic()))
+
+
+def _answered(answers: queue.SimpleQueue[tuple[Any, int]], offset: int, call: Any) -> None:
+    answers.put((call, offset))
+
+
+def _arrived(call: Any, offset: int) -> bool:
+    """Whether a finished long-poll Fetch saw data past ``offset`` (a failed one counts: go and look)."""
+    try:
+        return int(call.result(timeout=0).high_watermark) > offset
+    except (grpc.RpcError, grpc.FutureCancelledError, grpc.FutureTimeoutError):
+        return True
 
 
 def _place(results: list[tuple[int, int]], indices: list[int], response: pb.ProduceResponse) -> None:

@@ -4,8 +4,8 @@ Concurrency: one asyncio event loop (``grpc.aio``). The broker's append and
 read paths are synchronous and take microseconds (a C-level encode or CRC pass
 and a ``write(2)`` into the page cache), so handlers call them inline, as the
 embedded async API does (ADR 0003); they await only what really waits: the
-fsync in ``sync`` mode, new data for Subscribe (``Partition.wait_for_offset``,
-woken by the append, no polling) and offset commits (fsync + rename, run in a
+fsync in ``sync`` mode, new data for Subscribe and long-poll Fetch
+(``Partition.wait_for_offset``, woken by the append, no polling) and offset commits (fsync + rename, run in a
 worker thread).
 
 Errors: every handler runs inside :func:`_guard`, the one place that turns an
@@ -71,10 +71,13 @@ from lkstream.server.wire import (
     error_metadata,
     status_for,
 )
+from lkstream.storage.names import validate_group
 
 log = logging.getLogger("lkstream.server")
 
 SERVICE_NAME = "lkstream.Broker"
+#: Longest long-poll wait a Fetch may ask for (``FetchRequest.max_wait_ms``).
+MAX_FETCH_WAIT_MS = 60_000
 
 
 def _package_version() -> str:
@@ -216,14 +219,19 @@ class BrokerService:
         started = time.perf_counter()
         try:
             async with _guard(context, self.metrics):
-                return self._fetch(request)
+                return await self._fetch(request)
         finally:
             self.metrics.observe_fetch(time.perf_counter() - started)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         topic, pid, offset = request.topic, request.partition, request.offset
         result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
+        if request.max_wait_ms and result.high_watermark <= offset and not self.stopping.is_set():
+            # Long poll: woken by the append (or shutdown), never by polling.
+            wait_s = min(request.max_wait_ms, MAX_FETCH_WAIT_MS) / 1000.0
+            await self._wait(self.broker.partition(topic, pid).wait_for_offset(offset, wait_s))
+            result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
         response = pb.FetchResponse(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset)
         if request.raw_batches:
             response.record_batches = result.data
@@ -282,6 +290,20 @@ class BrokerService:
             )
             self.metrics.record_committed(request.topic, request.group, request.partition, request.offset)
             return pb.CommitResponse()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def FetchCommittedOffsets(
+        self, request: pb.FetchCommittedRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchCommittedResponse:
+        async with _guard(context, self.metrics):
+            group, topic = validate_group(request.group), request.topic
+            pids = list(request.partitions) or list(range(self.broker.partitions_for(topic)))
+            for pid in pids:
+                self.broker.partition(topic, pid)  # NOT_FOUND / INVALID_ARGUMENT first
+            store = self.broker.offset_store
+            # Each read opens a file: keep the reads off the loop.
+            found = await asyncio.to_thread(lambda: {pid: store.read_committed(group, topic, pid) for pid in pids})
+            return pb.FetchCommittedResponse(offsets={pid: o for pid, o in found.items() if o is not None})
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def Admin(self, request: pb.AdminRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.AdminResponse:

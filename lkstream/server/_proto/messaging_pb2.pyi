@@ -33,20 +33,22 @@ class ProduceResponse(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_bytes", "raw_batches", "group")
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "raw_batches", "group", "max_wait_ms")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     RAW_BATCHES_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
     max_bytes: int
     raw_batches: bool
     group: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., raw_batches: _Optional[bool] = ..., group: _Optional[str] = ...) -> None: ...
+    max_wait_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., raw_batches: _Optional[bool] = ..., group: _Optional[str] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
 
 class Record(_message.Message):
     __slots__ = ("offset", "key", "value", "ts", "headers", "partition")
@@ -99,6 +101,29 @@ class CommitRequest(_message.Message):
 class CommitResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class FetchCommittedRequest(_message.Message):
+    __slots__ = ("group", "topic", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FetchCommittedResponse(_message.Message):
+    __slots__ = ("offsets",)
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class CreateTopic(_message.Message):
     __slots__ = ("name", "partitions", "retention_ms", "retention_bytes")

@@ -64,6 +64,11 @@ class BrokerStub:
                 request_serializer=messaging__pb2.HandshakeRequest.SerializeToString,
                 response_deserializer=messaging__pb2.HandshakeResponse.FromString,
                 _registered_method=True)
+        self.FetchCommittedOffsets = channel.unary_unary(
+                '/lkstream.Broker/FetchCommittedOffsets',
+                request_serializer=messaging__pb2.FetchCommittedRequest.SerializeToString,
+                response_deserializer=messaging__pb2.FetchCommittedResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -106,6 +111,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchCommittedOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +149,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Handshake,
                     request_deserializer=messaging__pb2.HandshakeRequest.FromString,
                     response_serializer=messaging__pb2.HandshakeResponse.SerializeToString,
+            ),
+            'FetchCommittedOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchCommittedOffsets,
+                    request_deserializer=messaging__pb2.FetchCommittedRequest.FromString,
+                    response_serializer=messaging__pb2.FetchCommittedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +318,33 @@ class Broker:
             '/lkstream.Broker/Handshake',
             messaging__pb2.HandshakeRequest.SerializeToString,
             messaging__pb2.HandshakeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchCommittedOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/FetchCommittedOffsets',
+            messaging__pb2.FetchCommittedRequest.SerializeToString,
+            messaging__pb2.FetchCommittedResponse.FromString,
             options,
             channel_credentials,
             insecure,
