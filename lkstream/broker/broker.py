@@ -425,7 +425,17 @@ class Broker:
     # -- waiting for data ---------------------------------------------------------------------
 
     def _has_data(self, positions: dict[tuple[str, int], int]) -> bool:
-        return any(self.partition(t, p).high_watermark > offset for (t, p), offset in positions.items())
+        """Whether a wait over ``positions`` is over; runs under the DataArrived lock, so it takes no other lock.
+
+        A partition that vanished (topic deleted) ends the wait too: the caller's next fetch reports why.
+        """
+        for (topic_name, pid), offset in positions.items():
+            topic = self._topics.get(topic_name)
+            if topic is None or self._closed or not 0 <= pid < len(topic.partitions):
+                return True
+            if topic.partitions[pid].high_watermark > offset:
+                return True
+        return False
 
     async def wait_for_data(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
         """Wait until any ``(topic, partition)`` has a record at or past its offset; False on timeout."""

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from lkstream.broker.tail import HotTail
-from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
+from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, ReadResult
@@ -89,6 +89,7 @@ class Partition:
         self._visible = threading.Condition(self._lock)
         self._async_waiters: list[_AsyncWaiter] = []
         self._sync_waiters = 0
+        self._closed = False
         self._data_arrived = data_arrived
         self._producer = producer
         self.produced_records = 0
@@ -107,7 +108,10 @@ class Partition:
         with self._lock:
             result = self.log.append(batch)
             # The tail keeps its own immutable copy: callers may reuse their buffer.
-            self._tail.add(result.base_offset, result.last_offset + 1, bytes(batch))
+            if len(batch) <= self._tail.max_bytes:
+                self._tail.add(result.base_offset, result.last_offset + 1, bytes(batch))
+            else:
+                self._tail.clear()  # too big to cache: keep the tail gap-free
             self.produced_records += result.last_offset - result.base_offset + 1
             if not self._sync:
                 self._wake_locked(self.log.high_watermark)
@@ -171,6 +175,7 @@ class Partition:
         future: asyncio.Future[None] = loop.create_future()
         waiter = (offset, loop, future)
         with self._lock:
+            self._check_open()
             if self.log.high_watermark > offset:
                 return True
             self._async_waiters.append(waiter)
@@ -189,7 +194,9 @@ class Partition:
         with self._visible:
             self._sync_waiters += 1
             try:
-                return self._visible.wait_for(lambda: self.log.high_watermark > offset, timeout)
+                ready = self._visible.wait_for(lambda: self._closed or self.log.high_watermark > offset, timeout)
+                self._check_open()
+                return ready
             finally:
                 self._sync_waiters -= 1
 
@@ -208,11 +215,27 @@ class Partition:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_resolve, future, None)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosedError(f"{self.topic}[{self.pid}] was closed (topic deleted or broker closed)")
+
     def stats(self) -> PartitionStats:
         return self.log.stats()
 
     def close(self) -> None:
+        """Close the log; readers still waiting get :class:`BrokerClosedError` instead of waiting forever."""
         self._committer.forget(self.log)
-        self.log.close()
-        with self._lock:
-            self._tail.clear()
+        try:
+            self.log.close()
+        finally:
+            with self._lock:
+                self._closed = True
+                self._tail.clear()
+                waiters, self._async_waiters = self._async_waiters, []
+                self._visible.notify_all()
+            if self._data_arrived is not None:
+                self._data_arrived.notify()
+            closed = BrokerClosedError(f"{self.topic}[{self.pid}] was closed (topic deleted or broker closed)")
+            for _, loop, future in waiters:
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(_resolve, future, closed)

@@ -190,22 +190,21 @@ class Consumer:
         Without a commit (or with ``from_committed=False``) a partition starts at
         ``auto_offset_reset`` (earliest or latest).
         """
-        for pid in range(self.source.partitions_for(topic)):
+        self._take([(topic, pid) for pid in range(self.source.partitions_for(topic))], from_committed)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Read exactly these partitions, from the committed offset or ``auto_offset_reset``."""
+        self._take(partitions, from_committed=True)
+
+    def _take(self, partitions: list[TopicPartition], from_committed: bool) -> None:
+        for topic, pid in partitions:
             start = None
             if from_committed and self.group is not None:
                 start = self.source.read_committed(self.group, topic, pid)
                 if start is not None:
                     self._committed[(topic, pid)] = start
+            # _valid_start asks for the partition's bounds, which also proves it exists.
             self._positions[(topic, pid)] = self._valid_start(topic, pid, start)
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        """Read exactly these partitions, from the committed offset or ``auto_offset_reset``."""
-        for topic, pid in partitions:
-            self.source.bounds(topic, pid)  # the partition exists
-            committed = None
-            if self.group is not None:
-                committed = self.source.read_committed(self.group, topic, pid)
-            self._positions[(topic, pid)] = self._valid_start(topic, pid, committed)
 
     def assignment(self) -> list[TopicPartition]:
         return sorted(self._positions)

@@ -482,17 +482,29 @@ class PartitionLog:
             raise BrokerClosedError(f"log {self.topic}[{self.partition}] is closed")
 
     def close(self) -> None:
-        """Flush, fsync, checkpoint and close. Idempotent."""
+        """Flush, fsync, checkpoint and close. Idempotent; files are closed even if the fsync fails."""
         if self._closed:
             return
-        self.flush()
-        with self._lock:
-            if self._closed:
-                return
-            active = self._segments[-1]
-            self._flush_index(active, fsync=True)
-            self._durable_position, self._durable_next_offset = active.size, active.next_offset
-            self._write_checkpoint()
-            self._closed = True
-            for segment in self._segments:
-                segment.close()
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                if not self._closed:
+                    self._closed = True  # no append can slip in between the last fsync and the checkpoint
+                    try:
+                        self._seal_on_close()
+                    finally:
+                        for segment in self._segments:
+                            segment.close()
+
+    def _seal_on_close(self) -> None:
+        """Final fsync and checkpoint. Caller holds the lock and has marked the log closed."""
+        if self._failed is not None:
+            return  # nothing written after a failed fsync may be called durable
+        active = self._segments[-1]
+        self._flush_index(active, fsync=True)
+        if active.size != self._durable_position:
+            # Appends that landed after flush() returned and before we took the lock.
+            active.file.fsync()
+        self._durable_position, self._durable_next_offset = active.size, active.next_offset
+        self._write_checkpoint()

@@ -677,3 +677,24 @@ def test_offset_for_timestamp_returns_the_exact_record_or_the_high_watermark(mak
     assert broker.offset_for_timestamp("ts", 0, 2000) == 1
     assert broker.offset_for_timestamp("ts", 0, 2500) == 2
     assert broker.offset_for_timestamp("ts", 0, 3001) == 3
+
+
+async def test_a_reader_waiting_on_a_deleted_topic_is_woken_with_an_error(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.create_topic("gone")
+    waiting = asyncio.ensure_future(broker.partition("gone", 0).wait_for_offset(0))
+    await asyncio.sleep(0)  # let the waiter register
+    broker.delete_topic("gone")
+    with pytest.raises(BrokerClosedError):
+        await asyncio.wait_for(waiting, DEADLINE_S)
+
+
+def test_a_blocking_wait_on_a_deleted_topic_returns(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.create_topic("gone")
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(broker.wait_for_data_sync({("gone", 0): 0}, DEADLINE_S)))
+    waiter.start()
+    broker.delete_topic("gone")
+    waiter.join(DEADLINE_S)
+    assert result == [True], "the wait must end (the next fetch reports the unknown topic)"

@@ -607,3 +607,33 @@ def test_offset_for_timestamp_survives_a_reopen(open_log: Opener) -> None:
     reopened = open_log(segment_max_bytes=4096)
     assert reopened.offset_for_timestamp(FIXED_TS + 11_000) == bases[11]
     assert reopened.offset_for_timestamp(FIXED_TS + 3000) == bases[3]
+
+
+def test_close_fsyncs_appends_that_land_after_its_flush(log_dir: str) -> None:
+    files = _SharedMemoryFiles()
+    plog = PartitionLog(log_dir, "t", 0, LogConfig(), file_factory=files)
+    plog.append(make_batch(1))
+    real_flush = plog.flush
+
+    def flush_then_append() -> int:
+        durable = real_flush()
+        plog.append(make_batch(1))  # a producer that slipped in before close() takes the lock
+        return durable
+
+    plog.flush = flush_then_append  # type: ignore[method-assign]
+    plog.close()
+    segment = files.files[plog.segment_paths()[-1]]
+    assert segment.durable == bytes(segment.data), "close() checkpointed bytes it never fsynced"
+
+
+def test_close_closes_files_even_when_the_final_fsync_fails(log_dir: str) -> None:
+    plog = PartitionLog(log_dir, "t", 0, LogConfig(), file_factory=_FailingFsyncFile)
+    plog.append(make_batch(1))
+    _FailingFsyncFile.fail = True
+    try:
+        with pytest.raises(StorageError):
+            plog.close()
+    finally:
+        _FailingFsyncFile.fail = False
+    with pytest.raises(BrokerClosedError):
+        plog.read(0, 100)
