@@ -35,8 +35,6 @@ module is synchronous and thread-safe (no asyncio). Expose the registry with
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import threading
 import time
@@ -50,7 +48,6 @@ from prometheus_client.registry import Collector
 from lkstream.broker.broker import Broker
 from lkstream.errors import LkstreamError
 from lkstream.format.batch import HEADER_SIZE, parse_header
-from lkstream.storage.offsets import SUFFIX
 
 #: Latency buckets (seconds) shared by the produce, fetch and fsync histograms: from
 #: 100 us (a page-cache write) to 10 s (a stalled disk); the fsync alert's 1 s is a bound.
@@ -208,33 +205,6 @@ class BrokerMetrics:
         return self._now()
 
 
-def read_committed_files(directory: str) -> dict[GroupKey, int]:
-    """Every ``{group}__{topic}__part{pid}.offset`` file under ``directory``: ``{(topic, group, pid): offset}``.
-
-    Unreadable or half-named files are skipped (``lkstream verify`` reports them).
-    """
-    found: dict[GroupKey, int] = {}
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return found
-    for name in names:
-        if not name.endswith(SUFFIX):
-            continue
-        group, sep, rest = name[: -len(SUFFIX)].partition("__")
-        topic, sep2, pid = rest.rpartition("__part")
-        if not (sep and sep2 and group and topic and pid.isdigit()):
-            continue
-        try:
-            with open(os.path.join(directory, name), "rb") as f:
-                offset = json.loads(f.read())["offset"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0:
-            found[(topic, group, int(pid))] = offset
-    return found
-
-
 class _BrokerCollector(Collector):
     """Reads the broker's state on each scrape."""
 
@@ -290,7 +260,12 @@ class _BrokerCollector(Collector):
             segment_bytes.add_metric(labels, view.size_bytes)
 
         committed = m.recorded_commits()
-        committed.update(read_committed_files(broker.offset_store.directory))
+        committed.update(
+            {
+                (topic, group, pid): offset
+                for (group, topic, pid), offset in broker.offset_store.list_committed().items()
+            }
+        )
         now = m.now()
         used: set[tuple[str, int, int]] = set()
         for (topic, group, pid), offset in sorted(committed.items()):

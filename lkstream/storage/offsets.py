@@ -14,10 +14,10 @@ import json
 import os
 import threading
 
-from lkstream.errors import CorruptRecordError, InvalidArgumentError, map_os_errors
+from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError, map_os_errors
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.files import atomic_write
-from lkstream.storage.names import validate_group, validate_topic
+from lkstream.storage.names import parse_partition_dir, validate_group, validate_topic
 
 OFFSETS_DIR = "offsets"
 SUFFIX = ".offset"
@@ -60,22 +60,38 @@ class OffsetStore:
             atomic_write(path, body)
 
     def forget_topic(self, topic: str) -> int:
-        """Remove every group's committed offsets of ``topic`` (it was deleted); return how many.
-
-        Unambiguous because group ids contain no ``__`` and do not end with ``_``:
-        the first ``__`` of a file name ends the group id.
-        """
+        """Remove every group's committed offsets of ``topic`` (it was deleted); return how many."""
         validate_topic(topic)
         removed = 0
         with self._lock:
             for name in os.listdir(self.directory):
-                group, sep, rest = name.partition("__")
-                if sep and group and rest.startswith(topic + "__part") and rest.endswith(SUFFIX):
-                    pid = rest[len(topic) + len("__part") : -len(SUFFIX)]
-                    if pid.isdigit():
-                        os.remove(os.path.join(self.directory, name))
-                        removed += 1
+                parsed = parse_offset_file_name(name)
+                if parsed is not None and parsed[1] == topic:
+                    os.remove(os.path.join(self.directory, name))
+                    removed += 1
         return removed
+
+    def list_committed(self) -> dict[tuple[str, str, int], int]:
+        """Every readable commit as ``{(group, topic, partition): offset}``.
+
+        Unreadable files are skipped here; ``lkstream verify`` reports them.
+        """
+        found: dict[tuple[str, str, int], int] = {}
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return found
+        for name in names:
+            parsed = parse_offset_file_name(name)
+            if parsed is None:
+                continue
+            try:
+                offset = self.read_committed(*parsed)
+            except (LkstreamError, OSError):
+                continue
+            if offset is not None:
+                found[parsed] = offset
+        return found
 
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:
         """The committed offset, or ``None`` if the group never committed this partition."""
@@ -92,3 +108,23 @@ class OffsetStore:
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise CorruptRecordError(f"committed offset {offset!r} is not a non-negative integer", path=path)
         return offset
+
+
+def parse_offset_file_name(name: str) -> tuple[str, str, int] | None:
+    """``"g__orders__part3.offset"`` -> ``("g", "orders", 3)``; None for any other name.
+
+    Unambiguous because group ids contain no ``__`` and do not end with ``_``:
+    the first ``__`` ends the group id, the last ``__`` starts the partition.
+    Names that no valid (group, topic, partition) would produce are rejected.
+    """
+    if not name.endswith(SUFFIX):
+        return None
+    group, _, rest = name[: -len(SUFFIX)].partition("__")
+    topic, _, part = rest.rpartition("__")
+    pid = parse_partition_dir(part)
+    try:
+        validate_group(group)
+        validate_topic(topic)
+    except InvalidArgumentError:
+        return None
+    return None if pid is None else (group, topic, pid)

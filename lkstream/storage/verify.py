@@ -48,9 +48,8 @@ from lkstream.format.batch import BatchHeader
 from lkstream.storage.checkpoint import CHECKPOINT_NAME
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import ENTRY_SIZE
-from lkstream.storage.names import parse_partition_dir, partition_dir_name, validate_group, validate_topic
-from lkstream.storage.offsets import OFFSETS_DIR
-from lkstream.storage.offsets import SUFFIX as OFFSET_SUFFIX
+from lkstream.storage.names import partition_dir_name, validate_topic
+from lkstream.storage.offsets import OFFSETS_DIR, parse_offset_file_name
 from lkstream.storage.reader import (
     DataDirReader,
     PartitionReader,
@@ -535,19 +534,3 @@ def _file_size(path: str) -> int:
 def _load_json(path: str) -> object:
     with open(path, "rb") as f:
         return json.loads(f.read())
-
-
-def parse_offset_file_name(name: str) -> tuple[str, str, int] | None:
-    """``"g__orders__part3.offset"`` -> ``("g", "orders", 3)``; None for anything else.
-
-    Group ids never contain ``__`` while topic names may, so the group ends at
-    the first ``__`` and the partition starts after the last.
-    """
-    if not name.endswith(OFFSET_SUFFIX):
-        return None
-    group, _, rest = name[: -len(OFFSET_SUFFIX)].partition("__")
-    topic, _, part = rest.rpartition("__")
-    pid = parse_partition_dir(part)
-    if pid is None or not is_valid_name(validate_group, group) or not is_valid_name(validate_topic, topic):
-        return None
-    return group, topic, pid

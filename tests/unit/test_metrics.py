@@ -11,7 +11,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lkstream import Broker
-from lkstream.broker.metrics import METRIC_NAMES, BrokerMetrics, read_committed_files
+from lkstream.broker.metrics import METRIC_NAMES, BrokerMetrics
+from lkstream.storage.offsets import OffsetStore
 
 from .support import DEADLINE_S
 
@@ -194,7 +195,7 @@ def test_registries_are_independent_and_close_detaches(group_broker: Broker) -> 
     assert group_broker.fsync_observers == []
 
 
-def test_read_committed_files_skips_junk(data_dir: str) -> None:
+def test_list_committed_skips_junk(data_dir: str) -> None:
     directory = os.path.join(data_dir, "offsets")
     os.makedirs(directory)
     files = {
@@ -208,8 +209,7 @@ def test_read_committed_files_skips_junk(data_dir: str) -> None:
     for name, body in files.items():
         with open(os.path.join(directory, name), "wb") as f:
             f.write(body)
-    assert read_committed_files(directory) == {("t", "g", 0): 5, ("a__part1", "g", 2): 6}
-    assert read_committed_files(os.path.join(data_dir, "missing")) == {}
+    assert OffsetStore(data_dir).list_committed() == {("g", "t", 0): 5, ("g", "a__part1", 2): 6}
 
 
 def test_scrape_after_close_does_not_fail(data_dir: str) -> None:

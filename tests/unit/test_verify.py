@@ -8,8 +8,9 @@ import os
 import pytest
 
 from lkstream import Broker, CorruptRecordError
+from lkstream.storage.offsets import parse_offset_file_name
 from lkstream.storage.reader import DataDirReader
-from lkstream.storage.verify import parse_offset_file_name, verify_data_dir
+from lkstream.storage.verify import verify_data_dir
 
 from .datadir import batch_positions, build, flip_byte, part_dir, segment_paths
 
