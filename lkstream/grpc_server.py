@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lkstream.server.grpc_server import run_daemon
+from lkstream.server.daemon import run_daemon
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,11 +4,11 @@
 
     lkstream serve [--config PATH] [--persist-dir DIR] [--grpc-port N] [--http-port N] [--fsync-mode MODE]
     lkstream produce TOPIC --bootstrap HOST:PORT [--key-separator SEP] [--partition N] [--file PATH]
-    lkstream consume TOPIC --bootstrap HOST:PORT [--from earliest|latest|OFFSET] [--partition N]
+    lkstream consume TOPIC --bootstrap HOST:PORT [--from earliest|latest|OFFSET | --from-timestamp MS] [--partition N]
                      [--follow] [--max-messages N] [--output raw|json] [--group GROUP]
 
 ``serve`` is ``python -m lkstream.grpc_server``: both call
-:func:`lkstream.server.grpc_server.run_daemon`, and its flags are
+:func:`lkstream.server.daemon.run_daemon`, and its flags are
 :func:`lkstream.config.load_config` overrides (above the file and ``LKSTREAM_*``).
 
 ``produce`` and ``consume`` go through :func:`lkstream.connect`. Exit status:
@@ -31,7 +31,7 @@ from lkstream.cli.base import cli, count_of
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.errors import LkstreamError
 from lkstream.format.codec import Record
-from lkstream.server.grpc_server import run_daemon
+from lkstream.server.daemon import run_daemon
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9090"
 #: Lines sent per Produce request.
@@ -279,6 +279,14 @@ def _from_value(ctx: click.Context, param: click.Parameter, value: str) -> str:
     callback=_from_value,
     help="Where to start in each partition.",
 )
+@click.option(
+    "--from-timestamp",
+    "from_timestamp",
+    type=int,
+    metavar="MS",
+    help="Start in each partition at the first record whose timestamp (milliseconds since the epoch) is >= MS "
+    "(the end of the partition when every record is older). Excludes --from.",
+)
 @click.option("--partition", type=click.IntRange(min=0), help="Read only this partition (default: all).")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (until Ctrl-C or --max-messages).")
 @click.option("--max-messages", type=click.IntRange(min=1), help="Stop after this many records.")
@@ -295,11 +303,14 @@ def _from_value(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help="Commit the position after each printed batch for consumer group GROUP. The protocol cannot read "
     "committed offsets back, so consuming still starts at --from (pass the last position with --from OFFSET).",
 )
+@click.pass_context
 def consume(
+    ctx: click.Context,
     *,
     topic: str,
     bootstrap: str,
     start: str,
+    from_timestamp: int | None,
     partition: int | None,
     follow: bool,
     max_messages: int | None,
@@ -314,8 +325,11 @@ def consume(
     With --group, the next offset to read is committed (CommitOffset) after each
     printed batch, i.e. only for records already written to stdout; with
     --follow, after each record. The daemon offers no call that reads a
-    group's committed offsets, so --group does not choose the start: --from does.
+    group's committed offsets, so --group does not choose the start: --from
+    (or --from-timestamp) does.
     """
+    if from_timestamp is not None and ctx.get_parameter_source("start") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--from and --from-timestamp are mutually exclusive", ctx)
     printer = _Printer(output, max_messages)
     with _connect(bootstrap) as broker:
         try:
@@ -323,7 +337,11 @@ def consume(
             pids = [partition] if partition is not None else list(range(count))
             if partition is not None and partition >= count:
                 raise click.ClickException(f"topic {topic!r} has {count_of(count, 'partition')}, no {partition}")
-            starts = {pid: _start_offset(broker, topic, pid, start) for pid in pids}
+            if from_timestamp is not None:
+                found = broker.offsets_for_timestamp(topic, from_timestamp, pids)
+                starts = {pid: found[pid] for pid in pids}
+            else:
+                starts = {pid: _start_offset(broker, topic, pid, start) for pid in pids}
             if not follow:
                 for pid, offset in starts.items():
                     _drain(broker, topic, pid, offset, printer, group=group)

@@ -25,7 +25,8 @@ raises (table in :mod:`lkstream.server.wire`); an unreachable daemon raises
 Retries: a call failing with gRPC ``UNAVAILABLE`` (:class:`BrokerUnavailableError`,
 e.g. during a daemon restart) is retried up to ``retries`` times with exponential
 backoff (``retry_backoff_ms`` doubling per attempt, capped at 2 s) and jitter.
-Idempotent RPCs (Fetch, FetchCommittedOffsets, Admin describe/list, Handshake) are always retried.
+Idempotent RPCs (Fetch, FetchCommittedOffsets, OffsetsForTimestamp, Admin describe/list, Handshake) are
+always retried.
 Every other RPC (Produce, Admin create/delete, CommitOffset) is retried only when
 the failure happened *before the request was sent* (connection refused, channel
 not connected), so the daemon cannot have seen it. A Produce that fails after
@@ -466,6 +467,20 @@ class RemoteBroker:
         """
         request = pb.FetchCommittedRequest(group=group, topic=topic, partitions=list(partitions))
         response = self._call(self._stub.FetchCommittedOffsets, request, idempotent=True)
+        return {int(pid): int(offset) for pid, offset in response.offsets.items()}
+
+    def offsets_for_timestamp(
+        self, topic: str, timestamp_ms: int, partitions: Sequence[int] | None = None
+    ) -> dict[int, int]:
+        """``{partition: first offset whose record timestamp is >= timestamp_ms}`` (all partitions by default).
+
+        A partition whose records are all older maps to its high watermark (as
+        ``Broker.offset_for_timestamp``).
+        """
+        request = pb.OffsetsForTimestampRequest(
+            topic=topic, partitions=list(partitions or ()), timestamp_ms=timestamp_ms
+        )
+        response = self._call(self._stub.OffsetsForTimestamp, request, idempotent=True)
         return {int(pid): int(offset) for pid, offset in response.offsets.items()}
 
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:

@@ -1,4 +1,4 @@
-"""The gRPC daemon: one :class:`Broker` behind ``proto/messaging.proto``'s ``Broker`` service.
+"""The gRPC servicer: one :class:`Broker` behind ``proto/messaging.proto``'s ``Broker`` service.
 
 Concurrency: one asyncio event loop (``grpc.aio``). The broker's append and
 read paths are synchronous and take microseconds (a C-level encode or CRC pass
@@ -13,17 +13,13 @@ Errors: every handler runs inside :func:`_guard`, the one place that turns an
 with the error's fields in trailing metadata, and counts it in
 ``lk_request_errors_total{code}``.
 
-Metrics and HTTP: :class:`Daemon` creates one :class:`BrokerMetrics` over the
-open broker and serves ``/metrics``, ``/healthz`` and ``/ready``
-(:mod:`lkstream.server.http`) before gRPC starts; ``/ready`` turns 200 once gRPC
-accepts calls. Handlers observe produce and fetch latency, records delivered to
-a group (Fetch and Subscribe requests that name one) and committed offsets.
+Metrics: handlers observe produce and fetch latency, records delivered to a
+group (Fetch and Subscribe requests that name one) and committed offsets, in the
+:class:`BrokerMetrics` the daemon gives the servicer.
 
-Shutdown (SIGTERM/SIGINT): ``/ready`` turns 503 and health goes NOT_SERVING,
-Subscribe streams end with UNAVAILABLE, the server stops accepting calls and
-gives in-flight ones ``shutdown_grace_s``, then ``Broker.close()`` fsyncs and
-releases the data directory lock; HTTP stops last. Every produce acknowledged
-before that is on disk.
+The process around the servicer (the :class:`~lkstream.server.daemon.Daemon`,
+signal handling, the ready line, HTTP start/stop and shutdown order) is
+:mod:`lkstream.server.daemon`.
 """
 
 from __future__ import annotations
@@ -31,23 +27,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from importlib import metadata
 from typing import Any, NoReturn
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner
-from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
     CorruptRecordError,
@@ -60,9 +50,6 @@ from lkstream.errors import (
 from lkstream.format.batch import HEADER_SIZE, parse_header
 from lkstream.format.codec import Record, decode_batches
 from lkstream.server._proto import messaging_pb2 as pb
-from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.server.http import HttpServer, start_http
-from lkstream.server.settings import ServerSettings, load_settings
 from lkstream.server.wire import (
     MIN_CLIENT_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -306,6 +293,16 @@ class BrokerService:
             return pb.FetchCommittedResponse(offsets={pid: o for pid, o in found.items() if o is not None})
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def OffsetsForTimestamp(
+        self, request: pb.OffsetsForTimestampRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.OffsetsForTimestampResponse:
+        async with _guard(context, self.metrics):
+            topic = request.topic
+            pids = list(request.partitions) or list(range(self.broker.partitions_for(topic)))
+            offsets = {pid: self.broker.offset_for_timestamp(topic, pid, request.timestamp_ms) for pid in pids}
+            return pb.OffsetsForTimestampResponse(offsets=offsets)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def Admin(self, request: pb.AdminRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.AdminResponse:
         async with _guard(context, self.metrics):
             action = request.WhichOneof("action")
@@ -372,144 +369,3 @@ class _guard(contextlib.AbstractAsyncContextManager[None]):
             log.error("request failed: %s", exc)
         self._metrics.count_error(code.name)
         await _abort(self._context, exc)
-
-
-# -- running the daemon ------------------------------------------------------------------------
-
-
-class Daemon:
-    """A gRPC server and the HTTP endpoints over an open broker; :meth:`stop` shuts them all down.
-
-    Order (see :mod:`lkstream.server.http`): metrics over the recovered broker, HTTP
-    (``/ready`` 503), gRPC, then ``/ready`` 200. :meth:`stop` reverses it, HTTP last.
-    """
-
-    def __init__(self, settings: ServerSettings, broker: Broker) -> None:
-        self.settings = settings
-        self.broker = broker
-        self.metrics = BrokerMetrics(broker)
-        self.http: HttpServer | None = None
-        limit = settings.message_limit(broker.config)
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
-        self.service = BrokerService(broker, self.metrics, max_fetch_bytes=limit - 64 * 1024)
-        pb_grpc.add_BrokerServicer_to_server(self.service, self.server)  # type: ignore[no-untyped-call]
-        self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-            self.server,
-        )
-        address = f"{settings.grpc_host}:{settings.grpc_port}"
-        self.port = self.server.add_insecure_port(address)
-        if self.port == 0:
-            raise InvalidArgumentError(f"cannot listen on {address} (address in use or not local?)")
-        self.address = f"{settings.grpc_host}:{self.port}"
-
-    @property
-    def http_address(self) -> str:
-        """``host:port`` of the HTTP endpoints (the bound port when ``http_port`` is 0)."""
-        assert self.http is not None, "the daemon is not started"
-        return self.http.url.removeprefix("http://")
-
-    async def start(self) -> None:
-        host, port = self.settings.http_host, self.settings.http_port
-        try:
-            self.http = await start_http(self.broker, self.metrics, host, port)
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
-        await self.server.start()
-        for service in ("", SERVICE_NAME):
-            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        self.http.set_ready()
-
-    async def stop(self) -> None:
-        """Turn not-ready, stop accepting, let in-flight calls finish within the grace period,
-        close the broker, then stop HTTP."""
-        try:
-            if self.http is not None:
-                self.http.set_not_ready()
-            await self.health.enter_graceful_shutdown()
-            self.service.stopping.set()
-            await self.server.stop(self.settings.shutdown_grace_s)
-        finally:
-            try:
-                self.broker.close()
-            finally:
-                self.metrics.close()
-                if self.http is not None:
-                    await self.http.stop()
-
-
-async def serve(
-    settings: ServerSettings,
-    config: BrokerConfig,
-    *,
-    ready: Callable[[Daemon], None] | None = None,
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    broker = Broker(config=config)
-    try:
-        daemon = Daemon(settings, broker)
-    except BaseException:
-        broker.close()
-        raise
-    try:
-        await daemon.start()
-        if ready is not None:
-            ready(daemon)
-        await stop.wait()
-        log.info("shutting down: %s s grace for in-flight requests", settings.shutdown_grace_s)
-    finally:
-        await daemon.stop()
-
-
-def print_ready(daemon: Daemon) -> None:
-    """The one line scripts and tests wait for."""
-    print(
-        f"lkstream daemon ready: grpc={daemon.address} http={daemon.http_address} "
-        f"data={daemon.broker.persist_dir} protocol={PROTOCOL_VERSION} version={__version__}",
-        flush=True,
-    )
-
-
-def run(settings: ServerSettings, config: BrokerConfig) -> int:
-    """Serve until signalled; return the process exit code."""
-    try:
-        asyncio.run(serve(settings, config, ready=print_ready))
-    except LkstreamError as exc:
-        print(f"lkstream: {exc}", file=sys.stderr)
-        return 1
-    log.info("stopped cleanly")
-    return 0
-
-
-def run_daemon(
-    config_path: str | os.PathLike[str] | None,
-    overrides: Mapping[str, Any] | None = None,
-    *,
-    log_level: str = "INFO",
-) -> int:
-    """Load the configuration (file < ``LKSTREAM_*`` < ``overrides``), then serve until signalled.
-
-    The one function behind ``python -m lkstream.grpc_server`` and ``lkstream serve``.
-    Exit code: 0 after a clean shutdown, 1 when the broker or a listener fails, 2 for
-    a bad configuration.
-    """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        settings, config = load_settings(config_path, overrides)
-    except InvalidArgumentError as exc:
-        print(f"lkstream: {exc}", file=sys.stderr)
-        return 2
-    return run(settings, config)

@@ -143,15 +143,21 @@ def atomic_write(path: str, data: bytes) -> None:
     """
     # Unique per writer, so two writers of one file never share (or clobber) a tmp file.
     tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
-    with map_os_errors("write", tmp):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    with map_os_errors("rename", path):
-        os.replace(tmp, path)
+    try:
+        with map_os_errors("write", tmp):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        with map_os_errors("rename", path):
+            os.replace(tmp, path)
+    except BaseException:
+        # A half-written tmp file must not keep holding space on a full disk.
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     fsync_dir(os.path.dirname(path) or ".")

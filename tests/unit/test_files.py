@@ -102,3 +102,18 @@ def test_atomic_write_keeps_the_old_content_when_the_write_fails(
         atomic_write(path, b"new")
     monkeypatch.undo()
     assert Path(path).read_bytes() == b"old"
+
+
+def test_a_failed_atomic_write_leaves_no_tmp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "meta"
+    target.write_bytes(b"old")
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(DiskFullError):
+        atomic_write(str(target), b"new")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["meta"], "a half-written tmp file was left holding space"

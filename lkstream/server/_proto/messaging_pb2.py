@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fmessaging.proto\x12\x08lkstream\"x\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0e\n\x06values\x18\x03 \x03(\x0c\x12\x16\n\tpartition\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x14\n\x0crecord_batch\x18\x05 \x01(\x0c\x42\x0c\n\n_partition\"_\n\x0fProduceResponse\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x0f\n\x07offsets\x18\x02 \x03(\x04\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x04\x12\x13\n\x0blast_offset\x18\x04 \x01(\x04\"\x8c\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x13\n\x0braw_batches\x18\x05 \x01(\x08\x12\r\n\x05group\x18\x06 \x01(\t\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\r\"v\n\x06Record\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\n\n\x02ts\x18\x04 \x01(\x04\x12!\n\x07headers\x18\x05 \x03(\x0b\x32\x10.lkstream.Header\x12\x11\n\tpartition\x18\x06 \x01(\r\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"|\n\rFetchResponse\x12!\n\x07records\x18\x01 \x03(\x0b\x32\x10.lkstream.Record\x12\x16\n\x0erecord_batches\x18\x02 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x04\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x04\"P\n\rCommitRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\r\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\x10\n\x0e\x43ommitResponse\"I\n\x15\x46\x65tchCommittedRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x03(\r\"\x88\x01\n\x16\x46\x65tchCommittedResponse\x12>\n\x07offsets\x18\x01 \x03(\x0b\x32-.lkstream.FetchCommittedResponse.OffsetsEntry\x1a.\n\x0cOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x8d\x01\n\x0b\x43reateTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x19\n\x0cretention_ms\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x1c\n\x0fretention_bytes\x18\x04 \x01(\x03H\x01\x88\x01\x01\x42\x0f\n\r_retention_msB\x12\n\x10_retention_bytes\"\x1b\n\x0b\x44\x65leteTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x0c\n\nListTopics\"8\n\rDescribeTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x63reate_if_missing\x18\x02 \x01(\x08\"\xb2\x01\n\rPartitionInfo\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x18\n\x10log_start_offset\x18\x02 \x01(\x04\x12\x13\n\x0bnext_offset\x18\x03 \x01(\x04\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x15\n\rsegment_count\x18\x05 \x01(\r\x12\x12\n\nsize_bytes\x18\x06 \x01(\x04\x12\x1c\n\x14\x61\x63tive_segment_bytes\x18\x07 \x01(\x04\"\x8e\x01\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x14\n\x0cretention_ms\x18\x03 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x03\x12\x30\n\x0fpartition_stats\x18\x05 \x03(\x0b\x32\x17.lkstream.PartitionInfo\"\xd6\x01\n\x0c\x41\x64minRequest\x12-\n\x0c\x63reate_topic\x18\x01 \x01(\x0b\x32\x15.lkstream.CreateTopicH\x00\x12-\n\x0c\x64\x65lete_topic\x18\x02 \x01(\x0b\x32\x15.lkstream.DeleteTopicH\x00\x12+\n\x0blist_topics\x18\x03 \x01(\x0b\x32\x14.lkstream.ListTopicsH\x00\x12\x31\n\x0e\x64\x65scribe_topic\x18\x04 \x01(\x0b\x32\x17.lkstream.DescribeTopicH\x00\x42\x08\n\x06\x61\x63tion\"C\n\rAdminResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\"\n\x05topic\x18\x02 \x01(\x0b\x32\x13.lkstream.TopicInfo\"H\n\x10HandshakeRequest\x12\x1f\n\x17\x63lient_protocol_version\x18\x01 \x01(\r\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\"\xa5\x01\n\x11HandshakeResponse\x12\x1f\n\x17server_protocol_version\x18\x01 \x01(\r\x12#\n\x1bmin_client_protocol_version\x18\x02 \x01(\r\x12\x16\n\x0eserver_version\x18\x03 \x01(\t\x12\x19\n\x11max_message_bytes\x18\x04 \x01(\r\x12\x17\n\x0fmax_batch_bytes\x18\x05 \x01(\r2\xda\x03\n\x06\x42roker\x12>\n\x07Produce\x12\x18.lkstream.ProduceRequest\x1a\x19.lkstream.ProduceResponse\x12\x38\n\x05\x46\x65tch\x12\x16.lkstream.FetchRequest\x1a\x17.lkstream.FetchResponse\x12\x37\n\tSubscribe\x12\x16.lkstream.FetchRequest\x1a\x10.lkstream.Record0\x01\x12\x41\n\x0c\x43ommitOffset\x12\x17.lkstream.CommitRequest\x1a\x18.lkstream.CommitResponse\x12\x38\n\x05\x41\x64min\x12\x16.lkstream.AdminRequest\x1a\x17.lkstream.AdminResponse\x12\x44\n\tHandshake\x12\x1a.lkstream.HandshakeRequest\x1a\x1b.lkstream.HandshakeResponse\x12Z\n\x15\x46\x65tchCommittedOffsets\x12\x1f.lkstream.FetchCommittedRequest\x1a .lkstream.FetchCommittedResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fmessaging.proto\x12\x08lkstream\"x\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0e\n\x06values\x18\x03 \x03(\x0c\x12\x16\n\tpartition\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x14\n\x0crecord_batch\x18\x05 \x01(\x0c\x42\x0c\n\n_partition\"_\n\x0fProduceResponse\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x0f\n\x07offsets\x18\x02 \x03(\x04\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x04\x12\x13\n\x0blast_offset\x18\x04 \x01(\x04\"\x8c\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x13\n\x0braw_batches\x18\x05 \x01(\x08\x12\r\n\x05group\x18\x06 \x01(\t\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\r\"v\n\x06Record\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\n\n\x02ts\x18\x04 \x01(\x04\x12!\n\x07headers\x18\x05 \x03(\x0b\x32\x10.lkstream.Header\x12\x11\n\tpartition\x18\x06 \x01(\r\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"|\n\rFetchResponse\x12!\n\x07records\x18\x01 \x03(\x0b\x32\x10.lkstream.Record\x12\x16\n\x0erecord_batches\x18\x02 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x04\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x04\"P\n\rCommitRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\r\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\x10\n\x0e\x43ommitResponse\"I\n\x15\x46\x65tchCommittedRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x03(\r\"\x88\x01\n\x16\x46\x65tchCommittedResponse\x12>\n\x07offsets\x18\x01 \x03(\x0b\x32-.lkstream.FetchCommittedResponse.OffsetsEntry\x1a.\n\x0cOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"U\n\x1aOffsetsForTimestampRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"\x92\x01\n\x1bOffsetsForTimestampResponse\x12\x43\n\x07offsets\x18\x01 \x03(\x0b\x32\x32.lkstream.OffsetsForTimestampResponse.OffsetsEntry\x1a.\n\x0cOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x8d\x01\n\x0b\x43reateTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x19\n\x0cretention_ms\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x1c\n\x0fretention_bytes\x18\x04 \x01(\x03H\x01\x88\x01\x01\x42\x0f\n\r_retention_msB\x12\n\x10_retention_bytes\"\x1b\n\x0b\x44\x65leteTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x0c\n\nListTopics\"8\n\rDescribeTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x63reate_if_missing\x18\x02 \x01(\x08\"\xb2\x01\n\rPartitionInfo\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x18\n\x10log_start_offset\x18\x02 \x01(\x04\x12\x13\n\x0bnext_offset\x18\x03 \x01(\x04\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x15\n\rsegment_count\x18\x05 \x01(\r\x12\x12\n\nsize_bytes\x18\x06 \x01(\x04\x12\x1c\n\x14\x61\x63tive_segment_bytes\x18\x07 \x01(\x04\"\x8e\x01\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x14\n\x0cretention_ms\x18\x03 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x03\x12\x30\n\x0fpartition_stats\x18\x05 \x03(\x0b\x32\x17.lkstream.PartitionInfo\"\xd6\x01\n\x0c\x41\x64minRequest\x12-\n\x0c\x63reate_topic\x18\x01 \x01(\x0b\x32\x15.lkstream.CreateTopicH\x00\x12-\n\x0c\x64\x65lete_topic\x18\x02 \x01(\x0b\x32\x15.lkstream.DeleteTopicH\x00\x12+\n\x0blist_topics\x18\x03 \x01(\x0b\x32\x14.lkstream.ListTopicsH\x00\x12\x31\n\x0e\x64\x65scribe_topic\x18\x04 \x01(\x0b\x32\x17.lkstream.DescribeTopicH\x00\x42\x08\n\x06\x61\x63tion\"C\n\rAdminResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\"\n\x05topic\x18\x02 \x01(\x0b\x32\x13.lkstream.TopicInfo\"H\n\x10HandshakeRequest\x12\x1f\n\x17\x63lient_protocol_version\x18\x01 \x01(\r\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\"\xa5\x01\n\x11HandshakeResponse\x12\x1f\n\x17server_protocol_version\x18\x01 \x01(\r\x12#\n\x1bmin_client_protocol_version\x18\x02 \x01(\r\x12\x16\n\x0eserver_version\x18\x03 \x01(\t\x12\x19\n\x11max_message_bytes\x18\x04 \x01(\r\x12\x17\n\x0fmax_batch_bytes\x18\x05 \x01(\r2\xbe\x04\n\x06\x42roker\x12>\n\x07Produce\x12\x18.lkstream.ProduceRequest\x1a\x19.lkstream.ProduceResponse\x12\x38\n\x05\x46\x65tch\x12\x16.lkstream.FetchRequest\x1a\x17.lkstream.FetchResponse\x12\x37\n\tSubscribe\x12\x16.lkstream.FetchRequest\x1a\x10.lkstream.Record0\x01\x12\x41\n\x0c\x43ommitOffset\x12\x17.lkstream.CommitRequest\x1a\x18.lkstream.CommitResponse\x12\x38\n\x05\x41\x64min\x12\x16.lkstream.AdminRequest\x1a\x17.lkstream.AdminResponse\x12\x44\n\tHandshake\x12\x1a.lkstream.HandshakeRequest\x1a\x1b.lkstream.HandshakeResponse\x12Z\n\x15\x46\x65tchCommittedOffsets\x12\x1f.lkstream.FetchCommittedRequest\x1a .lkstream.FetchCommittedResponse\x12\x62\n\x13OffsetsForTimestamp\x12$.lkstream.OffsetsForTimestampRequest\x1a%.lkstream.OffsetsForTimestampResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FETCHCOMMITTEDRESPONSE_OFFSETSENTRY']._loaded_options = None
   _globals['_FETCHCOMMITTEDRESPONSE_OFFSETSENTRY']._serialized_options = b'8\001'
+  _globals['_OFFSETSFORTIMESTAMPRESPONSE_OFFSETSENTRY']._loaded_options = None
+  _globals['_OFFSETSFORTIMESTAMPRESPONSE_OFFSETSENTRY']._serialized_options = b'8\001'
   _globals['_PRODUCEREQUEST']._serialized_start=29
   _globals['_PRODUCEREQUEST']._serialized_end=149
   _globals['_PRODUCERESPONSE']._serialized_start=151
@@ -55,26 +57,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FETCHCOMMITTEDRESPONSE']._serialized_end=987
   _globals['_FETCHCOMMITTEDRESPONSE_OFFSETSENTRY']._serialized_start=941
   _globals['_FETCHCOMMITTEDRESPONSE_OFFSETSENTRY']._serialized_end=987
-  _globals['_CREATETOPIC']._serialized_start=990
-  _globals['_CREATETOPIC']._serialized_end=1131
-  _globals['_DELETETOPIC']._serialized_start=1133
-  _globals['_DELETETOPIC']._serialized_end=1160
-  _globals['_LISTTOPICS']._serialized_start=1162
-  _globals['_LISTTOPICS']._serialized_end=1174
-  _globals['_DESCRIBETOPIC']._serialized_start=1176
-  _globals['_DESCRIBETOPIC']._serialized_end=1232
-  _globals['_PARTITIONINFO']._serialized_start=1235
-  _globals['_PARTITIONINFO']._serialized_end=1413
-  _globals['_TOPICINFO']._serialized_start=1416
-  _globals['_TOPICINFO']._serialized_end=1558
-  _globals['_ADMINREQUEST']._serialized_start=1561
-  _globals['_ADMINREQUEST']._serialized_end=1775
-  _globals['_ADMINRESPONSE']._serialized_start=1777
-  _globals['_ADMINRESPONSE']._serialized_end=1844
-  _globals['_HANDSHAKEREQUEST']._serialized_start=1846
-  _globals['_HANDSHAKEREQUEST']._serialized_end=1918
-  _globals['_HANDSHAKERESPONSE']._serialized_start=1921
-  _globals['_HANDSHAKERESPONSE']._serialized_end=2086
-  _globals['_BROKER']._serialized_start=2089
-  _globals['_BROKER']._serialized_end=2563
+  _globals['_OFFSETSFORTIMESTAMPREQUEST']._serialized_start=989
+  _globals['_OFFSETSFORTIMESTAMPREQUEST']._serialized_end=1074
+  _globals['_OFFSETSFORTIMESTAMPRESPONSE']._serialized_start=1077
+  _globals['_OFFSETSFORTIMESTAMPRESPONSE']._serialized_end=1223
+  _globals['_OFFSETSFORTIMESTAMPRESPONSE_OFFSETSENTRY']._serialized_start=941
+  _globals['_OFFSETSFORTIMESTAMPRESPONSE_OFFSETSENTRY']._serialized_end=987
+  _globals['_CREATETOPIC']._serialized_start=1226
+  _globals['_CREATETOPIC']._serialized_end=1367
+  _globals['_DELETETOPIC']._serialized_start=1369
+  _globals['_DELETETOPIC']._serialized_end=1396
+  _globals['_LISTTOPICS']._serialized_start=1398
+  _globals['_LISTTOPICS']._serialized_end=1410
+  _globals['_DESCRIBETOPIC']._serialized_start=1412
+  _globals['_DESCRIBETOPIC']._serialized_end=1468
+  _globals['_PARTITIONINFO']._serialized_start=1471
+  _globals['_PARTITIONINFO']._serialized_end=1649
+  _globals['_TOPICINFO']._serialized_start=1652
+  _globals['_TOPICINFO']._serialized_end=1794
+  _globals['_ADMINREQUEST']._serialized_start=1797
+  _globals['_ADMINREQUEST']._serialized_end=2011
+  _globals['_ADMINRESPONSE']._serialized_start=2013
+  _globals['_ADMINRESPONSE']._serialized_end=2080
+  _globals['_HANDSHAKEREQUEST']._serialized_start=2082
+  _globals['_HANDSHAKEREQUEST']._serialized_end=2154
+  _globals['_HANDSHAKERESPONSE']._serialized_start=2157
+  _globals['_HANDSHAKERESPONSE']._serialized_end=2322
+  _globals['_BROKER']._serialized_start=2325
+  _globals['_BROKER']._serialized_end=2899
 # @@protoc_insertion_point(module_scope)

@@ -125,6 +125,29 @@ class FetchCommittedResponse(_message.Message):
     offsets: _containers.ScalarMap[int, int]
     def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
+class OffsetsForTimestampRequest(_message.Message):
+    __slots__ = ("topic", "partitions", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class OffsetsForTimestampResponse(_message.Message):
+    __slots__ = ("offsets",)
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
 class CreateTopic(_message.Message):
     __slots__ = ("name", "partitions", "retention_ms", "retention_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]

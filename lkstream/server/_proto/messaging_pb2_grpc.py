@@ -69,6 +69,11 @@ class BrokerStub:
                 request_serializer=messaging__pb2.FetchCommittedRequest.SerializeToString,
                 response_deserializer=messaging__pb2.FetchCommittedResponse.FromString,
                 _registered_method=True)
+        self.OffsetsForTimestamp = channel.unary_unary(
+                '/lkstream.Broker/OffsetsForTimestamp',
+                request_serializer=messaging__pb2.OffsetsForTimestampRequest.SerializeToString,
+                response_deserializer=messaging__pb2.OffsetsForTimestampResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -117,6 +122,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetsForTimestamp(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +165,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FetchCommittedOffsets,
                     request_deserializer=messaging__pb2.FetchCommittedRequest.FromString,
                     response_serializer=messaging__pb2.FetchCommittedResponse.SerializeToString,
+            ),
+            'OffsetsForTimestamp': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetsForTimestamp,
+                    request_deserializer=messaging__pb2.OffsetsForTimestampRequest.FromString,
+                    response_serializer=messaging__pb2.OffsetsForTimestampResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -345,6 +361,33 @@ class Broker:
             '/lkstream.Broker/FetchCommittedOffsets',
             messaging__pb2.FetchCommittedRequest.SerializeToString,
             messaging__pb2.FetchCommittedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetsForTimestamp(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/OffsetsForTimestamp',
+            messaging__pb2.OffsetsForTimestampRequest.SerializeToString,
+            messaging__pb2.OffsetsForTimestampResponse.FromString,
             options,
             channel_credentials,
             insecure,
