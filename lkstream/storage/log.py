@@ -136,6 +136,8 @@ class PartitionLog:
         self._durable_position = 0  # bytes of the active segment known fsynced
         self._durable_next_offset = 0
         self._last_checkpoint_ms = self._clock.monotonic_ms()
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_written: Checkpoint | None = None
         self.unflushed_bytes = 0
         with map_os_errors("create partition directory", directory):
             os.makedirs(directory, exist_ok=True)
@@ -333,12 +335,17 @@ class PartitionLog:
                 self._failed = exc
             raise
         with self._lock:
+            due: Checkpoint | None = None
             if active is self._segments[-1] and end > self._durable_position:
                 self._durable_position, self._durable_next_offset = end, next_offset
                 now = self._clock.monotonic_ms()
                 if now - self._last_checkpoint_ms >= self.config.checkpoint_interval_ms:
-                    self._write_checkpoint()
-            return self._durable_next_offset
+                    due = self._checkpoint_now()
+            durable = self._durable_next_offset
+        if due is not None:
+            # Two fsyncs (file and directory): outside the log lock, so producers do not wait on them.
+            self._store_checkpoint(due)
+        return durable
 
     def _flush_index(self, segment: Segment, *, fsync: bool = False) -> None:
         """Write (and maybe fsync) pending index entries; failing costs lookup speed, not data.
@@ -354,16 +361,37 @@ class PartitionLog:
             log.warning("could not write the index of %s: %s", segment.path, exc)
 
     def _write_checkpoint(self) -> None:
-        """Record the recovery point. Caller holds the lock (or is the constructor)."""
+        """Record the recovery point now. Caller holds the lock (or is the constructor)."""
+        self._store_checkpoint(self._checkpoint_now())
+
+    def _checkpoint_now(self) -> Checkpoint:
+        """The current recovery point. Caller holds the lock."""
         sealed = self._segments[-2].base_offset if len(self._segments) > 1 else -1
         active = self._segments[-1]
-        checkpoint = Checkpoint(sealed, active.base_offset, self._durable_position, self._durable_next_offset)
         self._last_checkpoint_ms = self._clock.monotonic_ms()
-        try:
-            write_checkpoint(self.directory, checkpoint)
-        except StorageError as exc:
-            # Only an optimisation for recovery: losing it means validating more on open.
-            log.warning("could not write checkpoint for %s[%d]: %s", self.topic, self.partition, exc)
+        return Checkpoint(sealed, active.base_offset, self._durable_position, self._durable_next_offset)
+
+    def _store_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Write ``checkpoint`` unless a newer one is already on disk.
+
+        Callable with or without the log lock (lock order: log lock, then
+        checkpoint lock), so a checkpoint taken before a roll can never
+        overwrite the roll's newer one.
+        """
+        with self._checkpoint_lock:
+            last = self._checkpoint_written
+            if last is not None and (last.active_base, last.recovery_point) > (
+                checkpoint.active_base,
+                checkpoint.recovery_point,
+            ):
+                return
+            try:
+                write_checkpoint(self.directory, checkpoint)
+            except StorageError as exc:
+                # Only an optimisation for recovery: losing it means validating more on open.
+                log.warning("could not write checkpoint for %s[%d]: %s", self.topic, self.partition, exc)
+                return
+            self._checkpoint_written = checkpoint
 
     # -- reads ----------------------------------------------------------------------------------
 

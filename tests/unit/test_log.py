@@ -637,3 +637,16 @@ def test_close_closes_files_even_when_the_final_fsync_fails(log_dir: str) -> Non
         _FailingFsyncFile.fail = False
     with pytest.raises(BrokerClosedError):
         plog.read(0, 100)
+
+
+def test_an_older_checkpoint_never_overwrites_a_newer_one(open_log: Opener, log_dir: str) -> None:
+    plog = open_log(segment_max_bytes=4096)
+    plog.append(make_batch(2, value_size=300))
+    plog.flush()
+    stale = plog._checkpoint_now()  # taken by a flush whose write is still pending...
+    for _ in range(10):  # ...while appends roll the log and write newer checkpoints
+        plog.append(make_batch(2, value_size=300))
+    assert len(plog.segment_paths()) > 1
+    newer = read_checkpoint(log_dir)
+    plog._store_checkpoint(stale)
+    assert read_checkpoint(log_dir) == newer
