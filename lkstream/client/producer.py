@@ -120,7 +120,13 @@ class Producer:
         key: object,
         headers: object,
         partition: object,
-    ) -> tuple[_Key, _Buffer, tuple[bytes | None, bytes | None, Headers], int]:
+        future: Any,
+    ) -> tuple[_Key, _Buffer, bool, bool]:
+        """Validate one record and add it, with its future, to its buffer. Caller holds ``_lock``.
+
+        Returns the buffer's slot, the buffer, whether the record is its first
+        (start the linger timer) and whether the buffer is now full (send it).
+        """
         if self._closed:
             raise BrokerClosedError("producer is closed")
         if not isinstance(topic, str):
@@ -135,7 +141,11 @@ class Producer:
         self._buffered += size
         slot: _Key = (topic, partition)
         buffer = buffers.setdefault(slot, _Buffer())
-        return slot, buffer, (k, v, h), size
+        first = not buffer.records
+        buffer.records.append((k, v, h))
+        buffer.futures.append(future)
+        buffer.nbytes += size
+        return slot, buffer, first, buffer.nbytes >= self.batch_bytes
 
     def send(
         self,
@@ -153,14 +163,9 @@ class Producer:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
         with self._lock:
-            slot, buffer, record, size = self._admit(
-                self._abuffers, topic, value, key=key, headers=headers, partition=partition
+            slot, buffer, first, full = self._admit(
+                self._abuffers, topic, value, key=key, headers=headers, partition=partition, future=future
             )
-            first = not buffer.records
-            buffer.records.append(record)
-            buffer.futures.append(future)
-            buffer.nbytes += size
-            full = buffer.nbytes >= self.batch_bytes
         if full:
             self._start(self._abuffers, slot, buffer)
         elif first:
@@ -181,14 +186,9 @@ class Producer:
         """
         future: concurrent.futures.Future[Result] = concurrent.futures.Future()
         with self._lock:
-            slot, buffer, record, size = self._admit(
-                self._sbuffers, topic, value, key=key, headers=headers, partition=partition
+            slot, buffer, first, full = self._admit(
+                self._sbuffers, topic, value, key=key, headers=headers, partition=partition, future=future
             )
-            first = not buffer.records
-            buffer.records.append(record)
-            buffer.futures.append(future)
-            buffer.nbytes += size
-            full = buffer.nbytes >= self.batch_bytes
             if full:
                 self._seal(self._sbuffers, slot, buffer)
             elif first:

@@ -37,6 +37,8 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A fresh, small tmpfs mounted for this test and always unmounted afterwards."""
     mount_point = tmp_path / "tmpfs"
     mount_point.mkdir()
+    # A real ENOSPC needs a small filesystem of our own, and mounting one needs root. CI and
+    # developer machines here run as root; elsewhere these tests cannot create the condition.
     if os.geteuid() != 0:
         pytest.skip("disk-full tests mount a tmpfs, which needs root")
     result = subprocess.run(

@@ -153,6 +153,8 @@ def test_render_bytes_is_unambiguous() -> None:
 # -- the installed entry point, as a real process ----------------------------------------------------
 
 
+# `make test` installs the package, so the console script exists; a bare `pytest` run in a
+# checkout that was never installed has no entry point to run.
 @pytest.mark.skipif(not ENTRY_POINT.exists(), reason=f"no installed entry point at {ENTRY_POINT}")
 def test_installed_entry_point_verifies_and_exits_with_the_documented_status(data_dir: str) -> None:
     build(data_dir)

@@ -31,6 +31,8 @@ CONFIG_PATH = "/etc/lkstream/config.yml"
 SERVER_COMMAND = ["python", "-m", "lkstream.grpc_server", "--config", CONFIG_PATH]
 
 PROMTOOL = shutil.which("promtool")
+# `make test` installs promtool first (scripts/install-system-deps.sh); the skip only covers a
+# bare `pytest` run on a machine without it, and names the command that fixes that.
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None,
     reason="promtool is not installed (Debian package `prometheus`; run scripts/install-system-deps.sh)",
