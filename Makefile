@@ -48,13 +48,13 @@ check: $(STAMP)
 bench: $(STAMP)
 	benchmarks/run_all.sh
 
-## proto: regenerate the Python gRPC stubs in lkstream/server/_proto from proto/messaging.proto
-PROTO_OUT := lkstream/server/_proto
+## proto: regenerate the Python gRPC stubs in lkstream/wire/_proto from proto/messaging.proto
+PROTO_OUT := lkstream/wire/_proto
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) \
 		--grpc_python_out=$(PROTO_OUT) proto/messaging.proto
 	# protoc writes a top-level import; make it a package import.
-	sed -i 's/^import messaging_pb2 as messaging__pb2$$/from lkstream.server._proto import messaging_pb2 as messaging__pb2/' \
+	sed -i 's/^import messaging_pb2 as messaging__pb2$$/from lkstream.wire._proto import messaging_pb2 as messaging__pb2/' \
 		$(PROTO_OUT)/messaging_pb2_grpc.py
 
 clean:

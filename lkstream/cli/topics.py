@@ -33,9 +33,9 @@ from lkstream.cli.base import cli
 from lkstream.cli.daemon import DEFAULT_BOOTSTRAP
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.errors import InvalidArgumentError, LkstreamError
-from lkstream.server.wire import ERROR_CODES
 from lkstream.storage.reader import DataDirReader
 from lkstream.storage.topics import TOPIC_META
+from lkstream.wire.contract import ERROR_CODES
 
 _bootstrap = click.option(
     "--bootstrap",

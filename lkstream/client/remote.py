@@ -19,7 +19,7 @@ the embedded broker (it satisfies ``ConsumerSource``): positions come from
 offsets live in the daemon (CommitOffset / FetchCommittedOffsets).
 
 Errors come back as the same :mod:`lkstream.errors` classes the embedded broker
-raises (table in :mod:`lkstream.server.wire`); an unreachable daemon raises
+raises (table in :mod:`lkstream.wire.contract`); an unreachable daemon raises
 :class:`BrokerUnavailableError` naming the address.
 
 Retries: a call failing with gRPC ``UNAVAILABLE`` (:class:`BrokerUnavailableError`,
@@ -63,11 +63,11 @@ from lkstream.errors import (
 )
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
-from lkstream.server._proto import messaging_pb2 as pb
-from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.server.wire import ERROR_CLASS_KEY, PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
 from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
+from lkstream.wire._proto import messaging_pb2 as pb
+from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.wire.contract import ERROR_CLASS_KEY, PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
 
 T = TypeVar("T")
 

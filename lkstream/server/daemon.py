@@ -35,11 +35,11 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.config import BrokerConfig
 from lkstream.errors import InvalidArgumentError, LkstreamError
-from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
 from lkstream.server.http import HttpServer, start_http
 from lkstream.server.settings import ServerSettings, load_settings
-from lkstream.server.wire import PROTOCOL_VERSION
+from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.wire.contract import PROTOCOL_VERSION
 
 log = logging.getLogger("lkstream.server")
 

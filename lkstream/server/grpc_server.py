@@ -9,7 +9,7 @@ fsync in ``sync`` mode, new data for Subscribe and long-poll Fetch
 worker thread).
 
 Errors: every handler runs inside :func:`_guard`, the one place that turns an
-:class:`LkstreamError` into a status code (table in :mod:`lkstream.server.wire`)
+:class:`LkstreamError` into a status code (table in :mod:`lkstream.wire.contract`)
 with the error's fields in trailing metadata, and counts it in
 ``lk_request_errors_total{code}``.
 
@@ -49,8 +49,9 @@ from lkstream.errors import (
 )
 from lkstream.format.batch import HEADER_SIZE, parse_header
 from lkstream.format.codec import Record, decode_batches
-from lkstream.server._proto import messaging_pb2 as pb
-from lkstream.server.wire import (
+from lkstream.storage.names import validate_group
+from lkstream.wire._proto import messaging_pb2 as pb
+from lkstream.wire.contract import (
     MIN_CLIENT_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     VERSION_METADATA_KEY,
@@ -58,7 +59,6 @@ from lkstream.server.wire import (
     error_metadata,
     status_for,
 )
-from lkstream.storage.names import validate_group
 
 log = logging.getLogger("lkstream.server")
 

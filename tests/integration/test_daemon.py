@@ -29,9 +29,9 @@ from lkstream import (
     UnknownTopicError,
 )
 from lkstream.format.codec import decode_batches, encode_batch
-from lkstream.server._proto import messaging_pb2 as pb
-from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.server.wire import VERSION_METADATA_KEY
+from lkstream.wire._proto import messaging_pb2 as pb
+from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.wire.contract import VERSION_METADATA_KEY
 from tests.integration.conftest import DaemonFactory, DaemonProcess
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,8 +22,8 @@ from lkstream import Consumer, InvalidArgumentError, OffsetStore, UnknownTopicEr
 from lkstream.client.consumer import ConsumerSource
 from lkstream.client.remote import RemoteBroker
 from lkstream.format.codec import Record
-from lkstream.server._proto import messaging_pb2 as pb
-from lkstream.server._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.wire._proto import messaging_pb2 as pb
+from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from tests.integration.conftest import DaemonProcess
 
 pytestmark = pytest.mark.timeout(120)

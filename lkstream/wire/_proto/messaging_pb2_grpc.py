@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from lkstream.server._proto import messaging_pb2 as messaging__pb2
+from lkstream.wire._proto import messaging_pb2 as messaging__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
