@@ -41,6 +41,7 @@ from typing import Literal, Protocol, runtime_checkable
 from lkstream.broker.broker import Broker
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
+from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
@@ -181,6 +182,11 @@ class Consumer:
         self._committed: dict[TopicPartition, int] = {}
         self._last_commit = time.monotonic()
         self._stopping = False
+        # Partitions seeked since consume() read its current records (seek from a handler).
+        self._seeked: set[TopicPartition] = set()
+        # Remote reads only: offset -> in-flight fetch of the range after the last one read.
+        self._pipelined = not isinstance(self.source, _EmbeddedSource)
+        self._read_ahead: dict[TopicPartition, tuple[int, asyncio.Future[ReadResult]]] = {}
 
     # -- assignment and positions --------------------------------------------------------------
 
@@ -232,12 +238,14 @@ class Consumer:
         return self._positions[(topic, pid)]
 
     def seek(self, topic: str, pid: int, offset: int) -> None:
+        """Read ``topic[pid]`` from ``offset`` next; from a :meth:`consume` handler, after the current record."""
         if (topic, pid) not in self._positions:
             raise InvalidArgumentError(f"{topic}[{pid}] is not assigned to this consumer")
         start, end = self.source.bounds(topic, pid)
         if not start <= offset <= end:
             raise OffsetOutOfRangeError(topic, pid, offset, start, end)
         self._positions[(topic, pid)] = offset
+        self._seeked.add((topic, pid))
 
     def committed(self, topic: str, pid: int) -> int | None:
         if self.group is None:
@@ -259,10 +267,33 @@ class Consumer:
         topic, pid = tp
         position = self._positions[tp]
         try:
-            result = await self.source.fetch_async(topic, pid, position, self.fetch_max_bytes)
+            result = await self._fetch_ahead_or_now(tp, position)
         except OffsetOutOfRangeError as exc:
             return self._reset(tp, exc)
+        if self._pipelined:
+            # Ask for the next range before decoding this one, so the daemon reads and
+            # sends it while this process decodes (two processes, two cores). The next
+            # offset comes from batch headers; a seek or a short handler run just
+            # discards the read-ahead.
+            _, next_offset = span_of_whole_batches(result.data, position)
+            if position < next_offset < result.high_watermark:
+                read = self.source.fetch_async(topic, pid, next_offset, self.fetch_max_bytes)
+                self._read_ahead[tp] = (next_offset, asyncio.ensure_future(read))
         return decode_batches(result.data, topic, pid, position, max_records)
+
+    async def _fetch_ahead_or_now(self, tp: TopicPartition, position: int) -> ReadResult:
+        ahead = self._read_ahead.pop(tp, None)
+        if ahead is not None:
+            offset, read = ahead
+            if offset == position:
+                return await read
+            _discard(read)
+        return await self.source.fetch_async(tp[0], tp[1], position, self.fetch_max_bytes)
+
+    def _drop_read_ahead(self) -> None:
+        for _, read in self._read_ahead.values():
+            _discard(read)
+        self._read_ahead.clear()
 
     def _reset(self, tp: TopicPartition, exc: OffsetOutOfRangeError) -> list[Record]:
         if self.auto_offset_reset == "error":
@@ -341,17 +372,24 @@ class Consumer:
                     if not await self.source.wait_for_data(watched, idle_timeout):
                         break
                     continue
+                self._seeked.clear()
                 for record in records:
                     if self._stopping:
                         break
+                    tp = (record.topic, record.partition)
+                    if tp in self._seeked:
+                        continue  # the handler moved this partition: the rest of this read is stale
                     result = handler(record.partition, record.offset, record)
                     if is_async or inspect.isawaitable(result):
                         await result  # type: ignore[misc]
-                    # Only a record whose handler returned counts as consumed (at-least-once).
-                    self._positions[(record.topic, record.partition)] = record.offset + 1
                     handled += 1
+                    if tp not in self._seeked:
+                        # Only a record whose handler returned counts as consumed (at-least-once).
+                        self._positions[tp] = record.offset + 1
                 await self._maybe_auto_commit_async()
         finally:
+            # Read-aheads belong to this event loop; a later consume() may run on another.
+            self._drop_read_ahead()
             if self.auto_commit:
                 self.commit()
         return handled
@@ -381,6 +419,16 @@ class Consumer:
 
     def close(self) -> None:
         """Commit (when auto-commit is on) and forget the assignment."""
+        self._drop_read_ahead()
         if self.auto_commit:
             self.commit()
         self._positions.clear()
+
+
+def _discard(read: asyncio.Future[ReadResult]) -> None:
+    """Cancel a read-ahead nobody will await; a finished one's error is dropped, not logged as lost."""
+    if read.done():
+        if not read.cancelled():
+            read.exception()
+    else:
+        read.cancel()

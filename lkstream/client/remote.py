@@ -440,14 +440,31 @@ class RemoteBroker:
     # -- subscribe -----------------------------------------------------------------------------------
 
     async def subscribe(self, topic: str, partition: int, offset: int) -> AsyncIterator[Record]:
-        """Records from ``offset`` on, then each new one as it is appended (the Subscribe stream)."""
-        call = self._astub().Subscribe(
-            pb.FetchRequest(topic=topic, partition=partition, offset=offset), metadata=self._metadata
+        """Records from ``offset`` on, then each new one as it is appended, until the caller stops.
+
+        Rides :meth:`subscribe_batches`: the daemon pushes whole batches as they
+        are appended and this client decodes them.
+        """
+        async for result in self.subscribe_batches(topic, partition, offset):
+            for record in decode_batches(result.data, topic, partition, offset):
+                yield record
+                offset = record.offset + 1
+
+    async def subscribe_batches(
+        self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
+    ) -> AsyncIterator[ReadResult]:
+        """Raw whole batches from ``offset`` on, pushed by the daemon as they are appended.
+
+        The first batch may start before ``offset`` (decode with ``min_offset``).
+        gRPC flow control keeps the daemon at most a window ahead of the caller,
+        so reading and decoding overlap without unbounded buffering.
+        """
+        call = self._astub().SubscribeBatches(
+            _fetch_request(topic, partition, offset, max_bytes), metadata=self._metadata
         )
         try:
-            async for r in call:
-                headers = [(h.key, h.value) for h in r.headers]
-                yield Record(topic, partition, r.offset, r.ts, r.key or None, r.value, headers)
+            async for response in call:
+                yield ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
         except grpc.RpcError as exc:
             raise self._error(exc) from None
         finally:

@@ -138,6 +138,26 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     return BatchHeader(base, length, magic, crc, attrs, lod, base_ts, max_ts, count)
 
 
+def span_of_whole_batches(buf: bytes | bytearray | memoryview, min_offset: int = 0) -> tuple[int, int]:
+    """``(records, next_offset)`` of the whole batches in ``buf``, reading headers only.
+
+    ``records`` counts the records at or after ``min_offset``; ``next_offset`` is
+    the offset after the last whole batch (``min_offset`` if there is none). A
+    trailing partial batch (a fetch cut at ``max_bytes``) is not counted. Nothing
+    is validated: this is for sizing and pipelining reads whose batches are
+    checked when they are decoded.
+    """
+    records, next_offset, pos = 0, min_offset, 0
+    while len(buf) - pos >= HEADER_SIZE:
+        header = parse_header(buf, pos)
+        if header.size < HEADER_SIZE or pos + header.size > len(buf):
+            break
+        records += max(0, header.next_offset - max(header.base_offset, min_offset))
+        next_offset = max(next_offset, header.next_offset)
+        pos += header.size
+    return records, next_offset
+
+
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     """CRC-32C over the bytes the batch CRC covers."""
     crc: int = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:])

@@ -47,8 +47,9 @@ from lkstream.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from lkstream.format.batch import HEADER_SIZE, parse_header
+from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batches
+from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.contract import (
@@ -123,18 +124,6 @@ def _topic_info(description: TopicDescription) -> pb.TopicInfo:
             for pid, s in enumerate(description.partitions)
         ],
     )
-
-
-def _records_from(data: bytes, offset: int) -> int:
-    """Records at or after ``offset`` in the whole batches of ``data`` (headers only, no decoding)."""
-    count = position = 0
-    while position + HEADER_SIZE <= len(data):
-        header = parse_header(data[position : position + HEADER_SIZE])
-        if header.size < HEADER_SIZE or position + header.size > len(data):
-            break  # a partial batch at the end of a fetch is not delivered
-        count += max(0, header.last_offset - max(header.base_offset, offset) + 1)
-        position += header.size
-    return count
 
 
 class BrokerService:
@@ -223,7 +212,7 @@ class BrokerService:
         if request.raw_batches:
             response.record_batches = result.data
             if request.group:
-                self.metrics.record_consumed(topic, request.group, pid, _records_from(result.data, offset))
+                self.metrics.record_consumed(topic, request.group, pid, span_of_whole_batches(result.data, offset)[0])
         else:
             response.records.extend(_record(r) for r in decode_batches(result.data, topic, pid, offset))
             if request.group:
@@ -235,24 +224,48 @@ class BrokerService:
     ) -> AsyncIterator[pb.Record]:
         """Stream records from ``offset`` on, then each new one as it is appended, until cancelled."""
         async with _guard(context, self.metrics):
-            topic, pid, offset, group = request.topic, request.partition, request.offset, request.group
-            partition = self.broker.partition(topic, pid)
-            start, high = partition.log_start_offset, partition.high_watermark
-            if not start <= offset <= high:
-                raise OffsetOutOfRangeError(topic, pid, offset, start, high)
-            max_bytes = self._fetch_bytes(request.max_bytes)
-            while True:
-                if self.stopping.is_set():
-                    raise BrokerClosedError("server is shutting down")
-                if partition.high_watermark > offset:
-                    result = self.broker.fetch(topic, pid, offset, max_bytes)
-                    for record in decode_batches(result.data, topic, pid, offset):
-                        yield _record(record)
-                        offset = record.offset + 1
-                        if group:
-                            self.metrics.record_consumed(topic, group, pid, 1)
+            topic, pid = request.topic, request.partition
+            async for result, offset in self._follow(request):
+                for record in decode_batches(result.data, topic, pid, offset):
+                    yield _record(record)
+
+    async def SubscribeBatches(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.FetchResponse]:
+        """Like Subscribe, but one message of whole raw batches per read: the client decodes."""
+        async with _guard(context, self.metrics):
+            async for result, _ in self._follow(request):
+                yield pb.FetchResponse(
+                    record_batches=result.data,
+                    high_watermark=result.high_watermark,
+                    log_start_offset=result.log_start_offset,
+                )
+
+    async def _follow(self, request: pb.FetchRequest) -> AsyncIterator[tuple[ReadResult, int]]:
+        """Yield ``(read, offset it was read from)`` from ``request.offset`` on, forever.
+
+        Each read holds whole batches only, so the next offset comes from the
+        headers without decoding. Waits are woken by the append or by shutdown.
+        """
+        topic, pid, offset, group = request.topic, request.partition, request.offset, request.group
+        partition = self.broker.partition(topic, pid)
+        start, high = partition.log_start_offset, partition.high_watermark
+        if not start <= offset <= high:
+            raise OffsetOutOfRangeError(topic, pid, offset, start, high)
+        max_bytes = self._fetch_bytes(request.max_bytes)
+        while True:
+            if self.stopping.is_set():
+                raise BrokerClosedError("server is shutting down")
+            if partition.high_watermark > offset:
+                result = self.broker.fetch(topic, pid, offset, max_bytes)
+                records, next_offset = span_of_whole_batches(result.data, offset)
+                if next_offset > offset:
+                    yield result, offset
+                    if group:
+                        self.metrics.record_consumed(topic, group, pid, records)
+                    offset = next_offset
                     continue
-                await self._wait(partition.wait_for_offset(offset))
+            await self._wait(partition.wait_for_offset(offset))
 
     async def _wait(self, arrival: Any) -> None:
         """Wait for ``arrival`` (a wait_for_offset coroutine) or for shutdown, whichever comes first."""

@@ -231,6 +231,34 @@ async def test_subscribe_ends_with_unavailable_when_the_daemon_shuts_down(daemon
         assert isinstance(info.value, lkstream.BrokerClosedError | BrokerUnavailableError)
 
 
+async def test_subscribe_batches_pushes_whole_batches_from_inside_a_batch(daemon: DaemonProcess) -> None:
+    async with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("pushed", 1)
+        await broker.produce_many("pushed", [(None, b"a"), (None, b"b"), (None, b"c")])  # one batch, offsets 0-2
+        stream = broker.subscribe_batches("pushed", 0, 1)
+        first = await asyncio.wait_for(stream.__anext__(), 10)
+        # The batch holding offset 1 comes whole; the caller decodes from offset 1.
+        assert [r.value for r in decode_batches(first.data, "pushed", 0)] == [b"a", b"b", b"c"]
+        assert [r.value for r in decode_batches(first.data, "pushed", 0, 1)] == [b"b", b"c"]
+        assert (first.log_start_offset, first.high_watermark) == (0, 3)
+        later = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.1)
+        assert not later.done()  # nothing new yet: the stream waits for an append
+        await broker.produce_many("pushed", [(None, b"d")])
+        second = await asyncio.wait_for(later, 10)
+        assert [(r.offset, r.value) for r in decode_batches(second.data, "pushed", 0)] == [(3, b"d")]
+        assert second.high_watermark == 4
+        await stream.aclose()
+
+
+async def test_subscribe_batches_refuses_an_offset_past_the_end(daemon: DaemonProcess) -> None:
+    async with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("short", 1)
+        await broker.produce_many("short", [(None, b"x")])
+        with pytest.raises(OffsetOutOfRangeError, match="earliest is 0, latest is 1"):
+            await anext(broker.subscribe_batches("short", 0, 5))
+
+
 # -- shutdown --------------------------------------------------------------------------------------
 
 

@@ -123,6 +123,36 @@ async def test_consume_wakes_on_new_data_within_a_deadline(daemon: DaemonProcess
         assert broker.committed_offsets("g", "wake") == {0: 0, 1: 0, 2: 1}
 
 
+async def test_read_ahead_keeps_order_across_many_fetches_and_a_seek(daemon: DaemonProcess) -> None:
+    """Remote consume reads the next range while decoding this one; order and seeks are unaffected."""
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("ahead", 1)
+        for start in range(0, 2000, 100):  # 20 batches
+            await broker.produce_many("ahead", [(None, b"%d" % i) for i in range(start, start + 100)], partition=0)
+        fetched: list[int] = []
+        original = broker.fetch_async
+
+        async def fetch_async(topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> Any:
+            fetched.append(offset)
+            return await original(topic, partition, offset, max_bytes)
+
+        broker.fetch_async = fetch_async  # type: ignore[method-assign]
+        consumer = Consumer(broker, group="g", auto_commit=False, fetch_max_bytes=4096)  # a few batches per fetch
+        consumer.subscribe("ahead")
+        seen: list[int] = []
+
+        def handler(_pid: int, offset: int, record: Record) -> None:
+            assert record.value == b"%d" % offset
+            seen.append(offset)
+            if offset == 1234 and len(seen) == 1235:
+                consumer.seek("ahead", 0, 100)  # back: the read-ahead past 1234 is discarded
+
+        assert await consumer.consume("ahead", handler, max_records=2000 + 1135, idle_timeout=5) == 3135
+        assert seen == list(range(0, 1235)) + list(range(100, 2000))
+        # Every read but the first of each run was asked for before its predecessor was decoded.
+        assert len(fetched) > 2 and fetched[0] == 0 and 100 in fetched
+
+
 async def test_consume_returns_after_idle_timeout_without_data(daemon: DaemonProcess) -> None:
     with lkstream.connect(daemon.address) as broker:
         broker.create_topic("quiet", 2)

@@ -290,3 +290,15 @@ def test_check_producer_batch_rejects_control_and_transactional_batches(flag: in
     check_batch(batch)  # still a valid batch on the wire
     with pytest.raises(InvalidArgumentError, match="control and transactional"):
         check_producer_batch(batch, max_bytes=10_000)
+
+
+def test_span_of_whole_batches_counts_from_min_offset_and_ignores_a_cut_batch() -> None:
+    first = bytearray(encode_batch([(None, b"a"), (None, b"b"), (None, b"c")]))
+    second = bytearray(encode_batch([(None, b"d"), (None, b"e")]))
+    stamp_base_offset(first, 10)
+    stamp_base_offset(second, 13)
+    data = bytes(first + second)
+    assert span_of_whole_batches(data, 10) == (5, 15)
+    assert span_of_whole_batches(data, 12) == (3, 15)  # the first batch starts before the reader
+    assert span_of_whole_batches(data[:-1], 11) == (2, 13)  # the second is cut: not counted
+    assert span_of_whole_batches(b"", 7) == (0, 7)

@@ -474,3 +474,19 @@ def test_poll_auto_commit_commits_what_earlier_polls_returned(broker: Broker) ->
     consumer.poll()
     consumer.poll()
     assert consumer.committed("t", 0) == 3
+
+
+async def test_a_seek_from_the_handler_takes_effect_after_the_current_record(broker: Broker) -> None:
+    _produce(broker, 10)
+    consumer = Consumer(broker, group="g", auto_commit=False)
+    consumer.subscribe("t")
+    seen: list[int] = []
+
+    def handler(_pid: int, offset: int, _record: Record) -> None:
+        seen.append(offset)
+        if offset == 6 and len(seen) == 7:
+            consumer.seek("t", 0, 2)
+
+    assert await consumer.consume("t", handler, max_records=15) == 15
+    assert seen == [0, 1, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert consumer.position("t", 0) == 10

@@ -74,6 +74,11 @@ class BrokerStub:
                 request_serializer=messaging__pb2.OffsetsForTimestampRequest.SerializeToString,
                 response_deserializer=messaging__pb2.OffsetsForTimestampResponse.FromString,
                 _registered_method=True)
+        self.SubscribeBatches = channel.unary_stream(
+                '/lkstream.Broker/SubscribeBatches',
+                request_serializer=messaging__pb2.FetchRequest.SerializeToString,
+                response_deserializer=messaging__pb2.FetchResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -128,6 +133,16 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubscribeBatches(self, request, context):
+        """Subscribe for clients that decode batches themselves: each message carries
+        whole raw batches (record_batches; the first may begin before `offset`, the
+        client skips those records) plus the partition's high watermark and log
+        start. One message per append burst instead of one per record.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +185,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.OffsetsForTimestamp,
                     request_deserializer=messaging__pb2.OffsetsForTimestampRequest.FromString,
                     response_serializer=messaging__pb2.OffsetsForTimestampResponse.SerializeToString,
+            ),
+            'SubscribeBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubscribeBatches,
+                    request_deserializer=messaging__pb2.FetchRequest.FromString,
+                    response_serializer=messaging__pb2.FetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -388,6 +408,33 @@ class Broker:
             '/lkstream.Broker/OffsetsForTimestamp',
             messaging__pb2.OffsetsForTimestampRequest.SerializeToString,
             messaging__pb2.OffsetsForTimestampResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubscribeBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/lkstream.Broker/SubscribeBatches',
+            messaging__pb2.FetchRequest.SerializeToString,
+            messaging__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
