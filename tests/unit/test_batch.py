@@ -19,6 +19,7 @@ from lkstream.format.batch import (
     compute_crc,
     parse_header,
     read_length_prefix,
+    span_of_whole_batches,
     stamp_base_offset,
 )
 from lkstream.format.codec import encode_batch
