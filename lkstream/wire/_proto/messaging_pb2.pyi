@@ -87,16 +87,20 @@ class FetchResponse(_message.Message):
     def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("group", "topic", "partition", "offset")
+    __slots__ = ("group", "topic", "partition", "offset", "member_id", "generation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     partition: int
     offset: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    member_id: str
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ()
@@ -251,3 +255,242 @@ class HandshakeResponse(_message.Message):
     max_message_bytes: int
     max_batch_bytes: int
     def __init__(self, server_protocol_version: _Optional[int] = ..., min_client_protocol_version: _Optional[int] = ..., server_version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+
+class TopicPartitions(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class JoinGroupRequest(_message.Message):
+    __slots__ = ("group", "topics", "member_id", "instance_id", "assignor", "session_timeout_ms", "rebalance_timeout_ms", "client_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    member_id: str
+    instance_id: str
+    assignor: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., assignor: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class JoinGroupResponse(_message.Message):
+    __slots__ = ("member_id", "generation", "assignor", "rebalanced")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
+    REBALANCED_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    generation: int
+    assignor: str
+    rebalanced: bool
+    def __init__(self, member_id: _Optional[str] = ..., generation: _Optional[int] = ..., assignor: _Optional[str] = ..., rebalanced: _Optional[bool] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "released", "max_wait_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    released: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    max_wait_ms: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., released: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("generation", "owned", "revoke", "assigned", "stable")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    STABLE_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    owned: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    revoke: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    assigned: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    stable: bool
+    def __init__(self, generation: _Optional[int] = ..., owned: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., revoke: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., assigned: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., stable: _Optional[bool] = ...) -> None: ...
+
+class SyncGroupRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "released")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    released: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., released: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class SyncGroupResponse(_message.Message):
+    __slots__ = ("generation", "assignment")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class LeaveGroupRequest(_message.Message):
+    __slots__ = ("group", "member_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class LeaveGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PartitionOffset(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class GroupMember(_message.Message):
+    __slots__ = ("member_id", "instance_id", "client_id", "client_host", "topics", "owned", "target", "generation")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    instance_id: str
+    client_id: str
+    client_host: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    owned: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    target: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    generation: int
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., owned: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., target: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class PartitionLag(_message.Message):
+    __slots__ = ("topic", "partition", "has_committed", "committed", "high_watermark", "lag_messages", "lag_seconds", "owner")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    HAS_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LAG_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    has_committed: bool
+    committed: int
+    high_watermark: int
+    lag_messages: int
+    lag_seconds: float
+    owner: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., has_committed: _Optional[bool] = ..., committed: _Optional[int] = ..., high_watermark: _Optional[int] = ..., lag_messages: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., owner: _Optional[str] = ...) -> None: ...
+
+class DescribeGroupResponse(_message.Message):
+    __slots__ = ("group", "state", "generation", "assignor", "members", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    state: str
+    generation: int
+    assignor: str
+    members: _containers.RepeatedCompositeFieldContainer[GroupMember]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
+    def __init__(self, group: _Optional[str] = ..., state: _Optional[str] = ..., generation: _Optional[int] = ..., assignor: _Optional[str] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GroupListing(_message.Message):
+    __slots__ = ("group", "state", "members")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    state: str
+    members: int
+    def __init__(self, group: _Optional[str] = ..., state: _Optional[str] = ..., members: _Optional[int] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupListing]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupListing, _Mapping]]] = ...) -> None: ...
+
+class ResetOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "partitions", "earliest", "latest", "offset", "timestamp_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    earliest: bool
+    latest: bool
+    offset: int
+    timestamp_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...

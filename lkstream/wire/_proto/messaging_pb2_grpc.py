@@ -79,6 +79,46 @@ class BrokerStub:
                 request_serializer=messaging__pb2.FetchRequest.SerializeToString,
                 response_deserializer=messaging__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/lkstream.Broker/JoinGroup',
+                request_serializer=messaging__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=messaging__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/lkstream.Broker/SyncGroup',
+                request_serializer=messaging__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=messaging__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/lkstream.Broker/Heartbeat',
+                request_serializer=messaging__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=messaging__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/lkstream.Broker/LeaveGroup',
+                request_serializer=messaging__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=messaging__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.CommitOffsets = channel.unary_unary(
+                '/lkstream.Broker/CommitOffsets',
+                request_serializer=messaging__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=messaging__pb2.CommitOffsetsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroup = channel.unary_unary(
+                '/lkstream.Broker/DescribeGroup',
+                request_serializer=messaging__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=messaging__pb2.DescribeGroupResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/lkstream.Broker/ListGroups',
+                request_serializer=messaging__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=messaging__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.ResetOffsets = channel.unary_unary(
+                '/lkstream.Broker/ResetOffsets',
+                request_serializer=messaging__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=messaging__pb2.ResetOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -143,6 +183,54 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -190,6 +278,46 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.SubscribeBatches,
                     request_deserializer=messaging__pb2.FetchRequest.FromString,
                     response_serializer=messaging__pb2.FetchResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=messaging__pb2.JoinGroupRequest.FromString,
+                    response_serializer=messaging__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=messaging__pb2.SyncGroupRequest.FromString,
+                    response_serializer=messaging__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=messaging__pb2.HeartbeatRequest.FromString,
+                    response_serializer=messaging__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=messaging__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=messaging__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'CommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffsets,
+                    request_deserializer=messaging__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=messaging__pb2.CommitOffsetsResponse.SerializeToString,
+            ),
+            'DescribeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroup,
+                    request_deserializer=messaging__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=messaging__pb2.DescribeGroupResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=messaging__pb2.ListGroupsRequest.FromString,
+                    response_serializer=messaging__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'ResetOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffsets,
+                    request_deserializer=messaging__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=messaging__pb2.ResetOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -435,6 +563,222 @@ class Broker:
             '/lkstream.Broker/SubscribeBatches',
             messaging__pb2.FetchRequest.SerializeToString,
             messaging__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/JoinGroup',
+            messaging__pb2.JoinGroupRequest.SerializeToString,
+            messaging__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/SyncGroup',
+            messaging__pb2.SyncGroupRequest.SerializeToString,
+            messaging__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/Heartbeat',
+            messaging__pb2.HeartbeatRequest.SerializeToString,
+            messaging__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/LeaveGroup',
+            messaging__pb2.LeaveGroupRequest.SerializeToString,
+            messaging__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/CommitOffsets',
+            messaging__pb2.CommitOffsetsRequest.SerializeToString,
+            messaging__pb2.CommitOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/DescribeGroup',
+            messaging__pb2.DescribeGroupRequest.SerializeToString,
+            messaging__pb2.DescribeGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/ListGroups',
+            messaging__pb2.ListGroupsRequest.SerializeToString,
+            messaging__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/ResetOffsets',
+            messaging__pb2.ResetOffsetsRequest.SerializeToString,
+            messaging__pb2.ResetOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
