@@ -52,6 +52,7 @@ from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
 from lkstream.wire._proto import messaging_pb2 as pb
+from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import (
     MIN_CLIENT_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -126,8 +127,12 @@ def _topic_info(description: TopicDescription) -> pb.TopicInfo:
     )
 
 
-class BrokerService:
-    """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe."""
+class BrokerService(pb_grpc.BrokerServicer):
+    """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe.
+
+    Subclassing the generated base keeps the server startable whatever the proto
+    adds: an RPC this class does not define answers UNIMPLEMENTED.
+    """
 
     def __init__(self, broker: Broker, metrics: BrokerMetrics, max_fetch_bytes: int) -> None:
         self.broker = broker
