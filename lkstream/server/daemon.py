@@ -6,7 +6,7 @@ prints the ready line and serves until signalled. The RPC handlers live in
 :mod:`lkstream.server.grpc_server`.
 
 Metrics and HTTP: :class:`Daemon` creates one :class:`BrokerMetrics` over the
-open broker and serves ``/metrics``, ``/healthz`` and ``/ready``
+open broker and serves ``/metrics``, ``/healthz``, ``/ready`` and the JSON API (docs/http.md)
 (:mod:`lkstream.server.http`) before gRPC starts; ``/ready`` turns 200 once gRPC
 accepts calls.
 
@@ -87,7 +87,13 @@ class Daemon:
     async def start(self) -> None:
         host, port = self.settings.http_host, self.settings.http_port
         try:
-            self.http = await start_http(self.broker, self.metrics, host, port)
+            self.http = await start_http(
+                self.broker,
+                self.metrics,
+                host,
+                port,
+                max_request_bytes=self.settings.message_limit(self.broker.config),
+            )
         except OSError as exc:
             raise InvalidArgumentError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
         await self.server.start()

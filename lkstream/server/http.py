@@ -1,4 +1,4 @@
-"""The daemon's HTTP endpoints (aiohttp): ``/metrics``, ``/healthz``, ``/ready``.
+"""The daemon's HTTP endpoints (aiohttp): ``/metrics``, ``/healthz``, ``/ready`` and the JSON API.
 
 Usage from the daemon (inside its running event loop)::
 
@@ -23,6 +23,13 @@ Routes (GET, and HEAD):
   finished and writes are accepted) and the broker is open; otherwise 503
   ``not ready`` (readiness).
 
+The JSON API (``/produce``, ``/consume``, ``/topics``, ``/groups/{group}``,
+``/openapi.json``) is :mod:`lkstream.server.http_api`, mounted on the same
+application. Its routes answer 503 ``not_ready`` whenever ``/ready`` does not
+answer 200, and :meth:`HttpServer.set_not_ready` ends their long polls early.
+Request bodies are limited to ``max_request_bytes`` (default: the broker's
+``max_batch_bytes`` plus 1 MiB, as the gRPC message limit); larger ones get 413.
+
 ``port=0`` binds a free port; :attr:`HttpServer.port` tells which. The
 default host is loopback (``DEFAULT_HOST``); bind another address only on
 purpose (a container sets ``0.0.0.0``).
@@ -38,6 +45,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
+from lkstream.server.http_api import HttpApi
+from lkstream.server.settings import REQUEST_HEADROOM_BYTES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -49,10 +58,20 @@ READY_PATH = "/ready"
 class HttpServer:
     """A running HTTP endpoint; made by :func:`start_http`."""
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics, *, ready: bool = False) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        metrics: BrokerMetrics,
+        *,
+        ready: bool = False,
+        max_request_bytes: int | None = None,
+    ) -> None:
         self.broker = broker
         self.metrics = metrics
         self._ready = ready
+        #: Largest request body accepted (413 above it).
+        self.max_request_bytes = max_request_bytes or broker.config.max_batch_bytes + REQUEST_HEADROOM_BYTES
+        self.api = HttpApi(broker, metrics, max_request_bytes=self.max_request_bytes, is_ready=lambda: self.ready)
         self._runner: web.AppRunner | None = None
         self.host = ""
         self.port = 0
@@ -67,18 +86,24 @@ class HttpServer:
     def set_ready(self) -> None:
         """Recovery is done and writes are accepted: ``/ready`` answers 200."""
         self._ready = True
+        self.api.stopping.clear()
 
     def set_not_ready(self) -> None:
-        """Shutting down (or paused): ``/ready`` answers 503; ``/healthz`` still 200."""
+        """Shutting down (or paused): ``/ready`` and the JSON API answer 503; ``/healthz`` still 200.
+
+        Long polls of ``/consume`` in progress return what they have at once.
+        """
         self._ready = False
+        self.api.stopping.set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_request_bytes)
         app.router.add_get(METRICS_PATH, self._metrics)
         app.router.add_get(HEALTH_PATH, self._healthz)
         app.router.add_get(READY_PATH, self._ready_handler)
+        self.api.add_routes(app)
         return app
 
     async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
@@ -131,12 +156,14 @@ async def start_http(
     port: int = DEFAULT_PORT,
     *,
     ready: bool = False,
+    max_request_bytes: int | None = None,
 ) -> HttpServer:
-    """Serve ``/metrics``, ``/healthz`` and ``/ready`` on ``host:port``; return the running server.
+    """Serve ``/metrics``, ``/healthz``, ``/ready`` and the JSON API on ``host:port``; return the server.
 
-    ``/ready`` answers 503 until :meth:`HttpServer.set_ready` (or ``ready=True``).
-    Stop it with ``await server.stop()``.
+    ``/ready`` (and the JSON API) answer 503 until :meth:`HttpServer.set_ready` (or
+    ``ready=True``). ``max_request_bytes`` limits request bodies (default: the broker's
+    ``max_batch_bytes`` plus 1 MiB). Stop it with ``await server.stop()``.
     """
-    server = HttpServer(broker, metrics, ready=ready)
+    server = HttpServer(broker, metrics, ready=ready, max_request_bytes=max_request_bytes)
     await server.start(host, port)
     return server

@@ -7,6 +7,7 @@ import socket
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -118,3 +119,112 @@ async def test_port_in_use_raises(server: HttpServer, broker: Broker) -> None:
         busy = holder.getsockname()[1]
         with pytest.raises(OSError):
             await start_http(broker, server.metrics, "127.0.0.1", busy)
+
+
+# -- the JSON API (lkstream.server.http_api) on the same server -------------------------------------
+
+
+async def post(url: str, body: object) -> tuple[int, dict[str, str], dict[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
+        return response.status, dict(response.headers), await response.json()
+
+
+@pytest.fixture
+async def api_server(broker: Broker) -> AsyncIterator[HttpServer]:
+    metrics = BrokerMetrics(broker)
+    http = await start_http(broker, metrics, "127.0.0.1", 0, ready=True, max_request_bytes=4096)
+    try:
+        yield http
+    finally:
+        await http.stop()
+        metrics.close()
+
+
+async def test_api_answers_503_until_ready(server: HttpServer) -> None:
+    status, headers, body = await post(server.url + "/produce", {"topic_partitions": []})
+    assert status == 503
+    assert headers["Retry-After"] == "1"
+    assert body == {"error": {"code": "not_ready", "message": body["error"]["message"]}}
+    assert (await get(server.url + "/openapi.json"))[0] == 200  # the document is always served
+
+
+async def test_api_body_limit_is_413(api_server: HttpServer) -> None:
+    assert api_server.max_request_bytes == 4096
+    status, _, body = await post(
+        api_server.url + "/produce", {"topic_partitions": [{"topic": "t", "records": ["x" * 5000]}]}
+    )
+    assert status == 413
+    assert body["error"] == {
+        "code": "request_too_large",
+        "message": "request body exceeds the limit of 4096 bytes",
+        "limit": 4096,
+    }
+
+
+def test_default_body_limit_follows_the_batch_limit(broker: Broker) -> None:
+    http = HttpServer(broker, BrokerMetrics(broker))
+    try:
+        assert http.max_request_bytes == broker.config.max_batch_bytes + 1024 * 1024
+    finally:
+        http.metrics.close()
+
+
+async def test_api_backpressure_is_429_with_retry_after(api_server: HttpServer, broker: Broker) -> None:
+    # Another producer's bytes in flight fill the budget: this produce must be refused, not queued.
+    broker.inflight.reserve(broker.config.max_inflight_bytes)
+    try:
+        status, headers, body = await post(
+            api_server.url + "/produce", {"topic_partitions": [{"topic": "t", "records": ["x"]}]}
+        )
+    finally:
+        broker.inflight.release(broker.config.max_inflight_bytes)
+    assert status == 429
+    assert headers["Retry-After"] == "1"
+    assert body["error"]["code"] == "backpressure"
+    assert body["results"][0]["error"]["code"] == "backpressure"
+    status, _, _ = await post(api_server.url + "/produce", {"topic_partitions": [{"topic": "t", "records": ["x"]}]})
+    assert status == 200
+
+
+async def test_set_not_ready_ends_long_polls_and_refuses_new_calls(api_server: HttpServer, broker: Broker) -> None:
+    broker.create_topic("t")
+    poll = asyncio.ensure_future(
+        post(
+            api_server.url + "/consume",
+            {"partitions": [{"topic": "t", "partition": 0, "fetch_offset": 0}], "max_wait_ms": 60_000},
+        )
+    )
+    await asyncio.sleep(0.3)
+    assert not poll.done()
+    api_server.set_not_ready()
+    status, _, body = await asyncio.wait_for(poll, 5)
+    assert status == 200 and body["partitions"][0]["records"] == []
+    status, _, body = await post(api_server.url + "/consume", {"partitions": [{"topic": "t", "partition": 0}]})
+    assert (status, body["error"]["code"]) == (503, "not_ready")
+
+
+def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
+    from lkstream import errors
+    from lkstream.server.http_api import error_code, http_status
+
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.LkstreamError)]
+    expected = {
+        "LkstreamError": (500, "lkstream"),
+        "InvalidArgumentError": (400, "invalid_argument"),
+        "RecordTooLargeError": (413, "record_too_large"),
+        "UnknownTopicError": (404, "unknown_topic"),
+        "TopicExistsError": (409, "topic_exists"),
+        "OffsetOutOfRangeError": (416, "offset_out_of_range"),
+        "CorruptRecordError": (500, "corrupt_record"),
+        "BackpressureError": (429, "backpressure"),
+        "StorageError": (500, "storage"),
+        "DiskFullError": (507, "disk_full"),
+        "DataDirLockedError": (409, "data_dir_locked"),
+        "BrokerClosedError": (503, "broker_closed"),
+        "BrokerUnavailableError": (503, "broker_unavailable"),
+        "ProtocolVersionError": (409, "protocol_version"),
+    }
+    assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
+    for cls in classes:
+        error = cls.__new__(cls)
+        assert (http_status(error), error_code(error)) == expected[cls.__name__]
