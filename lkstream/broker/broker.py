@@ -147,6 +147,10 @@ class Broker:
                 for partition in topic.partitions:
                     with contextlib.suppress(Exception):
                         partition.close()
+            store = getattr(self, "offset_store", None)  # absent if opening the topics failed
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
         finally:
             self._dir_lock.release()
 
@@ -523,6 +527,12 @@ class Broker:
                     except Exception as exc:
                         log.error("closing %s[%d] failed: %s", partition.topic, partition.pid, exc)
                         errors.append(exc)
+            try:
+                # Compacts the offsets journal into the per-group files and drops its lock.
+                self.offset_store.close()
+            except Exception as exc:
+                log.error("closing the offset store failed: %s", exc)
+                errors.append(exc)
         finally:
             self._dir_lock.release()
         if errors:

@@ -1,113 +1,231 @@
-"""Committed consumer offsets: ``offsets/{group}__{topic}__part{pid}.offset``.
+"""Committed consumer offsets: a journal with group commit over ``{group}__{topic}__part{pid}.offset`` files.
 
-Each file holds one line of JSON, ``{"offset": N, "committed_ms": T}``, where N
-is the next offset the group will read (Kafka's convention). Files are replaced
-only through :func:`~lkstream.storage.files.atomic_write` (tmp, fsync, rename,
-directory fsync), so after any crash a file holds a whole old or a whole new
-commit. Group ids may not contain ``__`` (see :mod:`lkstream.storage.names`),
-which keeps file names unambiguous.
+Each ``.offset`` file holds one line of JSON, ``{"offset": N, "committed_ms": T}``,
+where N is the next offset the group will read (Kafka's convention). Commits
+are appended to ``offsets/commits.log`` (:mod:`lkstream.storage.offset_journal`),
+and concurrent committers share one fsync; the ``.offset`` files are the
+compacted snapshot, rewritten with tmp + fsync + rename + directory fsync when
+the journal passes ``compact_bytes`` and on :meth:`OffsetStore.close`. The
+state is the files with the journal replayed over them; a commit is durable
+when :meth:`~OffsetStore.commit` returns (or ``on_durable(None)`` runs for
+:meth:`~OffsetStore.submit`), and the entries of one commit are applied
+together or not at all. Group ids may not contain ``__`` (see
+:mod:`lkstream.storage.names`), which keeps file names unambiguous.
+
+One process writes a directory (an ``flock`` on ``offsets/``); every store of
+that process shares the writer, so reads are dictionary lookups. A store in
+another process, or one opened ``read_only=True`` with no writer in this
+process, is a read-only view that follows the journal on every read.
+This module does not check that offsets move forward: that is the coordinator's job.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import threading
+from collections.abc import Callable, Mapping
 
-from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError, map_os_errors
+from lkstream.errors import CorruptRecordError, DataDirLockedError, InvalidArgumentError, map_os_errors
 from lkstream.storage.clock import Clock, SystemClock
-from lkstream.storage.files import atomic_write
-from lkstream.storage.names import parse_partition_dir, validate_group, validate_topic
+from lkstream.storage.names import validate_group, validate_topic
+from lkstream.storage.offset_journal import (
+    DEFAULT_COMPACT_BYTES,
+    JOURNAL_NAME,
+    SUFFIX,
+    DurableCallback,
+    Entry,
+    FileFactory,
+    Journal,
+    JournalFollower,
+    Key,
+    Value,
+)
+from lkstream.storage.offset_journal import parse_offset_file_name as _parse_name
+
+__all__ = ["JOURNAL_NAME", "OFFSETS_DIR", "SUFFIX", "OffsetStore", "parse_offset_file_name"]
 
 OFFSETS_DIR = "offsets"
-SUFFIX = ".offset"
 
 
 class OffsetStore:
     """Durable committed offsets under ``base_dir/offsets``. Thread-safe.
 
     ``base_dir`` is the broker's ``persist_dir`` (or any directory the
-    application owns when it keeps offsets itself).
+    application owns when it keeps offsets itself). ``read_only`` never creates,
+    locks or writes anything. ``compact_bytes`` is the journal size that
+    triggers compaction; ``file_factory`` opens the journal file (a test seam,
+    :class:`~lkstream.storage.files.OsFile` by default).
     """
 
-    def __init__(self, base_dir: str, *, clock: Clock | None = None, sweep_tmp: bool = False) -> None:
+    def __init__(
+        self,
+        base_dir: str,
+        *,
+        clock: Clock | None = None,
+        sweep_tmp: bool = False,
+        read_only: bool = False,
+        compact_bytes: int = DEFAULT_COMPACT_BYTES,
+        file_factory: FileFactory | None = None,
+    ) -> None:
+        if not isinstance(compact_bytes, int) or compact_bytes <= 0:
+            raise InvalidArgumentError(f"invalid compact_bytes {compact_bytes!r}: must be a positive integer")
         self.directory = os.path.join(base_dir, OFFSETS_DIR)
+        self.read_only = read_only
         self._clock = clock or SystemClock()
-        self._lock = threading.Lock()
-        with map_os_errors("create offsets directory", self.directory):
-            os.makedirs(self.directory, exist_ok=True)
-            # Only the broker that owns the data directory sweeps: another store on the
-            # same directory may be between its write and its rename right now.
-            if sweep_tmp:
-                for name in os.listdir(self.directory):
-                    if name.endswith(".tmp"):
-                        os.remove(os.path.join(self.directory, name))
+        self._journal: Journal | None = None
+        self._follower: JournalFollower | None = None
+        self._closed = False
+        if not read_only:
+            with map_os_errors("create offsets directory", self.directory):
+                os.makedirs(self.directory, exist_ok=True)
+            # Only the process holding the journal lock sweeps: nobody else writes tmp files here.
+            self._journal = Journal.open(
+                self.directory, compact_bytes=compact_bytes, file_factory=file_factory, sweep_tmp=sweep_tmp
+            )
+        elif os.path.isdir(self.directory):
+            shared = Journal._registry.get(_dir_ident(self.directory))
+            if shared is not None and not shared.closed:
+                self._journal = Journal.open(self.directory)  # this process writes it: share the map
+        if self._journal is None:
+            self._follower = JournalFollower(self.directory)
+
+    @property
+    def journal(self) -> Journal | None:
+        """The writer this store uses, or None for a read-only view of another process's directory."""
+        return self._journal
 
     def path_for(self, group: str, topic: str, partition: int) -> str:
-        validate_group(group)
-        validate_topic(topic)
-        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-            raise InvalidArgumentError(f"invalid partition {partition!r}")
+        """The snapshot file of a key (it lags the journal until the next compaction)."""
+        _validate_key(group, topic, partition)
         return os.path.join(self.directory, f"{group}__{topic}__part{partition}{SUFFIX}")
+
+    # -- writing -----------------------------------------------------------------------------------
 
     def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise InvalidArgumentError(f"invalid offset {offset!r}: must be a non-negative integer")
-        path = self.path_for(group, topic, partition)
-        body = json.dumps({"offset": offset, "committed_ms": self._clock.now_ms()}).encode() + b"\n"
-        with self._lock:
-            atomic_write(path, body)
+        self.commit_many(group, {(topic, partition): offset})
+
+    def commit_many(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Durably and atomically commit ``{(topic, partition): offset}`` of ``group``; return once fsynced."""
+        journal = self._writer()
+        end = journal.append(self._clock.now_ms(), _entries(group, offsets))
+        journal.wait_durable(end)
+
+    def submit(self, group: str, offsets: Mapping[tuple[str, int], int], on_durable: DurableCallback) -> None:
+        """Like :meth:`commit_many` but returns once written to the OS, without waiting for the disk.
+
+        ``on_durable(None)`` runs on a background thread once the commit is
+        fsynced (and visible to reads), or ``on_durable(error)`` if that fsync
+        failed. It must be quick and must not block (from asyncio, hand over
+        with ``loop.call_soon_threadsafe``). Bad arguments and write errors
+        raise here, and then the callback is never called.
+        """
+        journal = self._writer()
+        journal.append(self._clock.now_ms(), _entries(group, offsets), on_durable)
 
     def forget_topic(self, topic: str) -> int:
-        """Remove every group's committed offsets of ``topic`` (it was deleted); return how many."""
+        """Durably remove every group's committed offsets of ``topic`` (it was deleted); return how many."""
         validate_topic(topic)
-        removed = 0
-        with self._lock:
-            for name in os.listdir(self.directory):
-                parsed = parse_offset_file_name(name)
-                if parsed is not None and parsed[1] == topic:
-                    os.remove(os.path.join(self.directory, name))
-                    removed += 1
-        return removed
+        return self._forget(lambda key: key[1] == topic)
+
+    def forget_group(self, group: str) -> int:
+        """Durably remove every committed offset of ``group``; return how many."""
+        validate_group(group)
+        return self._forget(lambda key: key[0] == group)
+
+    def _forget(self, match: Callable[[Key], bool]) -> int:
+        journal = self._writer()
+        with journal.lock:
+            keys = journal.keys_where(match)
+            if not keys:
+                return 0
+            entries: list[Entry] = [(g, t, p, None) for g, t, p in keys]
+            # Appended under the same lock that listed the keys, so no key is missed.
+            end = journal.append(self._clock.now_ms(), entries)
+        journal.wait_durable(end)
+        return len(keys)
+
+    def compact(self) -> None:
+        """Write the journal's changes to the ``.offset`` files and start an empty journal now."""
+        journal = self._writer()
+        with journal.lock:
+            journal.compact_locked()
+
+    def close(self) -> None:
+        """Release this store; the last store of the directory in this process compacts and unlocks it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._journal is not None:
+            self._journal.release()
+        if self._follower is not None:
+            self._follower.close()
+
+    def __enter__(self) -> OffsetStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _writer(self) -> Journal:
+        if self.read_only:
+            raise InvalidArgumentError(f"offset store {self.directory} is read-only")
+        if self._journal is None:
+            raise DataDirLockedError(os.path.join(self.directory, JOURNAL_NAME))
+        return self._journal
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _values(self) -> dict[Key, Value]:
+        if self._journal is not None:
+            return self._journal.values
+        assert self._follower is not None
+        return self._follower.refresh()
 
     def list_committed(self) -> dict[tuple[str, str, int], int]:
         """Every readable commit as ``{(group, topic, partition): offset}``.
 
-        Unreadable files are skipped here; ``lkstream verify`` reports them.
+        Unreadable snapshot files are skipped here; ``lkstream verify`` reports them.
         """
-        found: dict[tuple[str, str, int], int] = {}
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return found
-        for name in names:
-            parsed = parse_offset_file_name(name)
-            if parsed is None:
-                continue
-            try:
-                offset = self.read_committed(*parsed)
-            except (LkstreamError, OSError):
-                continue
-            if offset is not None:
-                found[parsed] = offset
-        return found
+        values = self._values()
+        return {key: value[0] for key, value in list(values.items()) if not isinstance(value, CorruptRecordError)}
 
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:
         """The committed offset, or ``None`` if the group never committed this partition."""
-        path = self.path_for(group, topic, partition)
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return None
-        try:
-            offset = json.loads(raw)["offset"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptRecordError(f"unreadable committed offset ({exc})", path=path) from exc
+        _validate_key(group, topic, partition)
+        value = self._values().get((group, topic, partition))
+        if isinstance(value, CorruptRecordError):
+            raise value
+        return None if value is None else value[0]
+
+
+def _validate_key(group: str, topic: str, partition: int) -> None:
+    validate_group(group)
+    validate_topic(topic)
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise InvalidArgumentError(f"invalid partition {partition!r}")
+
+
+def _entries(group: str, offsets: Mapping[tuple[str, int], int]) -> list[Entry]:
+    """Validate every key and offset before anything is written."""
+    if not isinstance(offsets, Mapping) or not offsets:
+        raise InvalidArgumentError(
+            f"offsets must be a non-empty mapping of (topic, partition) to offset, not {offsets!r}"
+        )
+    entries: list[Entry] = []
+    for key, offset in offsets.items():
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise InvalidArgumentError(f"invalid key {key!r}: must be (topic, partition)")
+        topic, partition = key
+        _validate_key(group, topic, partition)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise CorruptRecordError(f"committed offset {offset!r} is not a non-negative integer", path=path)
-        return offset
+            raise InvalidArgumentError(f"invalid offset {offset!r}: must be a non-negative integer")
+        entries.append((group, topic, partition, offset))
+    return entries
+
+
+def _dir_ident(directory: str) -> tuple[int, int]:
+    st = os.stat(directory)
+    return (st.st_dev, st.st_ino)
 
 
 def parse_offset_file_name(name: str) -> tuple[str, str, int] | None:
@@ -117,14 +235,4 @@ def parse_offset_file_name(name: str) -> tuple[str, str, int] | None:
     the first ``__`` ends the group id, the last ``__`` starts the partition.
     Names that no valid (group, topic, partition) would produce are rejected.
     """
-    if not name.endswith(SUFFIX):
-        return None
-    group, _, rest = name[: -len(SUFFIX)].partition("__")
-    topic, _, part = rest.rpartition("__")
-    pid = parse_partition_dir(part)
-    try:
-        validate_group(group)
-        validate_topic(topic)
-    except InvalidArgumentError:
-        return None
-    return None if pid is None else (group, topic, pid)
+    return _parse_name(name)

@@ -1,7 +1,8 @@
 """Verification of a whole data directory: ``lkstream verify`` and offline checks.
 
 :func:`verify_data_dir` walks every topic directory, ``topic.json``, partition
-directory, segment, index, ``checkpoint.meta`` and committed-offset file, and
+directory, segment, index, ``checkpoint.meta`` and committed-offset file and the
+offsets journal (``commits.log``, replayed over the files as the broker does), and
 returns a :class:`VerifyReport`: a :class:`PartitionSummary` per partition and
 the :class:`Problem` list, in discovery order.
 
@@ -43,12 +44,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lkstream.errors import StorageError, map_os_errors
+from lkstream.errors import CorruptRecordError, StorageError, map_os_errors
 from lkstream.format.batch import BatchHeader
 from lkstream.storage.checkpoint import CHECKPOINT_NAME
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import ENTRY_SIZE
 from lkstream.storage.names import partition_dir_name, validate_topic
+from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, scan_records
 from lkstream.storage.offsets import OFFSETS_DIR, parse_offset_file_name
 from lkstream.storage.reader import (
     DataDirReader,
@@ -488,23 +490,72 @@ class _Verifier:
     # -- committed offsets ------------------------------------------------------------------------
 
     def _verify_offsets(self) -> None:
+        """The ``.offset`` snapshot files, then ``commits.log`` replayed over them (as the broker does)."""
         directory = os.path.join(self.reader.path, OFFSETS_DIR)
         if not os.path.isdir(directory):
             return
         with map_os_errors("list", directory):
             names = sorted(os.listdir(directory))
+        committed: dict[tuple[str, str, int], tuple[str, int]] = {}
         for name in names:
             path = os.path.join(directory, name)
             parsed = parse_offset_file_name(name)
+            if name == JOURNAL_NAME:
+                continue
             if name.endswith(".tmp"):
                 self._add("warning", path, "stray temporary file (the broker deletes it on open)")
             elif parsed is None:
                 self._add("warning", path, "unexpected file")
             else:
                 self.report.offset_files += 1
-                self._check_offset_file(path, *parsed)
+                offset = self._check_offset_file(path, *parsed)
+                if offset is not None:
+                    committed[parsed] = (path, offset)
+        if JOURNAL_NAME in names:
+            self._merge_journal(os.path.join(directory, JOURNAL_NAME), committed)
+        for (group, topic, pid), (path, offset) in committed.items():
+            self._check_committed(path, group, topic, pid, offset)
 
-    def _check_offset_file(self, path: str, group: str, topic: str, pid: int) -> None:
+    def _merge_journal(self, journal: str, committed: dict[tuple[str, str, int], tuple[str, int]]) -> None:
+        for key, offset in self._replay_journal(journal).items():
+            if offset is None:
+                committed.pop(key, None)
+            else:
+                if key not in committed:
+                    self.report.offset_files += 1  # a commit that lives only in the journal so far
+                committed[key] = (journal, offset)
+
+    def _replay_journal(self, path: str) -> dict[tuple[str, str, int], int | None]:
+        """The last value (None: deleted) of every key the journal changes; damage is reported."""
+        changes: dict[tuple[str, str, int], int | None] = {}
+        try:
+            data = _read_bytes(path)
+        except OSError as exc:
+            self._add("error", path, f"unreadable offsets journal ({exc!r})")
+            return changes
+        if data[: len(JOURNAL_MAGIC)] != JOURNAL_MAGIC:
+            self._add("error", path, f"offsets journal does not start with {JOURNAL_MAGIC!r}", 0)
+            return changes
+        base = len(JOURNAL_MAGIC)
+        try:
+            records, end = scan_records(data[base:], path, base)
+        except CorruptRecordError as exc:
+            self._add("error", path, f"{exc.reason}: committed offsets after it would be lost", exc.position)
+            return changes
+        if base + end < len(data):
+            self._add(
+                "warning",
+                path,
+                f"torn tail of {len(data) - base - end} bytes (the broker truncates it on open;"
+                " a live broker may be writing it)",
+                base + end,
+            )
+        for _, entries in records:
+            for group, topic, pid, offset in entries:
+                changes[(group, topic, pid)] = offset
+        return changes
+
+    def _check_offset_file(self, path: str, group: str, topic: str, pid: int) -> int | None:
         try:
             raw = _load_json(path)
             offset = raw["offset"] if isinstance(raw, dict) else None
@@ -512,10 +563,14 @@ class _Verifier:
             self._add(
                 "error", path, f"unreadable committed offset ({exc!r}): group {group!r} cannot resume {topic}[{pid}]"
             )
-            return
+            return None
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             self._add("error", path, f"committed offset {offset!r} is not a non-negative integer")
-        elif topic not in self._topics:
+            return None
+        return offset
+
+    def _check_committed(self, path: str, group: str, topic: str, pid: int, offset: int) -> None:
+        if topic not in self._topics:
             self._add("warning", path, f"group {group!r} committed to topic {topic!r}, which does not exist")
         elif (topic, pid) not in self._ends:
             self._add("warning", path, f"group {group!r} committed to {topic}[{pid}], which does not exist")
@@ -529,6 +584,11 @@ def _file_size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _load_json(path: str) -> object:

@@ -230,10 +230,11 @@ def test_golden_checkpoint_decodes() -> None:
 def test_offset_file_name_and_body(tmp_path: Path) -> None:
     store = OffsetStore(str(tmp_path), clock=ManualClock(TIMESTAMP_MS))
     store.commit("strategy-v1", "market.ticks", 0, 2)
+    store.close()  # the per-group file is written when the offsets journal is compacted
     path = store.path_for("strategy-v1", "market.ticks", 0)
     assert path == os.path.join(str(tmp_path), "offsets", OFFSET_FILE_NAME)
     assert Path(path).read_bytes() == OFFSET_FILE_BODY
-    assert store.read_committed("strategy-v1", "market.ticks", 0) == 2
+    assert OffsetStore(str(tmp_path)).read_committed("strategy-v1", "market.ticks", 0) == 2
 
 
 # -- the whole partition directory, written by the real log ------------------------------------------
