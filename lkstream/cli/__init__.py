@@ -1,17 +1,22 @@
-"""The ``lkstream`` command line: one click group (:mod:`lkstream.cli.base`), one function per command.
+"""The ``lkstream`` command line: one click group (:mod:`lkstream.cli.base`), one module per command.
 
 ::
 
-    lkstream serve | produce | consume     lkstream.cli.daemon  (run or talk to a daemon)
-    lkstream dump | verify                 lkstream.cli.offline (read a data directory)
-    lkstream topics create|list|describe|delete   lkstream.cli.topics (topic admin)
+    lkstream serve                                lkstream.cli.daemon  (run the daemon)
+    lkstream produce                              lkstream.cli.produce (to a daemon or a data dir)
+    lkstream consume                              lkstream.cli.consume (from a daemon or a data dir, offline)
+    lkstream bench produce|consume                lkstream.cli.bench   (a quick self-benchmark)
+    lkstream topics create|list|describe|delete   lkstream.cli.topics  (topic admin)
+    lkstream dump | verify                        lkstream.cli.offline (read a data directory)
+    lkstream bridge                               lkstream.cli.bridge  (copy topics into Kafka)
 
 Importing this package registers every command on :data:`cli`; ``main`` is the
 ``lkstream`` script's entry point (``lkstream.cli:main``) and ``python -m lkstream.cli``.
-Exit status: 0 success, 1 failure (an error from the daemon, corruption found), 2 usage.
+Exit status: 0 success, 1 failure (an error from the broker or the daemon, a bad
+input line, corruption found), 2 usage (see :mod:`lkstream.cli.base`).
 """
 
-from lkstream.cli import daemon, offline, topics
+from lkstream.cli import bench, bridge, consume, daemon, offline, produce, topics
 from lkstream.cli.base import cli, main, render_bytes
 
-__all__ = ["cli", "daemon", "main", "offline", "render_bytes", "topics"]
+__all__ = ["bench", "bridge", "cli", "consume", "daemon", "main", "offline", "produce", "render_bytes", "topics"]

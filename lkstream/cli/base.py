@@ -1,22 +1,36 @@
-"""The ``lkstream`` command group, its exit-status contract and shared rendering helpers.
+"""The ``lkstream`` command group, its exit-status contract and what commands share.
 
-Commands live in :mod:`lkstream.cli.offline` (dump, verify: read a data directory)
-and :mod:`lkstream.cli.daemon` (serve, produce, consume: run or talk to a daemon);
-:mod:`lkstream.cli` imports both so every command is registered on :data:`cli`.
+Commands live in :mod:`lkstream.cli.offline` (dump, verify), :mod:`lkstream.cli.daemon`
+(serve), :mod:`lkstream.cli.produce`, :mod:`lkstream.cli.consume`, :mod:`lkstream.cli.bench`
+and :mod:`lkstream.cli.topics`; :mod:`lkstream.cli` imports them all so every command is
+registered on :data:`cli`. Shared here: the ``--bootstrap`` / ``--data-dir`` options, the
+``CODE: message`` error line, aligned tables and stderr progress bars.
 
 Exit status is a contract scripts can rely on:
 
 - 0: success;
 - 1: the command ran and failed: an error from the broker or the daemon (printed as
-  one line, no traceback), an unreachable daemon, corruption found by ``verify``;
+  one line, no traceback; an unknown topic is ``NOT_FOUND``), an unreachable daemon,
+  a data directory locked by a running daemon, a bad input line, corruption found by
+  ``verify``;
 - 2: usage error: unknown option, bad value, missing file, bad configuration.
+
+There is deliberately no separate "not found" status: the ``CODE:`` prefix of the
+error line (``NOT_FOUND``, ``ALREADY_EXISTS``, ``UNAVAILABLE``...) tells failures apart.
+
+Invariant: **stdout carries only the command's result** (records, tables, a summary
+line). Progress bars go to stderr, and only when stderr is a terminal, so pipes and
+files never see them.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final
 
 import click
@@ -24,8 +38,12 @@ import click
 from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError
 from lkstream.format.batch import TIMESTAMP_TYPE_MASK, BatchHeader
 from lkstream.format.codec import Compression, decode_batch
+from lkstream.wire.contract import ERROR_CODES
 
+EXIT_OK: Final = 0
 EXIT_PROBLEMS: Final = 1
+EXIT_USAGE: Final = 2
+DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9090"
 _CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -39,7 +57,7 @@ class _Group(click.Group):
         except InvalidArgumentError as exc:
             raise click.UsageError(str(exc), ctx) from exc
         except LkstreamError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(f"{error_code(exc)}: {exc}") from exc
 
 
 @click.group(cls=_Group, context_settings=_CONTEXT)
@@ -47,13 +65,150 @@ class _Group(click.Group):
 def cli() -> None:
     """LKSTREAM: a file-backed event log with Kafka semantics.
 
-    Exit status: 0 success, 1 failure (an error from the daemon, problems found, an I/O error), 2 usage error.
+    Most commands talk to a daemon (--bootstrap HOST:PORT, default 127.0.0.1:9090) or
+    work directly on a data directory (--data-dir DIR).
+
+    \b
+    Exit status (scripts can rely on it):
+      0  success
+      1  failure: an error from the broker or daemon, printed as one line
+         "Error: CODE: message" (NOT_FOUND for an unknown topic), an unreachable
+         daemon, a data dir locked by a running daemon, a bad input line,
+         corruption found by verify
+      2  usage error: unknown option, bad value, missing file, bad configuration
     """
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``lkstream`` script and of ``python -m lkstream.cli``."""
     cli.main(args=None if argv is None else list(argv), prog_name="lkstream")
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+def error_code(exc: LkstreamError) -> str:
+    """The gRPC status name the daemon uses for ``exc`` (``NOT_FOUND`` for an unknown topic)."""
+    for cls, code in ERROR_CODES:
+        if isinstance(exc, cls):
+            return str(code.name)
+    return "UNKNOWN"
+
+
+@contextmanager
+def broker_errors() -> Iterator[None]:
+    """Turn a broker error into exit status 1 with one ``CODE: message`` line (usage errors stay 2)."""
+    try:
+        yield
+    except InvalidArgumentError as exc:
+        raise click.UsageError(str(exc)) from None
+    except LkstreamError as exc:
+        raise click.ClickException(f"{error_code(exc)}: {exc}") from None
+
+
+# -- shared options ---------------------------------------------------------------------------------
+
+bootstrap_option: Final = click.option(
+    "--bootstrap",
+    metavar="HOST:PORT",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    help="Address of the daemon's gRPC port.",
+)
+
+
+def data_dir_option(help_text: str, *, must_exist: bool = True) -> Callable[[Any], Any]:
+    """``--data-dir DIR``: work on a data directory instead of asking ``--bootstrap``."""
+    return click.option(
+        "--data-dir",
+        type=click.Path(exists=must_exist, file_okay=False),
+        help=help_text,
+    )
+
+
+def check_one_target(ctx: click.Context, data_dir: str | None) -> None:
+    """``--bootstrap`` and ``--data-dir`` name two different places: refuse both at once."""
+    if data_dir is not None and ctx.get_parameter_source("bootstrap") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--bootstrap and --data-dir are mutually exclusive", ctx)
+
+
+# -- tables and progress ----------------------------------------------------------------------------
+
+
+def table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> list[str]:
+    """Rows as right-aligned columns under ``headers``: the stable, script-friendly form."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells]
+
+
+def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
+    """Print a table on stdout: a rich table on a terminal, :func:`table`'s plain columns otherwise.
+
+    Pipes and files always get the plain form (one header line, one line per row,
+    whitespace-separated), which ``awk`` and tests rely on; rich would wrap or
+    truncate to a guessed width there.
+    """
+    if not sys.stdout.isatty():
+        for line in table(rows, headers):
+            click.echo(line)
+        return
+    from rich.console import Console  # imported late: only a terminal needs it
+    from rich.table import Table
+
+    grid = Table(box=None, header_style="bold", pad_edge=False)
+    for header in headers:
+        grid.add_column(header, justify="right", no_wrap=True)
+    for row in rows:
+        grid.add_row(*(str(cell) for cell in row))
+    Console(soft_wrap=True).print(grid)
+
+
+def progress_enabled() -> bool:
+    """Whether progress bars are shown: only when stderr is a terminal."""
+    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+
+@contextmanager
+def progress(description: str, total: float | None, *, unit: str = "records") -> Iterator[Callable[[float], None]]:
+    """A progress bar on stderr while the block runs; yields ``advance(amount)``.
+
+    A no-op unless stderr is a terminal, so stdout (and a redirected stderr) never
+    see it. ``unit="bytes"`` shows transferred sizes, else counts. The bar is
+    transient: it is erased when the block ends.
+    """
+    if not progress_enabled():
+        yield lambda amount: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    amount_columns = (
+        [DownloadColumn(), TransferSpeedColumn()] if unit == "bytes" else [MofNCompleteColumn(), TextColumn(unit)]
+    )
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        *amount_columns,
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        redirect_stdout=False,  # stdout is the command's output: never route it through the bar
+        redirect_stderr=False,
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+        yield lambda amount: bar.advance(task, amount)
 
 
 # -- rendering --------------------------------------------------------------------------------------

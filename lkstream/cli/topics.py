@@ -23,32 +23,25 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
 import click
 
-from lkstream.cli.base import cli
-from lkstream.cli.daemon import DEFAULT_BOOTSTRAP
+from lkstream.cli.base import (
+    bootstrap_option,
+    broker_errors,
+    cli,
+    data_dir_option,
+    print_table,
+)
 from lkstream.client.remote import RemoteBroker, connect
-from lkstream.errors import InvalidArgumentError, LkstreamError
 from lkstream.storage.reader import DataDirReader
 from lkstream.storage.topics import TOPIC_META
-from lkstream.wire.contract import ERROR_CODES
 
-_bootstrap = click.option(
-    "--bootstrap",
-    metavar="HOST:PORT",
-    default=DEFAULT_BOOTSTRAP,
-    show_default=True,
-    help="Address of the daemon's gRPC port.",
-)
-_data_dir = click.option(
-    "--data-dir",
-    type=click.Path(exists=True, file_okay=False),
-    help="Read this data directory offline (read-only, no daemon) instead of asking --bootstrap.",
-)
+_bootstrap = bootstrap_option
+_data_dir = data_dir_option("Read this data directory offline (read-only, no daemon) instead of asking --bootstrap.")
 
 
 class PartitionRow(NamedTuple):
@@ -63,40 +56,14 @@ class PartitionRow(NamedTuple):
 _HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES")
 
 
-def error_code(exc: LkstreamError) -> str:
-    """The gRPC status name the daemon uses for ``exc`` (``NOT_FOUND`` for an unknown topic)."""
-    for cls, code in ERROR_CODES:
-        if isinstance(exc, cls):
-            return str(code.name)
-    return "UNKNOWN"
-
-
-@contextmanager
-def _broker_errors() -> Iterator[None]:
-    """Turn a broker error into exit status 1 with one ``CODE: message`` line (usage errors stay 2)."""
-    try:
-        yield
-    except InvalidArgumentError as exc:
-        raise click.UsageError(str(exc)) from None
-    except LkstreamError as exc:
-        raise click.ClickException(f"{error_code(exc)}: {exc}") from None
-
-
 @contextmanager
 def _remote(bootstrap: str) -> Iterator[RemoteBroker]:
-    with _broker_errors():
+    with broker_errors():
         broker = connect(bootstrap)
         try:
             yield broker
         finally:
             broker.close()
-
-
-def table(rows: Sequence[Sequence[object]], headers: Sequence[str] = _HEADERS) -> list[str]:
-    """Rows as right-aligned columns under ``headers``."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells]
 
 
 def _retention(value: int | None) -> str:
@@ -154,7 +121,7 @@ def create(
 def list_(bootstrap: str, data_dir: str | None) -> None:
     """Print every topic name, one per line, sorted."""
     if data_dir is not None:
-        with _broker_errors():
+        with broker_errors():
             names = DataDirReader(data_dir).topics()
     else:
         with _remote(bootstrap) as broker:
@@ -175,7 +142,7 @@ def describe(topic: str, bootstrap: str, data_dir: str | None) -> None:
     recovery would arrive at, and the high watermark equals it.
     """
     if data_dir is not None:
-        with _broker_errors():
+        with broker_errors():
             reader = DataDirReader(data_dir)
             rows = _offline_rows(reader, topic)
             meta = _offline_settings(reader, topic)
@@ -200,8 +167,7 @@ def describe(topic: str, bootstrap: str, data_dir: str | None) -> None:
             f"retention.ms: {_retention(settings.retention_ms)} "
             f"retention.bytes: {_retention(settings.retention_bytes)}"
         )
-    for line in table(rows):
-        click.echo(line)
+    print_table(rows, _HEADERS)
 
 
 @topics.command()

@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 import lkstream
+from lkstream.cli import cli
 from tests.integration.conftest import READY, REPO, DaemonProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,6 +33,11 @@ def lkstream_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedPr
         env=env,
         cwd=REPO,
     )
+
+
+def invoke(*args: str, stdin: str | None = None) -> Result:
+    """The CLI in this process (no terminal, no subprocess start-up cost)."""
+    return CliRunner().invoke(cli, list(args), input=stdin)
 
 
 def test_produce_three_lines_then_consume_them_back_as_json(daemon: DaemonProcess) -> None:
@@ -132,3 +139,168 @@ def test_a_bad_config_flag_value_is_a_usage_error(tmp_path: Path) -> None:
     done = lkstream_cli("serve", "--config", str(tmp_path / "missing.yml"))
     assert done.returncode == 2
     assert "missing.yml" in done.stderr
+
+
+# -- produce --json ----------------------------------------------------------------------------------
+
+
+def test_produce_json_sends_keys_values_headers_and_partitions(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("j", 2)
+    lines = [
+        {"key": "k1", "value": "plain", "headers": {"trace": "t1", "raw": {"base64": "AP8="}}},
+        {"key": {"base64": base64.b64encode(b"\xff\x00").decode()}, "value": {"base64": "AAE="}, "partition": 1},
+        {"value": "no key", "partition": 0},
+        {"key": None, "value": None, "partition": 1},
+    ]
+    stdin = "".join(json.dumps(line) + "\n" for line in lines)
+    done = lkstream_cli("produce", "j", "--bootstrap", daemon.address, "--json", stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    assert "4 records acknowledged" in done.stdout
+    with lkstream.connect(daemon.address) as broker:
+        p0 = broker.read_from("j", 0, 0)
+        p1 = broker.read_from("j", 1, 0)
+    # The keyed first line goes where its key hashes; the explicit partitions keep their order.
+    explicit_p1 = [(r.key, r.value, list(r.headers)) for r in p1 if r.key != b"k1"]
+    assert explicit_p1 == [(b"\xff\x00", b"\x00\x01", []), (None, None, [])]
+    assert len(p0) + len(p1) == 4
+    assert (p0[-1].key, p0[-1].value) == (None, b"no key")
+    first = [r for r in p0 + p1 if r.key == b"k1"]
+    assert len(first) == 1 and first[0].value == b"plain"
+    assert list(first[0].headers) == [("trace", b"t1"), ("raw", b"\x00\xff")]
+
+
+def test_a_bad_json_line_is_named_and_the_lines_before_it_are_kept(daemon: DaemonProcess) -> None:
+    # Every kind of bad line is covered in process (tests/unit/test_cli.py); this is the end-to-end path.
+    stdin = '{"value": "one"}\n{"value": "two"}\n{"value": "v", "vaule": 1}\n{"value": "after"}\n'
+    done = lkstream_cli("produce", "bad.json", "--bootstrap", daemon.address, "--json", stdin=stdin)
+    assert done.returncode == 1, done
+    assert "line 3: unknown field(s) vaule" in done.stderr, done.stderr
+    assert "2 records acknowledged before the error" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    with lkstream.connect(daemon.address) as broker:
+        assert [r.value for r in broker.read_from("bad.json", 0, 0)] == [b"one", b"two"]
+
+
+def test_json_and_key_separator_together_are_a_usage_error() -> None:
+    done = lkstream_cli("produce", "t", "--json", "--key-separator", ":", stdin="{}\n")
+    assert done.returncode == 2 and "mutually exclusive" in done.stderr
+
+
+def test_produce_json_to_a_missing_partition_exits_1_with_the_count(daemon: DaemonProcess) -> None:
+    stdin = '{"value": "ok"}\n{"value": "nowhere", "partition": 7}\n'
+    done = lkstream_cli("produce", "onepart", "--bootstrap", daemon.address, "--json", stdin=stdin)
+    assert done.returncode == 1, done
+    assert "1 record acknowledged before the error" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# -- --data-dir --------------------------------------------------------------------------------------
+
+
+def test_produce_on_a_data_dir_held_by_a_daemon_fails_naming_it(daemon: DaemonProcess) -> None:
+    assert daemon.process is not None
+    done = lkstream_cli("produce", "t", "--data-dir", str(daemon.data_dir), stdin="x\n")
+    assert done.returncode == 1, done
+    assert f"locked by a running daemon (pid {daemon.process.pid})" in done.stderr
+    assert "--bootstrap" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_consume_offline_reads_beside_a_running_daemon(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("off", 2)
+        broker.produce_many_sync("off", [(b"k", b"p0-a"), (b"k", b"p0-b")], partition=0)
+        broker.produce_many_sync("off", [(None, b"p1-a")], partition=1)
+    data = str(daemon.data_dir)
+    done = invoke("consume", "off", "--data-dir", data, "--output", "json")
+    assert done.exit_code == 0, done.output
+    rows = [json.loads(line) for line in done.output.splitlines()]
+    assert [(r["partition"], r["offset"], r["key"], r["value"]) for r in rows] == [
+        (0, 0, "k", "p0-a"),
+        (0, 1, "k", "p0-b"),
+        (1, 0, None, "p1-a"),
+    ]
+    done = invoke("consume", "off", "--data-dir", data, "--partition", "0", "--from", "latest")
+    assert (done.exit_code, done.output) == (0, "")
+    done = invoke("consume", "off", "--data-dir", data, "--from", "1", "--max-messages", "1")
+    assert (done.exit_code, done.output) == (0, "p0-b\n")
+    # The daemon still owns the directory: the offline read took no lock.
+    with lkstream.connect(daemon.address) as broker:
+        assert broker.produce_many_sync("off", [(None, b"more")], partition=1) == [(1, 1)]
+    done = invoke("consume", "nope", "--data-dir", data)
+    assert done.exit_code == 1 and "NOT_FOUND" in done.output
+
+
+def test_data_dir_usage_errors(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    done = invoke("produce", "t", "--data-dir", str(data), stdin="x\n")
+    assert done.exit_code == 0, done.output
+    for extra in (("--group", "g"), ("--follow",), ("--bootstrap", "127.0.0.1:9")):
+        done = invoke("consume", "t", "--data-dir", str(data), *extra)
+        assert done.exit_code == 2, (extra, done.output)
+    done = invoke("consume", "t", "--data-dir", str(tmp_path / "missing"))
+    assert done.exit_code == 2
+
+
+# -- progress bars -----------------------------------------------------------------------------------
+
+
+def _run_with_tty_stderr(*args: str) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pseudo-terminal and stdout on a pipe; ``(status, stdout, stderr)``."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, TERM="xterm", COLUMNS="100")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lkstream.cli", *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env, cwd=REPO,
+    )  # fmt: skip
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def read_tty() -> None:  # drain the terminal so the child never blocks on it
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the child closed its end
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read_tty, daemon=True)
+    reader.start()
+    assert process.stdout is not None
+    stdout = process.stdout.read().decode()
+    code = process.wait(60)
+    reader.join(10)
+    os.close(master)
+    return code, stdout, b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bars_go_to_a_terminal_stderr_and_never_to_stdout(daemon: DaemonProcess, tmp_path: Path) -> None:
+    lines = tmp_path / "many.txt"
+    lines.write_text("".join(f"value-{i}\n" for i in range(20_000)))
+    code, out, err = _run_with_tty_stderr("produce", "bars", "--bootstrap", daemon.address, "--file", str(lines))
+    assert code == 0, err
+    assert out == f"20000 records acknowledged by {daemon.address} (topic bars)\n"
+    assert "produce bars" in err  # the bar's description, drawn on the terminal
+
+    code, out, err = _run_with_tty_stderr("consume", "bars", "--bootstrap", daemon.address, "--max-messages", "5000")
+    assert code == 0, err
+    assert out.splitlines() == [f"value-{i}" for i in range(5000)]
+    assert "consume bars" in err
+
+    # Without a terminal on stderr there is no bar at all.
+    done = lkstream_cli("produce", "bars", "--bootstrap", daemon.address, "--file", str(lines))
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_help_documents_the_exit_codes() -> None:
+    done = lkstream_cli("--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "Exit status" in text and "0 success" in text and "2 usage error" in text
+    assert "1 failure" in text

@@ -97,9 +97,30 @@ def test_consume_group_commits_after_printing(daemon: DaemonProcess, tmp_path: P
     assert (done.returncode, done.stdout) == (0, "m0\nm1\nm2\n"), done.stderr
     assert offsets.read_committed("cli", "g", 0) == 3
 
-    # No call reads committed offsets back: the next run resumes with --from the committed position.
-    committed = offsets.read_committed("cli", "g", 0)
-    done = lkstream_cli("consume", "g", "--bootstrap", addr, "--group", "cli", "--from", str(committed))
+    # Without --from, --group resumes at the committed offsets (FetchCommittedOffsets).
+    done = lkstream_cli("consume", "g", "--bootstrap", addr, "--group", "cli")
     assert (done.returncode, done.stdout) == (0, "m3\nm4\n"), done.stderr
     assert offsets.read_committed("cli", "g", 0) == 5
+    done = lkstream_cli("consume", "g", "--bootstrap", addr, "--group", "cli", "--from", "committed")
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+    # An explicit --from still wins over the commit.
+    done = lkstream_cli("consume", "g", "--bootstrap", addr, "--group", "cli", "--from", "3", "--max-messages", "1")
+    assert (done.returncode, done.stdout) == (0, "m3\n"), done.stderr
+    assert offsets.read_committed("cli", "g", 0) == 4
     assert "--group" in lkstream_cli("consume", "--help").stdout
+
+
+def test_a_group_that_never_committed_starts_at_the_log_start_per_partition(daemon: DaemonProcess) -> None:
+    addr = daemon.address
+    with lkstream.connect(addr) as broker:
+        broker.create_topic("two", 2)
+        broker.produce_many_sync("two", [(None, b"a0"), (None, b"a1")], partition=0)
+        broker.produce_many_sync("two", [(None, b"b0"), (None, b"b1")], partition=1)
+        broker.commit_offset("half", "two", 0, 1)
+    done = lkstream_cli("consume", "two", "--bootstrap", addr, "--group", "half", "--from", "committed")
+    assert (done.returncode, done.stdout) == (0, "a1\nb0\nb1\n"), done.stderr
+    with lkstream.connect(addr) as broker:
+        assert broker.committed_offsets("half", "two") == {0: 2, 1: 2}
+    done = lkstream_cli("consume", "two", "--bootstrap", addr, "--from", "committed")
+    assert done.returncode == 2 and "--group" in done.stderr
+    assert "does not read" not in lkstream_cli("consume", "--help").stdout

@@ -1,7 +1,8 @@
-"""The lkstream command line: dump and verify output and exit statuses (0 ok, 1 problems, 2 usage)."""
+"""The lkstream command line in process: dump, verify, offline produce/consume, JSON lines, tables."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,10 @@ from click.testing import CliRunner
 
 from lkstream import Broker
 from lkstream.cli import cli, render_bytes
+from lkstream.cli.base import print_table
+from lkstream.cli.bench import percentile
+from lkstream.cli.produce import BadLineError, parse_json_line
+from lkstream.storage.clock import ManualClock
 
 from .datadir import SEGMENT_BYTES, VALUE, batch_positions, flip_byte, segment_paths
 
@@ -175,3 +180,76 @@ def test_python_dash_m_runs_the_cli(data_dir: str, subprocess_env: dict[str, str
     done = run_process(sys.executable, "-m", "lkstream.cli", "dump", segment_paths(data_dir)[0], env=subprocess_env)
     assert done.returncode == 0, done.stderr
     assert "baseOffset: 0 lastOffset: 2 count: 3" in done.stdout
+
+
+# -- produce / consume on a data directory, in process -----------------------------------------------
+
+
+def test_produce_then_consume_a_data_dir_offline(data_dir: str) -> None:
+    stdin = '{"key": "a", "value": "1", "headers": {"h": "x"}}\n{"value": {"base64": "/w=="}, "partition": 0}\n'
+    result = CliRunner().invoke(cli, ["produce", "t", "--data-dir", data_dir, "--json"], input=stdin)
+    assert result.exit_code == 0, result.output
+    assert result.output == f"2 records acknowledged by {data_dir} (topic t)\n"
+    with Broker(persist_dir=data_dir) as broker:
+        records = [r for pid in range(broker.partitions_for("t")) for r in broker.read_from("t", pid, 0)]
+    assert sorted((r.key, r.value, list(r.headers)) for r in records if r.key) == [(b"a", b"1", [("h", b"x")])]
+    result = CliRunner().invoke(cli, ["consume", "t", "--data-dir", data_dir, "--partition", "0", "--output", "json"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert rows[-1]["value"] == "/w==" and rows[-1]["value_encoding"] == "base64"
+
+
+def test_consume_offline_from_a_timestamp(data_dir: str) -> None:
+    clock = ManualClock(TIMESTAMP)
+    with Broker(persist_dir=data_dir, partitions=1, clock=clock) as broker:
+        for n in range(4):
+            broker.produce_many_sync("ts", [(None, f"v{n}".encode())])
+            clock.advance(1000)
+    code, out = run("consume", "ts", "--data-dir", data_dir, "--from-timestamp", str(TIMESTAMP + 1500))
+    assert (code, out) == (0, "v2\nv3\n")
+    code, out = run("consume", "ts", "--data-dir", data_dir, "--from-timestamp", str(TIMESTAMP + 10_000))
+    assert (code, out) == (0, "")
+
+
+def test_parse_json_line_accepts_the_documented_shapes_and_names_bad_lines() -> None:
+    item, partition = parse_json_line(b'{"key": null, "value": "v", "headers": {"b": {"base64": "AA=="}}}', 1)
+    assert (item, partition) == ((None, b"v", [("b", b"\x00")]), None)
+    item, partition = parse_json_line('{"key": "é", "value": null, "partition": 3}'.encode(), 2)
+    assert (item, partition) == (("é".encode(), None, []), 3)
+    bad_lines = {
+        b"{": "not valid JSON",
+        b"\xff": "not valid JSON",
+        b'["a list"]': "not a JSON object",
+        b'{"key": "k"}': 'no "value" field',
+        b'{"value": "v", "vaule": 1}': "unknown field(s) vaule",
+        b'{"value": {"base64": "@@@"}}': '"value" is not valid base64',
+        b'{"value": {"base64": 1}}': '"value" must be a string',
+        b'{"value": true}': '"value" must be a string',
+        b'{"value": "v", "partition": true}': '"partition" must be a non-negative integer',
+        b'{"value": "v", "partition": -1}': '"partition" must be a non-negative integer',
+        b'{"value": "v", "headers": ["h"]}': '"headers" must be an object',
+        b'{"value": "v", "headers": {"h": 1}}': "header 'h' must be a string",
+    }
+    for bad, reason in bad_lines.items():
+        with pytest.raises(BadLineError) as info:
+            parse_json_line(bad, 9)
+        assert str(info.value).startswith(f"line 9: {reason}"), (bad, str(info.value))
+        assert info.value.number == 9
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = [float(n) for n in range(1, 101)]
+    assert (percentile(samples, 0.5), percentile(samples, 0.99), percentile(samples, 1.0)) == (50.0, 99.0, 100.0)
+    assert percentile([], 0.5) == 0.0
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def test_both_targets_at_once_is_a_usage_error(data_dir: str) -> None:
+    for args in (["produce", "t"], ["consume", "t"], ["bench", "produce"]):
+        code, out = run(*args, "--data-dir", data_dir, "--bootstrap", "127.0.0.1:9")
+        assert code == 2 and "mutually exclusive" in out, out
+
+
+def test_tables_in_a_pipe_are_plain_aligned_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    print_table([[1, "a"], [22, "bbb"]], ("N", "NAME"))
+    assert capsys.readouterr().out == " N  NAME\n 1     a\n22   bbb\n"
