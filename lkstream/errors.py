@@ -9,7 +9,8 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
 
     LkstreamError                      base; ``retriable`` says whether retrying can help
     ├── InvalidArgumentError           bad name, size, partition, option (nothing was written)
-    │   └── RecordTooLargeError        a record above ``max_message_bytes`` or a batch above ``max_batch_bytes``
+    │   ├── RecordTooLargeError        a record above ``max_message_bytes`` or a batch above ``max_batch_bytes``
+    │   └── UnknownAssignorError       assignor not range / roundrobin / cooperative-sticky
     ├── UnknownTopicError              topic does not exist (and auto-create is off)
     ├── TopicExistsError               create_topic on an existing topic
     ├── OffsetOutOfRangeError          offset outside [log_start_offset, next_offset]
@@ -20,7 +21,16 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── DataDirLockedError             another broker holds the data directory
     ├── BrokerClosedError              the broker was closed
     ├── BrokerUnavailableError         a remote client cannot reach the daemon (retriable)
-    └── ProtocolVersionError           client and daemon speak incompatible protocol versions
+    ├── ProtocolVersionError           client and daemon speak incompatible protocol versions
+    └── GroupError                     a consumer-group call the coordinator refused (``group``)
+        ├── UnknownMemberError         member id unknown (left or expired): join again
+        │   └── FencedInstanceError    a static member's old id after a restart took its place
+        ├── StaleGenerationError       the generation is no longer the member's (retriable)
+        ├── RebalanceInProgressError   the assignment is not settled: heartbeat again (retriable)
+        ├── NotPartitionOwnerError     commit for a partition the member does not own
+        ├── InconsistentGroupProtocolError  the assignor differs from the group's
+        ├── GroupNotEmptyError         operator action while the group has live members
+        └── OffsetRegressionError      commit below the committed offset (operators reset)
 """
 
 from __future__ import annotations
@@ -165,6 +175,131 @@ class ProtocolVersionError(LkstreamError):
         )
         self.client_version = client_version
         self.server_version = server_version
+
+
+# -- consumer groups (lkstream.broker.groups) ---------------------------------------------------
+
+
+class UnknownAssignorError(InvalidArgumentError):
+    """The requested partition assignor does not exist."""
+
+    def __init__(self, name: object, known: tuple[str, ...]) -> None:
+        super().__init__(f"unknown partition assignor {name!r}: use one of {', '.join(known)}")
+        self.name = name
+
+
+class GroupError(LkstreamError):
+    """A consumer-group call the coordinator refused; ``group`` names the group."""
+
+    def __init__(self, group: str, message: str) -> None:
+        super().__init__(message)
+        self.group = group
+
+
+class UnknownMemberError(GroupError):
+    """The member id is not in the group (never joined, left, or expired): join again without it."""
+
+    def __init__(self, group: str, member_id: str | None, reason: str = "") -> None:
+        super().__init__(
+            group,
+            f"unknown member {member_id!r} of group {group!r}"
+            + (f": {reason}" if reason else ": it left or missed its session timeout; join again"),
+        )
+        self.member_id = member_id
+
+
+class FencedInstanceError(UnknownMemberError):
+    """A newer process with the same static ``instance_id`` took over this member's identity."""
+
+    def __init__(self, group: str, member_id: str, instance_id: str) -> None:
+        super().__init__(
+            group,
+            member_id,
+            f"fenced: static instance {instance_id!r} rejoined under a new member id; this process must stop",
+        )
+        self.instance_id = instance_id
+
+
+class StaleGenerationError(GroupError):
+    """The call carried a generation the member no longer holds (a rebalance happened since)."""
+
+    retriable = True
+
+    def __init__(self, group: str, member_id: str, given: int, current: int) -> None:
+        super().__init__(
+            group,
+            f"stale generation {given} for member {member_id!r} of group {group!r}: its generation is {current}; "
+            "heartbeat to learn the current generation and assignment, then retry",
+        )
+        self.member_id = member_id
+        self.given = given
+        self.current = current
+
+
+class RebalanceInProgressError(GroupError):
+    """The member's assignment is not settled yet: heartbeat (release what it was told to revoke) and retry."""
+
+    retriable = True
+
+    def __init__(self, group: str, member_id: str, generation: int) -> None:
+        super().__init__(
+            group,
+            f"group {group!r} is rebalancing (generation {generation}): member {member_id!r} must heartbeat "
+            "and release its revoked partitions before its assignment is stable",
+        )
+        self.member_id = member_id
+        self.generation = generation
+
+
+class NotPartitionOwnerError(GroupError):
+    """A member committed offsets of partitions it does not own."""
+
+    def __init__(self, group: str, member_id: str, partitions: list[tuple[str, int]]) -> None:
+        shown = ", ".join(f"{t}[{p}]" for t, p in partitions[:8]) + (" ..." if len(partitions) > 8 else "")
+        super().__init__(
+            group,
+            f"member {member_id!r} of group {group!r} does not own {shown}: the commit was not applied",
+        )
+        self.member_id = member_id
+        self.partitions = partitions
+
+
+class InconsistentGroupProtocolError(GroupError):
+    """The joining member asks for another assignor than the group's live members use."""
+
+    def __init__(self, group: str, requested: str, current: str) -> None:
+        super().__init__(
+            group,
+            f"group {group!r} uses the {current!r} assignor; a member asking for {requested!r} cannot join "
+            "(all members of a group must use the same assignor)",
+        )
+        self.requested = requested
+        self.current = current
+
+
+class GroupNotEmptyError(GroupError):
+    """An operator action that needs an idle group met live members."""
+
+    def __init__(self, group: str, members: int, action: str) -> None:
+        super().__init__(
+            group, f"cannot {action}: group {group!r} has {members} live member(s); stop its consumers first"
+        )
+        self.members = members
+
+
+class OffsetRegressionError(GroupError):
+    """A commit would move a committed offset backward."""
+
+    def __init__(self, group: str, topic: str, partition: int, offset: int, committed: int) -> None:
+        super().__init__(
+            group,
+            f"commit of offset {offset} for {topic}[{partition}] in group {group!r} would move the committed "
+            f"offset {committed} backward; use an operator offset reset to rewind",
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.committed = committed
 
 
 class InvariantViolation(AssertionError):

@@ -28,6 +28,8 @@ from itertools import repeat
 from typing import Any
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
+from lkstream.broker.groups.coordinator import GroupCoordinator
+from lkstream.broker.groups.facade import GroupCalls
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
 from lkstream.broker.partitioner import StickyPartitioner, route_records
 from lkstream.config import BrokerConfig
@@ -56,6 +58,9 @@ from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.topics import TopicSettings, TopicStore
 
 log = logging.getLogger("lkstream.broker")
+
+#: How often the broker expires group members that stopped heartbeating (session timeouts are seconds).
+GROUP_TICK_S = 0.2
 
 Key = str | bytes | None
 Value = bytes | bytearray | memoryview | str | None
@@ -86,7 +91,7 @@ class _Topic:
         self.partitions = partitions
 
 
-class Broker:
+class Broker(GroupCalls):
     """An embedded LKSTREAM broker over one data directory.
 
     ``Broker(persist_dir=..., fsync_mode=..., fsync_interval_ms=...,
@@ -126,9 +131,15 @@ class Broker:
         except BaseException:
             self._abandon_open()
             raise
+        # Lock order: the coordinator's lock before Broker._lock (it calls partitions_for under
+        # its own), so the broker never calls the coordinator while holding _lock.
+        self.groups = GroupCoordinator(self.offset_store, self.partitions_for, self._clock)
         self._stop_maintenance = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
         self._maintenance.start()
+        # Session timeouts are seconds: the retention loop's interval (a minute) is too coarse.
+        self._group_ticker = threading.Thread(target=self._tick_groups, name="lkstream-groups", daemon=True)
+        self._group_ticker.start()
 
     def _open_existing_topics(self) -> None:
         for name in self._store.list():
@@ -211,6 +222,7 @@ class Broker:
             self._check_open()
             self._store.create(name, settings)
             self._open_topic(name)
+        self.groups.topics_changed()
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data."""
@@ -223,6 +235,7 @@ class Broker:
             self._store.delete(name)
             # A topic created later under the same name must not inherit old positions.
             self.offset_store.forget_topic(name)
+        self.groups.topics_changed()
 
     def list_topics(self) -> list[str]:
         with self._lock:
@@ -492,6 +505,13 @@ class Broker:
                 continue  # deleted concurrently
         return deleted
 
+    def _tick_groups(self) -> None:
+        while not self._stop_maintenance.wait(GROUP_TICK_S):
+            try:
+                self.groups.tick()
+            except Exception:  # keep expiring members; the error is in the log
+                log.exception("group coordinator tick failed")
+
     def _maintain(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000.0
         while not self._stop_maintenance.wait(interval):
@@ -516,6 +536,7 @@ class Broker:
             self._closed = True
         self._stop_maintenance.set()
         self._maintenance.join()
+        self._group_ticker.join()
         errors: list[BaseException] = []
         try:
             self._committer.close()

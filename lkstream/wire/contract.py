@@ -26,13 +26,21 @@ from lkstream.errors import (
     CorruptRecordError,
     DataDirLockedError,
     DiskFullError,
+    FencedInstanceError,
+    GroupNotEmptyError,
+    InconsistentGroupProtocolError,
     InvalidArgumentError,
     LkstreamError,
+    NotPartitionOwnerError,
     OffsetOutOfRangeError,
+    OffsetRegressionError,
     ProtocolVersionError,
+    RebalanceInProgressError,
     RecordTooLargeError,
+    StaleGenerationError,
     StorageError,
     TopicExistsError,
+    UnknownMemberError,
     UnknownTopicError,
 )
 
@@ -61,6 +69,15 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (BrokerUnavailableError, Code.UNAVAILABLE),
     (ProtocolVersionError, Code.FAILED_PRECONDITION),
     (DataDirLockedError, Code.FAILED_PRECONDITION),
+    # Consumer groups: retriable refusals are ABORTED, "this member must rejoin" NOT_FOUND.
+    (FencedInstanceError, Code.FAILED_PRECONDITION),
+    (UnknownMemberError, Code.NOT_FOUND),
+    (StaleGenerationError, Code.ABORTED),
+    (RebalanceInProgressError, Code.ABORTED),
+    (NotPartitionOwnerError, Code.FAILED_PRECONDITION),
+    (InconsistentGroupProtocolError, Code.FAILED_PRECONDITION),
+    (GroupNotEmptyError, Code.FAILED_PRECONDITION),
+    (OffsetRegressionError, Code.FAILED_PRECONDITION),
 )
 
 _BY_NAME: Final = {cls.__name__: cls for cls, _ in ERROR_CODES}
@@ -93,6 +110,16 @@ _FIELDS: Final = (
     "reason",
     "client_version",
     "server_version",
+    "group",
+    "member_id",
+    "instance_id",
+    "generation",
+    "given",
+    "current",
+    "requested",
+    "members",
+    "committed",
+    "partitions",
 )
 
 

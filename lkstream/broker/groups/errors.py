@@ -1,0 +1,27 @@
+"""The coordinator's errors, re-exported: they live in :mod:`lkstream.errors`, the one hierarchy."""
+
+from lkstream.errors import (
+    FencedInstanceError,
+    GroupError,
+    GroupNotEmptyError,
+    InconsistentGroupProtocolError,
+    NotPartitionOwnerError,
+    OffsetRegressionError,
+    RebalanceInProgressError,
+    StaleGenerationError,
+    UnknownAssignorError,
+    UnknownMemberError,
+)
+
+__all__ = [
+    "FencedInstanceError",
+    "GroupError",
+    "GroupNotEmptyError",
+    "InconsistentGroupProtocolError",
+    "NotPartitionOwnerError",
+    "OffsetRegressionError",
+    "RebalanceInProgressError",
+    "StaleGenerationError",
+    "UnknownAssignorError",
+    "UnknownMemberError",
+]

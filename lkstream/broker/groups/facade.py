@@ -1,0 +1,228 @@
+"""The consumer-group calls of :class:`~lkstream.broker.Broker` (a mixin over its coordinator).
+
+The same names and signatures exist on :class:`~lkstream.client.remote.RemoteBroker`,
+so a :class:`~lkstream.client.consumer.Consumer` joins a group the same way
+embedded and through the daemon. What the broker adds to the coordinator:
+heartbeat long polls (woken by the group's change signal), operator resets
+resolved against the log (earliest, latest, an offset, a timestamp) and lag.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from lkstream.broker.groups.coordinator import (
+    DEFAULT_ASSIGNOR,
+    DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    GroupCoordinator,
+)
+from lkstream.broker.groups.types import (
+    GroupDescription,
+    GroupListing,
+    HeartbeatResult,
+    JoinResult,
+    PartitionLag,
+    SyncResult,
+    TopicPartition,
+)
+from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from lkstream.broker.partition import Partition
+
+#: A heartbeat long poll never waits longer than this, whatever the caller asks.
+MAX_HEARTBEAT_WAIT_MS = 30_000
+ResetTarget = Literal["earliest", "latest"] | int
+
+
+class GroupCalls:
+    """Mixin of :class:`~lkstream.broker.Broker`: the group calls over its ``groups`` coordinator."""
+
+    groups: GroupCoordinator
+
+    # What the mixin needs from the broker (declared for the type checker; Broker defines them).
+    @abstractmethod
+    def partition(self, topic: str, pid: int) -> Partition: ...
+
+    @abstractmethod
+    def partitions_for(self, topic: str) -> int: ...
+
+    @abstractmethod
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int: ...
+
+    # -- membership ------------------------------------------------------------------------------
+
+    def join_group(
+        self,
+        group: str,
+        topics: Iterable[str],
+        *,
+        member_id: str | None = None,
+        instance_id: str | None = None,
+        assignor: str = DEFAULT_ASSIGNOR,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> JoinResult:
+        """Join ``group`` subscribed to ``topics`` (or update a member); see docs/groups.md."""
+        return self.groups.join(
+            group,
+            topics,
+            member_id=member_id,
+            instance_id=instance_id,
+            assignor=assignor,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            client_id=client_id,
+            client_host=client_host,
+        )
+
+    def heartbeat(
+        self,
+        group: str,
+        member_id: str,
+        generation: int | None = None,
+        released: Iterable[TopicPartition] = (),
+        max_wait_ms: int = 0,
+    ) -> HeartbeatResult:
+        """Keep the member alive and learn what to consume; with ``max_wait_ms``, a long poll.
+
+        When the answer holds nothing to do (no grant, no revoke), waits up to
+        ``max_wait_ms`` for the group to change (woken by the change, not by
+        polling) and answers again.
+        """
+        seen = self.groups.changed.version(group)
+        result = self.groups.heartbeat(group, member_id, generation, released)
+        wait_s = _wait_s(max_wait_ms)
+        if wait_s and _idle(result) and self.groups.changed.wait(group, seen, wait_s):
+            result = self.groups.heartbeat(group, member_id, generation)
+        return result
+
+    async def heartbeat_async(
+        self,
+        group: str,
+        member_id: str,
+        generation: int | None = None,
+        released: Iterable[TopicPartition] = (),
+        max_wait_ms: int = 0,
+    ) -> HeartbeatResult:
+        """:meth:`heartbeat` for an event loop: the long poll does not block it."""
+        seen = self.groups.changed.version(group)
+        result = self.groups.heartbeat(group, member_id, generation, released)
+        wait_s = _wait_s(max_wait_ms)
+        if wait_s and _idle(result) and await self.groups.changed.wait_async(group, seen, wait_s):
+            result = self.groups.heartbeat(group, member_id, generation)
+        return result
+
+    def sync_group(
+        self, group: str, member_id: str, generation: int, released: Iterable[TopicPartition] = ()
+    ) -> SyncResult:
+        """The member's settled assignment, or :class:`~lkstream.errors.RebalanceInProgressError`."""
+        return self.groups.sync(group, member_id, generation, released)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        """Leave now: the member's partitions move to the others at once."""
+        self.groups.leave(group, member_id)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        member_id: str | None = None,
+        generation: int | None = None,
+    ) -> None:
+        """Durably and atomically commit ``{(topic, partition): next offset}``; fenced for members."""
+        self.groups.commit(group, member_id, generation, offsets)
+
+    def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        to: ResetTarget | None = None,
+        timestamp_ms: int | None = None,
+    ) -> dict[int, int]:
+        """Operator reset of ``group`` on ``topic`` (all partitions by default); returns what was committed.
+
+        ``to`` is ``"earliest"``, ``"latest"`` or an offset; or give ``timestamp_ms``
+        (first record at or after it). Refused while the group has live members.
+        """
+        if (to is None) == (timestamp_ms is None):
+            raise InvalidArgumentError("reset needs exactly one of to=earliest|latest|OFFSET or timestamp_ms")
+        pids = list(range(self.partitions_for(topic))) if not partitions else list(partitions)
+        offsets = {(topic, pid): self._reset_target(topic, pid, to, timestamp_ms) for pid in pids}
+        self.groups.reset_offsets(group, offsets)
+        return {pid: offset for (_, pid), offset in offsets.items()}
+
+    def _reset_target(self, topic: str, pid: int, to: ResetTarget | None, timestamp_ms: int | None) -> int:
+        partition = self.partition(topic, pid)
+        start, end = partition.log_start_offset, partition.high_watermark
+        if timestamp_ms is not None:
+            return self.offset_for_timestamp(topic, pid, timestamp_ms)
+        if to == "earliest":
+            return start
+        if to == "latest":
+            return end
+        if not isinstance(to, int) or isinstance(to, bool):
+            raise InvalidArgumentError(f"reset target must be earliest, latest or an offset, not {to!r}")
+        if not start <= to <= end:
+            raise OffsetOutOfRangeError(topic, pid, to, start, end)
+        return to
+
+    # -- inspection ------------------------------------------------------------------------------
+
+    def describe_group(self, group: str) -> GroupDescription:
+        return self.groups.describe(group)
+
+    def list_groups(self) -> list[GroupListing]:
+        return self.groups.list_groups()
+
+    def group_lag(self, group: str) -> list[PartitionLag]:
+        """Per partition of the group's topics (subscribed or committed): committed, lag, owner."""
+        description = self.groups.describe(group)
+        committed = self.groups.fetch_committed(group)
+        owners = {tp: m.member_id for m in description.members for tp in m.owned}
+        topics = {t for t, _ in committed} | {t for m in description.members for t in m.topics}
+        now_ms = time.time() * 1000.0
+        lags = []
+        for topic in sorted(topics):
+            try:
+                count = self.partitions_for(topic)
+            except LookupError:  # UnknownTopicError: a deleted topic keeps no lag
+                continue
+            for pid in range(count):
+                lags.append(self._lag(topic, pid, committed.get((topic, pid)), owners.get((topic, pid)), now_ms))
+        return lags
+
+    def _lag(self, topic: str, pid: int, committed: int | None, owner: str | None, now_ms: float) -> PartitionLag:
+        partition = self.partition(topic, pid)
+        start, high = partition.log_start_offset, partition.high_watermark
+        next_read = max(start, committed if committed is not None else start)
+        lag_seconds = 0.0
+        if next_read < high:
+            try:
+                oldest = partition.read_from(next_read, max_msgs=1)
+            except OffsetOutOfRangeError:  # retention ran in between
+                oldest = []
+            if oldest:
+                lag_seconds = max(0.0, (now_ms - oldest[0].timestamp) / 1000.0)
+        return PartitionLag(topic, pid, committed, high, max(0, high - next_read), lag_seconds, owner)
+
+
+def _idle(result: HeartbeatResult) -> bool:
+    return not result.assigned and not result.revoke
+
+
+def _wait_s(max_wait_ms: int) -> float:
+    if max_wait_ms < 0:
+        raise InvalidArgumentError(f"max_wait_ms must be >= 0, got {max_wait_ms}")
+    return min(max_wait_ms, MAX_HEARTBEAT_WAIT_MS) / 1000.0
