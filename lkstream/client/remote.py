@@ -54,6 +54,7 @@ import grpc
 from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.client.remote_groups import RemoteGroupCalls
 from lkstream.errors import (
     BrokerUnavailableError,
     InvalidArgumentError,
@@ -108,7 +109,7 @@ def connect(address: str = "127.0.0.1:9090", **options: Any) -> RemoteBroker:
     return RemoteBroker(address, **options)
 
 
-class RemoteBroker:
+class RemoteBroker(RemoteGroupCalls):
     """A connection to an LKSTREAM daemon with the embedded :class:`Broker`'s surface."""
 
     def __init__(

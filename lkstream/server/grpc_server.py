@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from importlib import metadata
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
@@ -42,13 +42,14 @@ from lkstream.errors import (
     BrokerClosedError,
     CorruptRecordError,
     InvalidArgumentError,
-    LkstreamError,
     OffsetOutOfRangeError,
     TopicExistsError,
     UnknownTopicError,
 )
 from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batches
+from lkstream.server.group_rpcs import GroupRpcs
+from lkstream.server.guard import guard
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -56,10 +57,7 @@ from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import (
     MIN_CLIENT_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
-    VERSION_METADATA_KEY,
     check_client_version,
-    error_metadata,
-    status_for,
 )
 
 log = logging.getLogger("lkstream.server")
@@ -78,21 +76,6 @@ def _package_version() -> str:
 
 
 __version__ = _package_version()
-
-
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: LkstreamError) -> NoReturn:
-    await context.abort(status_for(error), str(error), trailing_metadata=error_metadata(error))
-    raise AssertionError("unreachable: abort raises")  # pragma: no cover
-
-
-def _check_version(context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    for key, value in context.invocation_metadata() or ():
-        if key == VERSION_METADATA_KEY:
-            try:
-                version = int(value)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(f"{VERSION_METADATA_KEY} must be an integer, got {value!r}") from None
-            check_client_version(version)
 
 
 def _record(record: Record) -> pb.Record:
@@ -127,7 +110,7 @@ def _topic_info(description: TopicDescription) -> pb.TopicInfo:
     )
 
 
-class BrokerService(pb_grpc.BrokerServicer):
+class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
     """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe.
 
     Subclassing the generated base keeps the server startable whatever the proto
@@ -148,7 +131,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.ProduceResponse:
         started = time.perf_counter()
         try:
-            async with _guard(context, self.metrics):
+            async with guard(context, self.metrics):
                 return await self._produce(request)
         finally:
             self.metrics.observe_produce(time.perf_counter() - started)
@@ -199,7 +182,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.FetchResponse:
         started = time.perf_counter()
         try:
-            async with _guard(context, self.metrics):
+            async with guard(context, self.metrics):
                 return await self._fetch(request)
         finally:
             self.metrics.observe_fetch(time.perf_counter() - started)
@@ -228,7 +211,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.Record]:
         """Stream records from ``offset`` on, then each new one as it is appended, until cancelled."""
-        async with _guard(context, self.metrics):
+        async with guard(context, self.metrics):
             topic, pid = request.topic, request.partition
             async for result, offset in self._follow(request):
                 for record in decode_batches(result.data, topic, pid, offset):
@@ -238,7 +221,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchResponse]:
         """Like Subscribe, but one message of whole raw batches per read: the client decodes."""
-        async with _guard(context, self.metrics):
+        async with guard(context, self.metrics):
             async for result, _ in self._follow(request):
                 yield pb.FetchResponse(
                     record_batches=result.data,
@@ -287,20 +270,17 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def CommitOffset(
         self, request: pb.CommitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CommitResponse:
-        async with _guard(context, self.metrics):
-            self.broker.partition(request.topic, request.partition)  # NOT_FOUND / INVALID_ARGUMENT first
-            # The commit fsyncs a file, renames it and fsyncs the directory: keep it off the loop.
-            await asyncio.to_thread(
-                self.broker.offset_store.commit, request.group, request.topic, request.partition, request.offset
-            )
-            self.metrics.record_committed(request.topic, request.group, request.partition, request.offset)
+        """The seed's one-partition commit; with ``member_id`` it is fenced like CommitOffsets."""
+        async with guard(context, self.metrics):
+            offsets = {(request.topic, request.partition): request.offset}
+            await self.commit(request.group, offsets, request.member_id or None, request.generation)
             return pb.CommitResponse()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def FetchCommittedOffsets(
         self, request: pb.FetchCommittedRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchCommittedResponse:
-        async with _guard(context, self.metrics):
+        async with guard(context, self.metrics):
             group, topic = validate_group(request.group), request.topic
             pids = list(request.partitions) or list(range(self.broker.partitions_for(topic)))
             for pid in pids:
@@ -314,7 +294,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def OffsetsForTimestamp(
         self, request: pb.OffsetsForTimestampRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetsForTimestampResponse:
-        async with _guard(context, self.metrics):
+        async with guard(context, self.metrics):
             topic = request.topic
             pids = list(request.partitions) or list(range(self.broker.partitions_for(topic)))
             offsets = {pid: self.broker.offset_for_timestamp(topic, pid, request.timestamp_ms) for pid in pids}
@@ -322,7 +302,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def Admin(self, request: pb.AdminRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.AdminResponse:
-        async with _guard(context, self.metrics):
+        async with guard(context, self.metrics):
             action = request.WhichOneof("action")
             if action == "create_topic":
                 c = request.create_topic
@@ -348,7 +328,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Handshake(
         self, request: pb.HandshakeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.HandshakeResponse:
-        async with _guard(context, self.metrics):
+        async with guard(context, self.metrics):
             check_client_version(request.client_protocol_version)
             return pb.HandshakeResponse(
                 server_protocol_version=PROTOCOL_VERSION,
@@ -358,32 +338,3 @@ class BrokerService(pb_grpc.BrokerServicer):
                 max_batch_bytes=self.broker.config.max_batch_bytes,
             )
         raise AssertionError("unreachable")  # pragma: no cover
-
-
-class _guard(contextlib.AbstractAsyncContextManager[None]):
-    """Check the protocol version, then map any LkstreamError raised in the block to a status.
-
-    The one error-mapping place: each mapped error is also counted by its status code name.
-    """
-
-    def __init__(self, context: grpc.aio.ServicerContext[Any, Any], metrics: BrokerMetrics) -> None:
-        self._context = context
-        self._metrics = metrics
-
-    async def __aenter__(self) -> None:
-        try:
-            _check_version(self._context)
-        except LkstreamError as exc:
-            await self._fail(exc)
-
-    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
-        if isinstance(exc, LkstreamError):
-            await self._fail(exc)
-        return False
-
-    async def _fail(self, exc: LkstreamError) -> NoReturn:
-        code = status_for(exc)
-        if code is grpc.StatusCode.INTERNAL:
-            log.error("request failed: %s", exc)
-        self._metrics.count_error(code.name)
-        await _abort(self._context, exc)

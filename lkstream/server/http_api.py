@@ -33,12 +33,13 @@ the class name in snake case without ``Error`` (``unknown_topic``,
 ``method_not_allowed`` for unknown routes. 429 and 503 carry ``Retry-After``.
 Bad input never gets a 5xx; a 5xx means a server-side problem (disk, corruption).
 
-Group consume is a "simple consumer": it reads the group's committed offsets
-(``broker.offset_store``) and commits ``next_fetch_offset`` of each partition
-once the answer is built (at most once per call), without joining a group
-coordinator; two HTTP clients of one group read the same partitions. When the
-group coordinator lands, the HTTP group consume will join it (membership,
-assignment, generation-checked commits).
+Group consume is a "simple consumer" (Kafka's term): it reads the group's
+committed offsets and commits ``next_fetch_offset`` of each partition once the
+answer is built (at most once per call), in one atomic commit through the group
+coordinator without joining the group. The coordinator accepts such commits only
+while the group has no live members (gRPC consumers of a group are fenced), so
+an HTTP client cannot overwrite the progress of a running group; two HTTP
+clients of one group read the same partitions. Commits only move forward.
 
 Concurrency: as in the gRPC servicer, the broker's synchronous append and read
 calls run inline on the event loop; only waits (fsync acks, long polls, offset
@@ -771,21 +772,19 @@ class HttpApi:
 
     async def _commit(self, group: str, targets: Sequence[_Target], reads: list[tuple[dict[str, Any], int]]) -> None:
         """Commit each partition's ``next_fetch_offset`` that differs from what the group had."""
-        commits = [
-            (t.topic, t.partition, part["next_fetch_offset"])
+        # Only forward: a committed offset never moves backward (re-reads with an older
+        # fetch_offset leave the commit where it is; operators rewind with a reset).
+        commits = {
+            (t.topic, t.partition): part["next_fetch_offset"]
             for t, (part, _) in zip(targets, reads, strict=True)
-            if part["next_fetch_offset"] != t.committed
-        ]
+            if t.committed is None or part["next_fetch_offset"] > t.committed
+        }
         if not commits:
             return
-        store = self.broker.offset_store
-
-        def write() -> None:  # each commit fsyncs a file and its directory: off the loop
-            for topic, pid, offset in commits:
-                store.commit(group, topic, pid, offset)
-
-        await asyncio.to_thread(write)
-        for topic, pid, offset in commits:
+        # One atomic, member-less commit through the coordinator: refused while the group
+        # has live members (their commits are fenced); waits for an fsync, so off the loop.
+        await asyncio.to_thread(self.broker.commit_offsets, group, commits)
+        for (topic, pid), offset in commits.items():
             self.metrics.record_committed(topic, group, pid, offset)
 
     # -- topics and groups -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import positive_data_acceptance
 
+import lkstream
 from lkstream.broker.partitioner import partition_for_key
 from lkstream.server.http_api import (
     ConsumeResponse,
@@ -265,6 +266,19 @@ def test_group_consume_uses_and_commits_offsets(api: Api, topic: str) -> None:
     assert [r["value"] for r in records_of(second)] == ["d"]  # the peek did not move the group
     assert records_of(api.consume({"topic": topic}, group=group)) == []
     assert all(p["lag"] == 0 for p in api.get(f"/groups/{group}").body["partitions"])
+
+
+def test_group_consume_cannot_commit_over_a_running_group(api: Api, topic: str, shared_daemon: DaemonProcess) -> None:
+    assert api.produce(topic, ["a"], partition=0).status == 200
+    group = "running-" + topic[-30:].strip("_-") + "x"
+    with lkstream.connect(shared_daemon.address) as client:
+        member = client.join_group(group, [topic])
+        refused = api.consume({"topic": topic, "partition": 0}, group=group)
+        assert refused.status == 409, refused.body
+        assert "live member" in refused.body["error"]["message"]
+        assert client.committed_offsets(group, topic) == {}
+        client.leave_group(group, member.member_id)
+    assert [r["value"] for r in records_of(api.consume({"topic": topic, "partition": 0}, group=group))] == ["a"]
 
 
 def test_group_reset_latest_skips_history(api: Api, topic: str) -> None:

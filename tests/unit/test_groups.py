@@ -324,7 +324,7 @@ def test_commit_without_member_only_when_the_group_is_empty(env: Env) -> None:
     with pytest.raises(InvalidArgumentError, match="2 partition"):
         env.coord.commit("g", None, None, {("u", 2): 1})
     env.coord.join("g", ["t"])
-    with pytest.raises(UnknownMemberError, match="1 live member"):
+    with pytest.raises(GroupNotEmptyError, match="1 live member"):
         env.coord.commit("g", None, None, {("t", 3): 5})
 
 

@@ -410,11 +410,8 @@ class GroupCoordinator:
                 live = len(g.members) if g is not None else 0
                 if member_id is None:
                     if live:
-                        raise UnknownMemberError(
-                            group,
-                            None,
-                            f"the group has {live} live member(s): commits must carry the member id and generation",
-                        )
+                        # Not an unknown member: a standalone commit must not overwrite a running group.
+                        raise GroupNotEmptyError(group, live, "commit without a member id and generation")
                     self._check_partitions_exist(checked)
                 else:
                     g, member = self._live_member_locked(group, member_id)

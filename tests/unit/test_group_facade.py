@@ -1,0 +1,57 @@
+"""The Broker's group calls (lkstream.broker.groups.facade) on a real embedded broker.
+
+The RPC path is tested against the daemon in tests/integration/test_group_rpcs.py;
+these cover what only the embedded broker does: the blocking heartbeat long poll
+and the broker thread that expires members whose session timed out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lkstream import Broker, UnknownMemberError
+from lkstream.broker.groups.types import GroupState, HeartbeatResult
+
+DEADLINE_S = 10.0
+
+
+def test_blocking_heartbeat_long_poll_wakes_when_the_group_changes(tmp_path: Path) -> None:
+    with Broker(persist_dir=str(tmp_path), partitions=2) as broker:
+        broker.create_topic("t")
+        a = broker.join_group("g", ["t"])
+        broker.heartbeat("g", a.member_id)  # takes both partitions
+        answers: list[HeartbeatResult] = []
+        poller = threading.Thread(target=lambda: answers.append(broker.heartbeat("g", a.member_id, max_wait_ms=20_000)))
+        poller.start()
+        time.sleep(0.1)
+        started = time.monotonic()
+        broker.join_group("g", ["t"])
+        poller.join(DEADLINE_S)
+        assert answers and time.monotonic() - started < 5.0
+        assert answers[0].revoke  # eager range: a gives everything back for the rebalance
+
+
+def test_a_member_that_stops_heartbeating_is_expired_by_the_broker(tmp_path: Path) -> None:
+    with Broker(persist_dir=str(tmp_path), partitions=1) as broker:
+        broker.create_topic("t")
+        member = broker.join_group("g", ["t"], session_timeout_ms=300)
+        broker.heartbeat("g", member.member_id)
+        seen = broker.groups.changed.version("g")
+        # No call into the group at all: only the broker's ticker can notice the silence,
+        # and removing the member is a change the group's waiters are woken for.
+        assert broker.groups.changed.wait("g", seen, DEADLINE_S)
+        assert broker.describe_group("g").state is GroupState.EMPTY
+        with pytest.raises(UnknownMemberError):
+            broker.heartbeat("g", member.member_id)
+
+
+def test_heartbeat_rejects_a_negative_wait(tmp_path: Path) -> None:
+    with Broker(persist_dir=str(tmp_path)) as broker:
+        broker.create_topic("t")
+        member = broker.join_group("g", ["t"])
+        with pytest.raises(ValueError, match="max_wait_ms"):
+            broker.heartbeat("g", member.member_id, max_wait_ms=-1)
