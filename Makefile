@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run examples test system-deps test-fast test-crash check bench clean proto
+.PHONY: venv run examples test system-deps test-fast test-crash check bench bench-quick bench-single clean proto
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +44,23 @@ check: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-## bench: the issue-2 benchmark suite (about 12 minutes; `benchmarks/run_all.sh --quick` for a smoke run)
+## bench: LKSTREAM side by side with Tansu, NATS JetStream and Redis Streams and the disk's limits (issue 7;
+## about 8-12 min). Servers: scripts/install-bench-deps.sh; clients: the `bench` extra. Updates docs/benchmarks.md.
 bench: $(STAMP)
+	bash scripts/install-bench-deps.sh
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	out=benchmarks/results/peers-$$(date -u +%Y%m%dT%H%M%SZ).json; \
+	$(PY) -m benchmarks.suite.run --out $$out && $(PY) -m benchmarks.suite.plots $$out && \
+	$(PY) -m benchmarks.suite.report $$out --write docs/benchmarks.md
+
+## bench-quick: a one-run smoke pass of the peer suite (about 2 minutes)
+bench-quick: $(STAMP)
+	bash scripts/install-bench-deps.sh
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m benchmarks.suite.run --quick
+
+## bench-single: the single-system benchmarks of issue 2 (about 12 minutes; `benchmarks/run_all.sh --quick`)
+bench-single: $(STAMP)
 	benchmarks/run_all.sh
 
 ## proto: regenerate the Python gRPC stubs in lkstream/wire/_proto from proto/messaging.proto

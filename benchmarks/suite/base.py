@@ -1,0 +1,90 @@
+"""The interface every system under test implements (one module per system)."""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.suite.core import Schedule
+
+# Every latency phase drops its first tenth of samples: connection set-up, first segment, JIT-free
+# but cache-cold code paths.
+WARMUP_FRACTION = 0.1
+
+
+@dataclass
+class Produced:
+    msgs: int
+    seconds: float
+
+
+@dataclass
+class Consumed:
+    msgs: int
+    nbytes: int
+    seconds: float
+
+
+@dataclass
+class AckRun:
+    latencies_s: list[float]
+    acked: int
+    seconds: float  # from the first scheduled send to the last ack (or receipt)
+
+
+class System(abc.ABC):
+    """One system under test. ``start`` and ``stop`` bracket every other call.
+
+    Produce and consume are closed-loop (as fast as the client goes, capped by message count and
+    time); ``ack_latency`` and ``e2e`` are open-model (:class:`Schedule`), values carry their
+    scheduled send time (:func:`benchmarks.suite.core.stamped`).
+    """
+
+    name: str = ""
+    label: str = ""
+    kind: str = "server"  # "server" (own process) or "embedded" (in the runner's process)
+    durability: str = ""
+    client: str = ""
+
+    @abc.abstractmethod
+    def start(self, root: Path) -> None: ...
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...
+
+    @abc.abstractmethod
+    def version(self) -> str: ...
+
+    @abc.abstractmethod
+    def server_pid(self) -> int: ...
+
+    @abc.abstractmethod
+    def produce(self, topic: str, partitions: int, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced:
+        """Create ``topic`` with ``partitions`` and produce values round-robin; acked msgs and time."""
+
+    @abc.abstractmethod
+    def consume(self, topic: str, partitions: int, expected: int, timeout: float) -> Consumed:
+        """Read ``topic`` from its start until ``expected`` messages arrived."""
+
+    @abc.abstractmethod
+    def ack_latency(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
+        """Per-message produce ack latency at the schedule's rate (fresh one-partition topic)."""
+
+    @abc.abstractmethod
+    def e2e(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
+        """Produce-to-consume latency of each message (a consumer in the same process).
+
+        ``acked`` counts messages received, ``seconds`` runs from the start to the last receipt.
+        """
+
+    def produce_many(
+        self, topic: str, partitions: int, values: list[bytes], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """Optional: the system's explicit batch API, when it has one distinct from ``produce``."""
+        return None
+
+
+def own_pid() -> int:
+    return os.getpid()
