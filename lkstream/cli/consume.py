@@ -8,9 +8,12 @@
 
 Invariants:
 
-* **A group commits only what was printed.** With ``--group`` the next offset is
-  committed (CommitOffset) after each printed batch, i.e. for records already
-  written to stdout; with ``--follow``, after each record.
+* **A group commits only what was printed, and only forward.** With ``--group``
+  the next offset is committed (CommitOffset) after each printed batch, i.e. for
+  records already written to stdout; with ``--follow``, after each record. A
+  commit never moves the group back: re-reading from an earlier ``--from``
+  commits nothing until it passes the committed offset (``lkstream groups reset``
+  rewinds a group). Commits are refused while the group has live members.
 * **A group resumes where it committed.** With ``--group`` and no ``--from`` (or
   ``--from committed``), each partition starts at the group's committed offset
   (FetchCommittedOffsets), clamped into the partition's current bounds, or at its
@@ -198,15 +201,32 @@ def _starts(
     return dict.fromkeys(pids, int(start))
 
 
+class _GroupProgress:
+    """A group's position per partition, committed forward only.
+
+    The coordinator refuses to move a committed offset backward (only an operator
+    reset may), so re-reading from an earlier ``--from`` leaves the commit where it
+    is until the reader passes it.
+    """
+
+    def __init__(self, broker: RemoteBroker, group: str, topic: str, pids: list[int]) -> None:
+        self._broker, self._group, self._topic = broker, group, topic
+        self._committed = broker.committed_offsets(group, topic, pids)
+
+    def advance(self, pid: int, offset: int) -> None:
+        if offset > self._committed.get(pid, -1):
+            self._broker.commit_offset(self._group, self._topic, pid, offset)
+            self._committed[pid] = offset
+
+
 def _drain(
     source: _Source,
-    broker: RemoteBroker | None,
     topic: str,
     *,
     pid: int,
     offset: int,
     printer: _Printer,
-    group: str | None,
+    group: _GroupProgress | None,
 ) -> None:
     """Print ``topic[pid]`` from ``offset`` up to its current end (or until enough were printed).
 
@@ -219,20 +239,20 @@ def _drain(
                 break
             printer.emit(record)
             offset = record.offset + 1
-        if broker is not None and group is not None and offset > start:
-            broker.commit_offset(group, topic, pid, offset)
+        if group is not None and offset > start:
+            group.advance(pid, offset)
         if printer.done:
             return
 
 
 async def _follow(
-    broker: RemoteBroker, topic: str, starts: dict[int, int], printer: _Printer, group: str | None
+    broker: RemoteBroker, topic: str, starts: dict[int, int], printer: _Printer, group: _GroupProgress | None
 ) -> None:
     async def one(pid: int, offset: int) -> None:
         async for record in broker.subscribe(topic, pid, offset):
             printer.emit(record)
             if group is not None:  # a streamed record is its own batch
-                await asyncio.to_thread(broker.commit_offset, group, topic, pid, record.offset + 1)
+                await asyncio.to_thread(group.advance, pid, record.offset + 1)
             if printer.done:
                 return
 
@@ -366,12 +386,13 @@ def _print_records(
         raise click.ClickException(f"topic {topic!r} has {count_of(count, 'partition')}, no {partition}")
     pids = [partition] if partition is not None else list(range(count))
     starts = _starts(source, broker, topic, pids=pids, start=start, from_timestamp=from_timestamp, group=group)
+    progress = _GroupProgress(broker, group, topic, pids) if broker is not None and group is not None else None
     if not follow:
         for pid, offset in starts.items():
-            _drain(source, broker, topic, pid=pid, offset=offset, printer=printer, group=group)
+            _drain(source, topic, pid=pid, offset=offset, printer=printer, group=progress)
             if printer.done:
                 return
         return
     assert broker is not None  # --follow needs a daemon: checked with the options
     with suppress(KeyboardInterrupt):
-        asyncio.run(_follow(broker, topic, starts, printer, group))
+        asyncio.run(_follow(broker, topic, starts, printer, progress))
