@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run examples test system-deps test-fast test-crash check bench bench-quick bench-single clean proto
+.PHONY: venv run examples spark-example test-spark test system-deps test-fast test-crash check bench bench-quick bench-single clean proto
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -31,6 +31,13 @@ test: $(STAMP) system-deps
 ## system-deps: Debian packages the tests use (promtool); a no-op when present
 system-deps:
 	bash scripts/install-system-deps.sh
+
+## spark-example: the PySpark pipeline (ticks -> 1-minute OHLC bars -> Parquet + market.bars) on ./data
+spark-example: $(STAMP)
+	$(PY) examples/spark_pipeline.py
+
+test-spark: $(STAMP)
+	$(PY) -m pytest -q tests/spark
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

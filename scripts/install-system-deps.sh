@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# System packages the test suite needs beyond the Python ones in pyproject.toml.
+# System packages the test suite needs beyond the Python ones in pyproject.toml:
 #   promtool (Debian package `prometheus`): tests/unit/test_deploy.py checks
-#   deploy/prometheus/alerts.yml with `promtool check rules` / `promtool test rules`
-#   and deploy/prometheus/prometheus.yml with `promtool check config`.
-# Idempotent; run as root (CI runs as root). Skips the install when promtool is already there.
+#     deploy/prometheus/alerts.yml with `promtool check rules` / `promtool test rules`
+#     and deploy/prometheus/prometheus.yml with `promtool check config`.
+#   java 17 (Debian package `openjdk-17-jre-headless`): PySpark's JVM for tests/spark.
+# Idempotent: installs only what is missing; run as root (CI runs as root) or with sudo.
 set -euo pipefail
 
-if command -v promtool >/dev/null 2>&1; then
-    echo "install-system-deps: promtool present ($(promtool --version 2>&1 | head -n 1))"
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
+    missing+=(openjdk-17-jre-headless)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-system-deps: present: $(promtool --version 2>&1 | head -n 1); $(java -version 2>&1 | head -n 1)"
     exit 0
 fi
 
@@ -16,13 +23,15 @@ if [ "$(id -u)" -ne 0 ]; then
     SUDO="sudo"
 fi
 
+echo "install-system-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
-$SUDO apt-get install -y --no-install-recommends prometheus
+$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 
-# The package's service is not wanted here: only its promtool binary.
+# The prometheus package's service is not wanted here: only its promtool binary.
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
     $SUDO systemctl disable --now prometheus || true
 fi
 
 promtool --version
+java -version
