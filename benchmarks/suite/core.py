@@ -32,7 +32,7 @@ MiB = 1024**2
 # e2e / latency payloads start with the scheduled send time (perf_counter, a system-wide
 # monotonic clock on Linux, so it compares across threads and processes) and a sequence number.
 STAMP = struct.Struct(">dq")
-LK_SYSTEMS = ("lkstream-embedded", "lkstream-embedded-none", "lkstream-daemon")
+LK_SYSTEMS = ("lkstream-embedded", "lkstream-embedded-none", "lkstream-daemon", "lkstream-http")
 # per-run raw rows: which field each metric is compared on, and whether higher is better
 KEY_FIELD: dict[str, tuple[str, bool]] = {
     "produce": ("msg_per_s", True),

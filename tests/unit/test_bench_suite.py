@@ -196,3 +196,31 @@ def test_open_loop_never_sends_before_the_scheduled_time() -> None:
     assert n == 100
     assert all(now >= scheduled for scheduled, now in sent)
     assert sent[0][0] >= start
+
+
+def test_http_rows_get_ratios_and_render_with_their_target() -> None:
+    d = doc()
+    http = [{**r, "system": "lkstream-http"} for r in d["raw"] if r["system"] == "lkstream-embedded"]
+    d["raw"] += http
+    d["systems"]["lkstream-http"] = {**d["systems"]["lkstream-embedded"], "label": "over http"}
+    d["aggregate"], d["ratios"] = core.aggregate(d["raw"]), core.pair_ratios(d["raw"])
+    assert core.validate_result(d) == []
+    assert {(r["lkstream"], r["peer"]) for r in d["ratios"]} >= {("lkstream-http", "redis-streams")}
+    section = report.render(d, "results.json")
+    assert "**over http / peer**" in section  # its own ratio table
+    # the issue 6 target row: 200 msg/s median is far below 100k
+    target = next(line for line in section.splitlines() if line.startswith("| issue 6: HTTP produce"))
+    assert "over http `produce` 200 B x1" in target and "**miss**" in target
+
+
+def test_http_bodies_are_what_the_daemon_parses() -> None:
+    from benchmarks.suite import lk_http
+    from lkstream.format.codec import Record
+    from lkstream.server.http_api import ProduceRequest, parse_body, produce_items, record_json
+
+    values = [bytes([i]) * 7 + b"\xff\x00" for i in range(5)]  # not UTF-8: base64 is required
+    body = parse_body(ProduceRequest, lk_http.produce_body("t", [values[::2], [], values[1::2]]).encode())
+    assert [e.partition for e in body.topic_partitions] == [0, 2]  # empty partitions are left out
+    assert [v for e in body.topic_partitions for _, v in produce_items(e.records)] == values[::2] + values[1::2]
+    answer = {"records": [record_json(Record("t", 0, i, 0, None, v, []), True) for i, v in enumerate(values)]}
+    assert lk_http.record_values(answer) == values
