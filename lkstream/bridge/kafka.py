@@ -10,8 +10,11 @@ How a record travels, and why nothing acknowledged by Kafka is lost and nothing
 unacknowledged is committed:
 
 1. The bridge is a :class:`~lkstream.client.consumer.Consumer` of group
-   ``settings.group`` (default ``lkstream-bridge``) with auto-commit off. It
-   starts at the group's committed offsets (earliest when there are none).
+   ``settings.group`` (default ``lkstream-bridge``) with auto-commit off: several
+   bridges of one group split the partitions, and a dead one's partitions move
+   to the others after its session timeout. It starts at the group's committed
+   offsets (earliest when there are none); before a partition is revoked, it
+   waits for Kafka's acknowledgements and commits them.
 2. Each record is handed to aiokafka's producer (``acks=all``; idempotent
    where the target supports it) with its key, value, timestamp and headers,
    to the target topic named by ``settings.target_topic`` and to the same
@@ -149,7 +152,13 @@ class KafkaBridge:
         self.source = source
         self.settings = settings
         self.metrics = metrics or BridgeMetrics()
-        self.consumer = Consumer(source, group=settings.group, auto_commit=False, auto_offset_reset="earliest")
+        self.consumer = Consumer(
+            source,
+            group=settings.group,
+            auto_commit=False,
+            auto_offset_reset="earliest",
+            on_revoked=self._on_revoked,
+        )
         self._producer: AIOKafkaProducer | None = None
         self._idempotent = settings.idempotence != "off"
         self._pending: list[asyncio.Future[Any]] = []
@@ -224,6 +233,18 @@ class KafkaBridge:
         await asyncio.to_thread(self.consumer.commit, to_commit)
         for (topic, pid), offset in to_commit.items():
             self.metrics.bridged.labels(topic, str(pid)).inc(max(0, offset - previous[(topic, pid)]))
+
+    async def _on_revoked(self, partitions: list[TopicPartition]) -> None:
+        """Another bridge of the group takes ``partitions``: commit what Kafka acknowledged first.
+
+        Every send so far is awaited (Kafka acks are per request, not per partition) and
+        committed while this member still owns the partitions, so the next owner starts
+        after the last acknowledged record. What was sent for them is then forgotten.
+        """
+        if self._producer is not None:
+            await self._flush_and_commit()
+        for tp in partitions:
+            self._sent_up_to.pop(tp, None)
 
     async def _rewind(self, exc: KafkaError) -> None:
         """Kafka refused a send: forget unacknowledged sends, go back to the last commit, retry later."""

@@ -14,7 +14,8 @@ Read from broker state at scrape time (nothing on the produce path):
   offset (the next offset it will read), from the broker's offset files, else from
   :meth:`BrokerMetrics.record_committed`;
 - ``lk_consumer_lag_seconds{topic,group,partition}`` gauge: age of the oldest record the
-  group has not consumed (its committed offset's batch timestamp); 0 when caught up;
+  group has not consumed (now minus the timestamp of the record at its committed offset,
+  read with ``broker.read_from(..., max_msgs=1)``); 0 when caught up;
 - ``lk_inflight_bytes`` gauge: produce bytes accepted and not yet acknowledged;
 - ``lk_recovery_truncations_total`` counter: partitions whose log was truncated at open;
 - ``lk_disk_free_bytes`` and ``lk_disk_total_bytes`` gauges: the filesystem of ``persist_dir``.
@@ -47,7 +48,6 @@ from prometheus_client.registry import Collector
 
 from lkstream.broker.broker import Broker
 from lkstream.errors import LkstreamError
-from lkstream.format.batch import HEADER_SIZE, parse_header
 
 #: Latency buckets (seconds) shared by the produce, fetch and fsync histograms: from
 #: 100 us (a page-cache write) to 10 s (a stalled disk); the fsync alert's 1 s is a bound.
@@ -313,7 +313,13 @@ class _BrokerCollector(Collector):
         return views
 
     def _lag_seconds(self, view: _PartitionView, offset: int, now: float, used: set[tuple[str, int, int]]) -> float:
-        """Seconds since the first record at or after ``offset`` was produced; 0 when none is left."""
+        """Seconds since the first record at or after ``offset`` was produced; 0 when none is left.
+
+        The record's own timestamp, not its batch's base timestamp: a group that
+        committed in the middle of a batch (a producer's linger window, a
+        rebalance) would otherwise look older than it is. One decoded record
+        per (partition, offset), cached while the committed offset stays put.
+        """
         if offset >= view.high_watermark:
             return 0.0
         first = max(offset, view.log_start_offset)
@@ -323,12 +329,12 @@ class _BrokerCollector(Collector):
             ts_ms = self._timestamps.get(key)
         if ts_ms is None:
             try:
-                data = self._metrics.broker.partition(view.topic, view.pid).read_raw(first, 1).data
-                if len(data) < HEADER_SIZE:
-                    return 0.0
-                ts_ms = parse_header(data).base_timestamp
+                oldest = self._metrics.broker.read_from(view.topic, view.pid, first, max_msgs=1)
             except LkstreamError:
+                return 0.0  # retention or a deletion ran in between: the next scrape sees the new state
+            if not oldest:
                 return 0.0
+            ts_ms = oldest[0].timestamp
             with self._ts_lock:
                 self._timestamps[key] = ts_ms
         return max(0.0, now - ts_ms / 1000.0)

@@ -9,6 +9,7 @@
     lkstream topics create|list|describe|delete   lkstream.cli.topics  (topic admin)
     lkstream dump | verify                        lkstream.cli.offline (read a data directory)
     lkstream bridge                               lkstream.cli.bridge  (copy topics into Kafka)
+    lkstream groups list|describe|reset           lkstream.cli.groups  (consumer group admin)
 
 Importing this package registers every command on :data:`cli`; ``main`` is the
 ``lkstream`` script's entry point (``lkstream.cli:main``) and ``python -m lkstream.cli``.
@@ -16,7 +17,19 @@ Exit status: 0 success, 1 failure (an error from the broker or the daemon, a bad
 input line, corruption found), 2 usage (see :mod:`lkstream.cli.base`).
 """
 
-from lkstream.cli import bench, bridge, consume, daemon, offline, produce, topics
+from lkstream.cli import bench, bridge, consume, daemon, groups, offline, produce, topics
 from lkstream.cli.base import cli, main, render_bytes
 
-__all__ = ["bench", "bridge", "cli", "consume", "daemon", "main", "offline", "produce", "render_bytes", "topics"]
+__all__ = [
+    "bench",
+    "bridge",
+    "cli",
+    "consume",
+    "daemon",
+    "groups",
+    "main",
+    "offline",
+    "produce",
+    "render_bytes",
+    "topics",
+]

@@ -546,6 +546,11 @@ class RemoteBroker(RemoteGroupCalls):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a consumer's heartbeat thread stops then)."""
+        return self._closed
+
     def close(self) -> None:
         """Close the channels. Async channels are closed without waiting for their calls."""
         if self._closed:

@@ -116,6 +116,7 @@ HTTP_STATUS_BY_GRPC: Final[dict[grpc.StatusCode, int]] = {
     Code.NOT_FOUND: 404,
     Code.ALREADY_EXISTS: 409,
     Code.FAILED_PRECONDITION: 409,
+    Code.ABORTED: 409,  # a consumer-group conflict worth retrying (stale generation, rebalancing)
     Code.OUT_OF_RANGE: 416,
     Code.RESOURCE_EXHAUSTED: 429,
     Code.UNAVAILABLE: 503,

@@ -27,6 +27,7 @@ from lkstream.errors import (
     DataDirLockedError,
     DiskFullError,
     FencedInstanceError,
+    GroupError,
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
     InvalidArgumentError,
@@ -78,6 +79,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (InconsistentGroupProtocolError, Code.FAILED_PRECONDITION),
     (GroupNotEmptyError, Code.FAILED_PRECONDITION),
     (OffsetRegressionError, Code.FAILED_PRECONDITION),
+    (GroupError, Code.FAILED_PRECONDITION),  # any other refusal of the coordinator
 )
 
 _BY_NAME: Final = {cls.__name__: cls for cls, _ in ERROR_CODES}

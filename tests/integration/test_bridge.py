@@ -107,6 +107,34 @@ async def test_bridge_keeps_key_value_timestamp_headers_and_partition(daemon: Da
         assert metrics.registry.get_sample_value("lk_bridge_lag_records", {"topic": "ticks", "partition": "0"}) == 0
 
 
+async def test_two_bridges_of_one_group_split_the_partitions(daemon: DaemonProcess, kafka: str) -> None:  # noqa: F811
+    with lkstream.connect(daemon.address) as source, lkstream.connect(daemon.address) as other_source:
+        source.create_topic("shared", 4)
+        for pid in range(4):
+            await source.produce_many("shared", [(None, b"%d-%d" % (pid, i)) for i in range(50)], partition=pid)
+        settings = BridgeSettings(topics=["shared"], kafka_bootstrap=kafka, group="pair", commit_every=10)
+        first, second = KafkaBridge(source, settings), KafkaBridge(other_source, settings)
+        tasks = [asyncio.create_task(first.run()), asyncio.create_task(second.run())]
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:  # both bridges are members and own partitions
+            owners = {lag.owner for lag in source.group_lag("pair")}
+            if len(owners - {None}) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert len(source.describe_group("pair").members) == 2
+        await wait_bridged(source, "pair", "shared")
+        owners = {lag.owner for lag in source.group_lag("pair")}
+        assert len(owners - {None}) == 2, owners  # the work was split, not done by one
+        first.stop()
+        second.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE_S)
+        got = await read_kafka(kafka, "shared", 200)
+        for pid in range(4):
+            values = _values(got[pid])
+            first_seen = list(dict.fromkeys(values))
+            assert first_seen == [b"%d-%d" % (pid, i) for i in range(50)]
+
+
 async def test_key_hash_partitioning_lets_kafka_choose_by_key(daemon: DaemonProcess, kafka: str) -> None:  # noqa: F811
     with lkstream.connect(daemon.address) as source:
         source.create_topic("keyed", 1)

@@ -223,6 +223,16 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "BrokerClosedError": (503, "broker_closed"),
         "BrokerUnavailableError": (503, "broker_unavailable"),
         "ProtocolVersionError": (409, "protocol_version"),
+        "UnknownAssignorError": (400, "unknown_assignor"),
+        "GroupError": (409, "group"),
+        "UnknownMemberError": (404, "unknown_member"),
+        "FencedInstanceError": (409, "fenced_instance"),
+        "StaleGenerationError": (409, "stale_generation"),
+        "RebalanceInProgressError": (409, "rebalance_in_progress"),
+        "NotPartitionOwnerError": (409, "not_partition_owner"),
+        "InconsistentGroupProtocolError": (409, "inconsistent_group_protocol"),
+        "GroupNotEmptyError": (409, "group_not_empty"),
+        "OffsetRegressionError": (409, "offset_regression"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:

@@ -10,8 +10,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lkstream import Broker
+from lkstream import Broker, Consumer
 from lkstream.broker.metrics import METRIC_NAMES, BrokerMetrics
+from lkstream.format.codec import encode_batch
 from lkstream.storage.offsets import OffsetStore
 
 from .support import DEADLINE_S
@@ -219,3 +220,56 @@ def test_scrape_after_close_does_not_fail(data_dir: str) -> None:
     b.close()
     samples, _ = scrape(metrics)
     assert value(samples, "lk_inflight_bytes") == 0
+
+
+def test_lag_seconds_uses_the_committed_records_own_timestamp(group_broker: Broker) -> None:
+    """A commit in the middle of a batch: the lag is the age of that record, not of the batch's first one."""
+    base_ms = 1_700_000_000_000
+    batch = encode_batch(
+        [(None, b"a"), (None, b"b"), (None, b"c")], timestamps=[base_ms, base_ms + 30_000, base_ms + 60_000]
+    )
+    group_broker.produce_batch_sync("ticks", 0, batch)
+    now = [base_ms / 1000.0 + 100.0]
+    metrics = BrokerMetrics(group_broker, now=lambda: now[0])
+    try:
+        labels = {"topic": "ticks", "group": "g", "partition": "0"}
+        for committed, expected_lag in ((0, 100.0), (1, 70.0), (2, 40.0), (3, 0.0)):
+            group_broker.commit_offsets("g", {("ticks", 0): committed})
+            samples, _ = scrape(metrics)
+            assert value(samples, "lk_partition_committed_offset", **labels) == committed
+            assert value(samples, "lk_consumer_lag_seconds", **labels) == pytest.approx(expected_lag)
+        now[0] += 5.0  # caught up stays 0 however old the records are
+        samples, _ = scrape(metrics)
+        assert value(samples, "lk_consumer_lag_seconds", **labels) == 0
+    finally:
+        metrics.close()
+
+
+def test_a_group_members_commits_show_as_committed_offset_and_lag(group_broker: Broker) -> None:
+    group_broker.create_topic("jobs", 2)
+    for pid in range(2):
+        group_broker.produce_many_sync("jobs", [(None, b"j")] * 5, partition=pid)
+    metrics = BrokerMetrics(group_broker)
+    consumer = Consumer(group_broker, group="workers", heartbeat_interval_ms=100, auto_commit=False)
+    try:
+        consumer.subscribe("jobs")
+        records = consumer.poll(timeout=1.0, max_records=3)
+        assert len(records) == 3
+        consumer.commit()
+        samples, _ = scrape(metrics)
+        by_partition = {
+            int(labels["partition"]): v
+            for labels, v in samples["lk_partition_committed_offset"]
+            if labels["group"] == "workers"
+        }
+        assert by_partition == {pid: consumer.position("jobs", pid) for pid in range(2)}
+        lags = {
+            int(labels["partition"]): v
+            for labels, v in samples["lk_consumer_lag_seconds"]
+            if labels["group"] == "workers"
+        }
+        for pid, lag in lags.items():
+            assert (lag > 0) == (by_partition[pid] < 5)
+    finally:
+        consumer.close()
+        metrics.close()
