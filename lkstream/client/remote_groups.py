@@ -12,7 +12,7 @@ from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from lkstream.broker.groups.facade import MAX_HEARTBEAT_WAIT_MS, ResetTarget
+from lkstream.broker.groups.facade import MAX_HEARTBEAT_WAIT_MS, ResetTarget, check_reset_target
 from lkstream.broker.groups.types import (
     GroupDescription,
     GroupListing,
@@ -148,8 +148,7 @@ class RemoteGroupCalls:
         timestamp_ms: int | None = None,
     ) -> dict[int, int]:
         """Operator reset (refused while the group has live members); returns what was committed."""
-        if (to is None) == (timestamp_ms is None):
-            raise InvalidArgumentError("reset needs exactly one of to=earliest|latest|OFFSET or timestamp_ms")
+        check_reset_target(to, timestamp_ms)
         request = pb.ResetOffsetsRequest(group=group, topic=topic, partitions=list(partitions or ()))
         if timestamp_ms is not None:
             request.timestamp_ms = timestamp_ms
@@ -157,10 +156,9 @@ class RemoteGroupCalls:
             request.earliest = True
         elif to == "latest":
             request.latest = True
-        elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
-            request.offset = to
         else:
-            raise InvalidArgumentError(f"reset target must be earliest, latest or an offset, not {to!r}")
+            assert isinstance(to, int)  # check_reset_target ran first
+            request.offset = to
         response = self._call(self._stub.ResetOffsets, request)
         return {int(pid): int(offset) for pid, offset in response.offsets.items()}
 

@@ -55,3 +55,12 @@ def test_heartbeat_rejects_a_negative_wait(tmp_path: Path) -> None:
         member = broker.join_group("g", ["t"])
         with pytest.raises(ValueError, match="max_wait_ms"):
             broker.heartbeat("g", member.member_id, max_wait_ms=-1)
+
+
+@pytest.mark.parametrize("to", [-1, True, "middle", 1.5])
+def test_reset_rejects_a_target_that_is_not_earliest_latest_or_an_offset(tmp_path: Path, to: object) -> None:
+    with Broker(persist_dir=str(tmp_path)) as broker:
+        broker.create_topic("t")
+        with pytest.raises(ValueError, match="earliest, latest or an offset"):
+            broker.reset_offsets("g", "t", to=to)  # type: ignore[arg-type]
+        assert broker.groups.fetch_committed("g") == {}

@@ -156,8 +156,7 @@ class GroupCalls:
         ``to`` is ``"earliest"``, ``"latest"`` or an offset; or give ``timestamp_ms``
         (first record at or after it). Refused while the group has live members.
         """
-        if (to is None) == (timestamp_ms is None):
-            raise InvalidArgumentError("reset needs exactly one of to=earliest|latest|OFFSET or timestamp_ms")
+        check_reset_target(to, timestamp_ms)
         pids = list(range(self.partitions_for(topic))) if not partitions else list(partitions)
         offsets = {(topic, pid): self._reset_target(topic, pid, to, timestamp_ms) for pid in pids}
         self.groups.reset_offsets(group, offsets)
@@ -172,8 +171,7 @@ class GroupCalls:
             return start
         if to == "latest":
             return end
-        if not isinstance(to, int) or isinstance(to, bool):
-            raise InvalidArgumentError(f"reset target must be earliest, latest or an offset, not {to!r}")
+        assert isinstance(to, int)  # check_reset_target ran first
         if not start <= to <= end:
             raise OffsetOutOfRangeError(topic, pid, to, start, end)
         return to
@@ -216,6 +214,18 @@ class GroupCalls:
             if oldest:
                 lag_seconds = max(0.0, (now_ms - oldest[0].timestamp) / 1000.0)
         return PartitionLag(topic, pid, committed, high, max(0, high - next_read), lag_seconds, owner)
+
+
+def check_reset_target(to: ResetTarget | None, timestamp_ms: int | None) -> None:
+    """A reset names exactly one target: ``to`` (earliest, latest, an offset) or ``timestamp_ms``."""
+    if (to is None) == (timestamp_ms is None):
+        raise InvalidArgumentError("reset needs exactly one of to=earliest|latest|OFFSET or timestamp_ms")
+    if (
+        to is not None
+        and to not in ("earliest", "latest")
+        and (not isinstance(to, int) or isinstance(to, bool) or to < 0)
+    ):
+        raise InvalidArgumentError(f"reset target must be earliest, latest or an offset, not {to!r}")
 
 
 def _idle(result: HeartbeatResult) -> bool:
