@@ -88,6 +88,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Literal, Protocol, runtime_checkable
 
 from lkstream.broker.broker import Broker
+from lkstream.broker.groups.coordinator import (
+    DEFAULT_ASSIGNOR,
+    DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+)
 from lkstream.broker.groups.types import HeartbeatResult
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.client.membership import GroupMembership, GroupSource, Instructions
@@ -271,9 +276,9 @@ class Consumer:
         auto_commit_interval_ms: int = 5000,
         auto_offset_reset: OffsetReset = "earliest",
         fetch_max_bytes: int = DEFAULT_FETCH_BYTES,
-        assignor: str = "range",
-        session_timeout_ms: int = 10_000,
-        rebalance_timeout_ms: int = 30_000,
+        assignor: str = DEFAULT_ASSIGNOR,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         heartbeat_interval_ms: int = 3_000,
         instance_id: str | None = None,
         client_id: str = "",

@@ -12,6 +12,11 @@ from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from lkstream.broker.groups.coordinator import (
+    DEFAULT_ASSIGNOR,
+    DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+)
 from lkstream.broker.groups.facade import MAX_HEARTBEAT_WAIT_MS, ResetTarget, check_reset_target
 from lkstream.broker.groups.types import (
     GroupDescription,
@@ -56,9 +61,9 @@ class RemoteGroupCalls:
         *,
         member_id: str | None = None,
         instance_id: str | None = None,
-        assignor: str = "range",
-        session_timeout_ms: int = 10_000,
-        rebalance_timeout_ms: int = 30_000,
+        assignor: str = DEFAULT_ASSIGNOR,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         client_id: str = "",
         client_host: str = "",
     ) -> JoinResult:

@@ -14,6 +14,11 @@ from typing import Any
 import grpc
 
 from lkstream.broker.broker import Broker
+from lkstream.broker.groups.coordinator import (
+    DEFAULT_ASSIGNOR,
+    DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+)
 from lkstream.broker.groups.types import TopicPartition
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import InvalidArgumentError
@@ -37,9 +42,9 @@ class GroupRpcs:
                 list(request.topics),
                 member_id=request.member_id or None,
                 instance_id=request.instance_id or None,
-                assignor=request.assignor or "range",
-                session_timeout_ms=request.session_timeout_ms or 10_000,
-                rebalance_timeout_ms=request.rebalance_timeout_ms or 30_000,
+                assignor=request.assignor or DEFAULT_ASSIGNOR,
+                session_timeout_ms=request.session_timeout_ms or DEFAULT_SESSION_TIMEOUT_MS,
+                rebalance_timeout_ms=request.rebalance_timeout_ms or DEFAULT_REBALANCE_TIMEOUT_MS,
                 client_id=request.client_id,
                 client_host=context.peer() or "",
             )

@@ -285,10 +285,9 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
             pids = list(request.partitions) or list(range(self.broker.partitions_for(topic)))
             for pid in pids:
                 self.broker.partition(topic, pid)  # NOT_FOUND / INVALID_ARGUMENT first
-            store = self.broker.offset_store
-            # Each read opens a file: keep the reads off the loop.
-            found = await asyncio.to_thread(lambda: {pid: store.read_committed(group, topic, pid) for pid in pids})
-            return pb.FetchCommittedResponse(offsets={pid: o for pid, o in found.items() if o is not None})
+            # Committed offsets are held in memory by the offsets journal: no I/O here.
+            found = self.broker.groups.fetch_committed(group, [(topic, pid) for pid in pids])
+            return pb.FetchCommittedResponse(offsets={pid: offset for (_, pid), offset in found.items()})
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def OffsetsForTimestamp(

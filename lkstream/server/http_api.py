@@ -684,12 +684,9 @@ class HttpApi:
                 wanted.append((spec.topic, pid, spec.fetch_offset, limit))
         committed: dict[tuple[str, int], int | None] = {}
         if body.group is not None:
-            group = validate_group(body.group)
-            store = self.broker.offset_store
-            # Each read opens a file: keep them off the loop.
-            committed = await asyncio.to_thread(
-                lambda: {(t, p): store.read_committed(group, t, p) for t, p, _, _ in wanted}
-            )
+            # Committed offsets are held in memory by the offsets journal: no I/O here.
+            found = self.broker.groups.fetch_committed(body.group, [(t, p) for t, p, _, _ in wanted])
+            committed = {(t, p): found.get((t, p)) for t, p, _, _ in wanted}
         targets = []
         for topic, pid, asked, limit in wanted:
             previous = committed.get((topic, pid))
@@ -814,11 +811,8 @@ class HttpApi:
     async def describe_group(self, request: web.Request) -> web.Response:
         self._check_ready()
         group = validate_group(request.match_info["group"])
-        found = await asyncio.to_thread(self.broker.offset_store.list_committed)
         rows = []
-        for (g, topic, pid), offset in sorted(found.items()):
-            if g != group:
-                continue
+        for (topic, pid), offset in sorted(self.broker.groups.fetch_committed(group).items()):
             high: int | None = None
             start: int | None = None
             with contextlib.suppress(UnknownTopicError, InvalidArgumentError):

@@ -240,14 +240,11 @@ def test_configmap_config_matches_the_defaults() -> None:
 
 
 def test_configmap_config_is_accepted_by_the_broker(tmp_path: Path) -> None:
-    import lkstream.config as config_module
+    from lkstream.config import load_config
 
-    load = getattr(config_module, "load_config", None)
-    if load is None:
-        pytest.skip("lkstream.config.load_config is not available")
     path = tmp_path / "config.yml"
     path.write_text(yaml.safe_dump(shipped_config()))
-    loaded = load(path, env={})
+    loaded = load_config(path, env={})
     assert loaded.broker.persist_dir == DATA_DIR
 
 
