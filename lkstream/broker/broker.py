@@ -55,6 +55,7 @@ from lkstream.storage.lock import DataDirLock
 from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
+from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.topics import TopicSettings, TopicStore
 
 log = logging.getLogger("lkstream.broker")
@@ -128,6 +129,7 @@ class Broker(GroupCalls):
             self._store = TopicStore(self.persist_dir)
             self._open_existing_topics()
             self.offset_store = OffsetStore(self.persist_dir, clock=self._clock, sweep_tmp=True)
+            self._producer_ids = ProducerIdAllocator(self.persist_dir)
         except BaseException:
             self._abandon_open()
             raise
@@ -326,6 +328,16 @@ class Broker(GroupCalls):
         with self._acknowledgement(len(batch)) as ack:
             result = ack.append(target, batch)
         return (result.base_offset, result.last_offset), ack
+
+    def init_producer_id(self) -> tuple[int, int]:
+        """A new ``(producer_id, epoch)`` for an idempotent producer; ids are never reused (persisted).
+
+        Batches carrying the id are checked per partition by the log (duplicates
+        answered with their original offsets, out-of-order sequences refused); see
+        :mod:`lkstream.storage.producers`.
+        """
+        self._check_open()
+        return self._producer_ids.allocate(), 0
 
     def _acknowledgement(self, reserved: int) -> Acknowledgement:
         return Acknowledgement(self.inflight, reserved, sync=self._committer.mode is FsyncMode.SYNC)
