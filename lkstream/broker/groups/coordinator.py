@@ -429,6 +429,21 @@ class GroupCoordinator:
                     raise OffsetRegressionError(group, topic, pid, offset, committed)
             self._store_offsets(group, checked)
 
+    def commit_unfenced(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit for a group this coordinator does not fence (Kafka clients' classic groups, fenced by
+        :mod:`~lkstream.broker.groups.classic`): the same checks and journal, but offsets may move
+        backward (a Kafka consumer may seek back and commit). Refused while LKSTREAM members live in it."""
+        validate_group(group)
+        checked = _check_offsets(offsets)
+        with self._commit_lock(group):
+            with self._lock:
+                self._expire_locked()
+                g = self._groups.get(group)
+                if g is not None and g.members:
+                    raise GroupNotEmptyError(group, len(g.members), "commit from a Kafka client")
+                self._check_partitions_exist(checked)
+            self._store_offsets(group, checked)
+
     def _store_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         # One journal record: the partitions of one commit land together, with a shared fsync.
         self._store.commit_many(group, dict(offsets))
