@@ -71,7 +71,7 @@ INDEX_ENTRY_42_HEX = "000000000000002a" + "0000000000001000"  # offset, position
 # -- vector 4: checkpoint.meta of a partition holding exactly vector 1 --------------------------------
 # producers.snapshot of a log with no idempotent producer, covering offsets below 2:
 # magic "LKPS", version 1, offset 2, 0 producers, CRC-32C.
-EMPTY_PRODUCERS_SNAPSHOT_HEX = "4c4b5053" "0001" "0000000000000002" "00000000" "a4b7f49d"
+EMPTY_PRODUCERS_SNAPSHOT_HEX = "4c4b50530001000000000000000200000000a4b7f49d"
 CHECKPOINT_HEX = (
     "4c4b4350"  # magic              b"LKCP"
     "0001"  # version            1
