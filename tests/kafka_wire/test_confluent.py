@@ -127,7 +127,7 @@ def test_creating_an_existing_topic_is_refused(kafka_bootstrap: str) -> None:
     create_topic(kafka_bootstrap, "dup", 1)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     future = admin.create_topics([NewTopic("dup", 1)])["dup"]
-    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+    with pytest.raises(Exception, match=r"TOPIC_ALREADY_EXISTS|already exists"):
         future.result(DEADLINE_S)
 
 
