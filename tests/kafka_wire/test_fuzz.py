@@ -73,7 +73,7 @@ def test_an_oversized_length_prefix_closes_only_that_connection(kafka_bootstrap:
     + b"\x00" * 16,
     cut=0,
 )
-def test_garbage_requests_never_stop_the_listener_or_reach_the_log(
+def test_garbage_requests_never_stop_the_listener_or_reach_the_log(  # noqa: PLR0917 (hypothesis arguments)
     kafka_bootstrap: str, kafka_broker: Broker, api_key: int, version: int, body: bytes, cut: int
 ) -> None:
     payload = request(api_key, version, body)
