@@ -433,16 +433,7 @@ class GroupCoordinator:
         """Commit for a group this coordinator does not fence (Kafka clients' classic groups, fenced by
         :mod:`~lkstream.broker.groups.classic`): the same checks and journal, but offsets may move
         backward (a Kafka consumer may seek back and commit). Refused while LKSTREAM members live in it."""
-        validate_group(group)
-        checked = _check_offsets(offsets)
-        with self._commit_lock(group):
-            with self._lock:
-                self._expire_locked()
-                g = self._groups.get(group)
-                if g is not None and g.members:
-                    raise GroupNotEmptyError(group, len(g.members), "commit from a Kafka client")
-                self._check_partitions_exist(checked)
-            self._store_offsets(group, checked)
+        self._store_without_members(group, offsets, "commit from a Kafka client")
 
     def _store_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         # One journal record: the partitions of one commit land together, with a shared fsync.
@@ -469,6 +460,10 @@ class GroupCoordinator:
         caller's job (the broker has the partition bounds and
         ``offset_for_timestamp``).
         """
+        self._store_without_members(group, offsets, "reset offsets")
+
+    def _store_without_members(self, group: str, offsets: Mapping[TopicPartition, int], action: str) -> None:
+        """Write offsets (any direction) to a group with no live member of this coordinator."""
         validate_group(group)
         checked = _check_offsets(offsets)
         with self._commit_lock(group):
@@ -476,7 +471,7 @@ class GroupCoordinator:
                 self._expire_locked()
                 g = self._groups.get(group)
                 if g is not None and g.members:
-                    raise GroupNotEmptyError(group, len(g.members), "reset offsets")
+                    raise GroupNotEmptyError(group, len(g.members), action)
                 self._check_partitions_exist(checked)
             self._store_offsets(group, checked)
 
