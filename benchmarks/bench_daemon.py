@@ -105,6 +105,7 @@ class DaemonProcess:
             "  grpc_port: 0\n"
             "  http_host: 127.0.0.1\n"
             "  http_port: 0\n"
+            "  kafka_port: 0\n"
         )
         self.stdout_path = root / "daemon.out"
         self.stderr_path = root / "daemon.err"

@@ -141,7 +141,10 @@ class Target:
             return
         config = root / "daemon.yml"
         root.mkdir(parents=True, exist_ok=True)
-        config.write_text(f"persist_dir: {root / 'data'}\nfsync_mode: none\nserver:\n  grpc_port: 0\n  http_port: 0\n")
+        config.write_text(
+            f"persist_dir: {root / 'data'}\nfsync_mode: none\n"
+            "server:\n  grpc_port: 0\n  http_port: 0\n  kafka_port: 0\n"
+        )
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.daemon = subprocess.Popen(
             [sys.executable, "-m", "lkstream.grpc_server", "--config", str(config)],

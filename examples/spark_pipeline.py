@@ -53,7 +53,7 @@ def start_daemon(persist_dir: Path, workdir: Path) -> tuple[subprocess.Popen[str
     config = workdir / "daemon.yml"
     config.write_text(
         f"persist_dir: {persist_dir.resolve()}\npartitions: 4\n"
-        "server:\n  grpc_host: 127.0.0.1\n  grpc_port: 0\n  http_host: 127.0.0.1\n  http_port: 0\n"
+        "server:\n  grpc_host: 127.0.0.1\n  grpc_port: 0\n  http_host: 127.0.0.1\n  http_port: 0\n  kafka_port: -1\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "lkstream.grpc_server", "--config", str(config), "--log-level", "WARNING"],

@@ -4,6 +4,7 @@ Public names only; everything else lives in subpackages::
 
     from lkstream import Broker, Consumer, OffsetStore
     broker = lkstream.connect("127.0.0.1:9090")   # the same surface, served by the daemon
+    with lkstream.kafka_server(persist_dir=d) as bootstrap: ...   # Kafka clients, in process
 """
 
 from lkstream.broker.broker import Broker, TopicDescription
@@ -43,6 +44,8 @@ from lkstream.storage.offsets import OffsetStore
 
 __version__ = "0.1.0"
 
+from lkstream.kafka.inprocess import kafka_server
+
 __all__ = [
     "BackpressureError",
     "Broker",
@@ -80,4 +83,5 @@ __all__ = [
     "UnknownTopicError",
     "__version__",
     "connect",
+    "kafka_server",
 ]

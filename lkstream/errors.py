@@ -22,6 +22,8 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── BrokerClosedError              the broker was closed
     ├── BrokerUnavailableError         a remote client cannot reach the daemon (retriable)
     ├── ProtocolVersionError           client and daemon speak incompatible protocol versions
+    ├── OutOfOrderSequenceError        an idempotent producer's batch skips or repeats sequence numbers
+    ├── ProducerFencedError            an idempotent producer's epoch is older than the partition's
     └── GroupError                     a consumer-group call the coordinator refused (``group``)
         ├── UnknownMemberError         member id unknown (left or expired): join again
         │   └── FencedInstanceError    a static member's old id after a restart took its place
@@ -300,6 +302,26 @@ class OffsetRegressionError(GroupError):
         self.partition = partition
         self.offset = offset
         self.committed = committed
+
+
+class OutOfOrderSequenceError(LkstreamError):
+    """An idempotent producer's batch does not continue its sequence (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+
+    def __init__(self, producer_id: int, sequence: int, expected: int) -> None:
+        super().__init__(f"producer {producer_id}: batch sequence {sequence} is out of order, expected {expected}")
+        self.producer_id = producer_id
+        self.sequence = sequence
+        self.expected = expected
+
+
+class ProducerFencedError(LkstreamError):
+    """An idempotent producer wrote with an epoch older than one the partition saw (a zombie)."""
+
+    def __init__(self, producer_id: int, epoch: int, current_epoch: int) -> None:
+        super().__init__(f"producer {producer_id}: epoch {epoch} is fenced by epoch {current_epoch}")
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.current_epoch = current_epoch
 
 
 class InvariantViolation(AssertionError):

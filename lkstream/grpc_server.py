@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc-port", type=int, help="gRPC port, 0 for any free port (overrides the config)")
     parser.add_argument("--http-host", help="HTTP listen address (overrides the config)")
     parser.add_argument("--http-port", type=int, help="HTTP port, 0 for any free port (overrides the config)")
+    parser.add_argument("--kafka-port", type=int, help="Kafka-protocol port, 0 for any free port, -1 off")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     args = parser.parse_args(argv)
     overrides = {
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         "server.grpc_port": args.grpc_port,
         "server.http_host": args.http_host,
         "server.http_port": args.http_port,
+        "server.kafka_port": args.kafka_port,
     }
     return run_daemon(args.config, overrides, log_level=args.log_level)
 

@@ -3,12 +3,15 @@
 #   promtool (Debian package `prometheus`): tests/unit/test_deploy.py checks
 #     deploy/prometheus/alerts.yml with `promtool check rules` / `promtool test rules`
 #     and deploy/prometheus/prometheus.yml with `promtool check config`.
+#   kcat (Debian package `kcat`): the kcat leg of the Kafka compatibility matrix
+#     (tests/kafka_wire/test_clients.py).
 #   java 17 (Debian package `openjdk-17-jre-headless`): PySpark's JVM for tests/spark.
 # Idempotent: installs only what is missing; run as root (CI runs as root) or with sudo.
 set -euo pipefail
 
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
     missing+=(openjdk-17-jre-headless)
 fi

@@ -28,6 +28,7 @@ from itertools import repeat
 from typing import Any
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
+from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
@@ -55,6 +56,7 @@ from lkstream.storage.lock import DataDirLock
 from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
+from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.topics import TopicSettings, TopicStore
 
 log = logging.getLogger("lkstream.broker")
@@ -112,6 +114,8 @@ class Broker(GroupCalls):
         self._lock = threading.RLock()
         self._closed = False
         self._topics: dict[str, _Topic] = {}
+        #: Bumped whenever a topic appears, disappears or changes its partition count (caches key on it).
+        self.topics_version = 0
         self._sticky = StickyPartitioner()
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
         self.fsync_observers: list[Callable[[float], None]] = []
@@ -128,12 +132,15 @@ class Broker(GroupCalls):
             self._store = TopicStore(self.persist_dir)
             self._open_existing_topics()
             self.offset_store = OffsetStore(self.persist_dir, clock=self._clock, sweep_tmp=True)
+            self._producer_ids = ProducerIdAllocator(self.persist_dir)
         except BaseException:
             self._abandon_open()
             raise
         # Lock order: the coordinator's lock before Broker._lock (it calls partitions_for under
         # its own), so the broker never calls the coordinator while holding _lock.
         self.groups = GroupCoordinator(self.offset_store, self.partitions_for, self._clock)
+        # Kafka clients' groups (client-side assignment); a group name lives in one coordinator at a time.
+        self.classic_groups = ClassicGroups(self._clock, in_other_coordinator=self._has_lkstream_members)
         self._stop_maintenance = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
         self._maintenance.start()
@@ -183,24 +190,24 @@ class Broker(GroupCalls):
     def _open_topic(self, name: str) -> _Topic:
         settings = self._store.load(name, self._defaults())
         log_config = self._log_config(settings)
-        partitions = []
-        for pid in range(settings.partitions):
-            plog = PartitionLog(self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock)
-            self.recoveries.append(plog.recovery)
-            partitions.append(
-                Partition(
-                    name,
-                    pid,
-                    plog,
-                    self._committer,
-                    self.config.hot_tail_bytes,
-                    data_arrived=self._data_arrived,
-                    producer=self.produce_many,
-                )
-            )
+        partitions = [self._open_partition(name, pid, log_config) for pid in range(settings.partitions)]
         topic = _Topic(name, settings, partitions)
         self._topics[name] = topic
+        self.topics_version += 1
         return topic
+
+    def _open_partition(self, name: str, pid: int, log_config: LogConfig) -> Partition:
+        plog = PartitionLog(self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock)
+        self.recoveries.append(plog.recovery)
+        return Partition(
+            name,
+            pid,
+            plog,
+            self._committer,
+            self.config.hot_tail_bytes,
+            data_arrived=self._data_arrived,
+            producer=self.produce_many,
+        )
 
     def create_topic(
         self,
@@ -230,11 +237,37 @@ class Broker(GroupCalls):
             self._check_open()
             topic = self._topic(name, create=False)
             del self._topics[name]
+            self.topics_version += 1
             for partition in topic.partitions:
                 partition.close()
             self._store.delete(name)
             # A topic created later under the same name must not inherit old positions.
             self.offset_store.forget_topic(name)
+        self.groups.topics_changed()
+
+    def create_partitions(self, name: str, count: int) -> None:
+        """Grow ``name`` to ``count`` partitions (Kafka's CreatePartitions; a count never shrinks).
+
+        The new partition directories are created first and ``topic.json`` is
+        rewritten last (atomically): after a crash in between, the topic opens with
+        its old count. Keyed records route differently afterwards, as in Kafka.
+        """
+        with self._lock:
+            self._check_open()
+            topic = self._topic(name, create=False)
+            if not isinstance(count, int) or count <= len(topic.partitions):
+                raise InvalidArgumentError(
+                    f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
+                )
+            settings = TopicSettings(count, topic.settings.retention_ms, topic.settings.retention_bytes)
+            fresh = [
+                self._open_partition(name, pid, self._log_config(settings))
+                for pid in range(len(topic.partitions), count)
+            ]
+            self._store.update(name, settings)
+            topic.settings = settings
+            topic.partitions = [*topic.partitions, *fresh]
+            self.topics_version += 1
         self.groups.topics_changed()
 
     def list_topics(self) -> list[str]:
@@ -317,6 +350,18 @@ class Broker(GroupCalls):
         ack.wait_sync()
         return result
 
+    def begin_produce_batch(
+        self, topic: str, partition: int, batch: bytearray
+    ) -> tuple[tuple[int, int], Acknowledgement]:
+        """:meth:`produce_batch` in two halves: validate and append now, acknowledge later.
+
+        Returns ``((base, last), ack)``; ``await ack.wait()`` (or ``ack.wait_sync()``)
+        before telling the producer. For surfaces that pipeline requests (the Kafka
+        listener): appends happen in request order even while earlier acknowledgements
+        are still waiting for their fsync.
+        """
+        return self._append_encoded(topic, partition, batch)
+
     def _append_encoded(self, topic: str, pid: int, batch: bytearray) -> tuple[tuple[int, int], Acknowledgement]:
         self._check_open()
         if not isinstance(batch, bytearray):
@@ -326,6 +371,16 @@ class Broker(GroupCalls):
         with self._acknowledgement(len(batch)) as ack:
             result = ack.append(target, batch)
         return (result.base_offset, result.last_offset), ack
+
+    def init_producer_id(self) -> tuple[int, int]:
+        """A new ``(producer_id, epoch)`` for an idempotent producer; ids are never reused (persisted).
+
+        Batches carrying the id are checked per partition by the log (duplicates
+        answered with their original offsets, out-of-order sequences refused); see
+        :mod:`lkstream.storage.producers`.
+        """
+        self._check_open()
+        return self._producer_ids.allocate(), 0
 
     def _acknowledgement(self, reserved: int) -> Acknowledgement:
         return Acknowledgement(self.inflight, reserved, sync=self._committer.mode is FsyncMode.SYNC)
@@ -509,6 +564,7 @@ class Broker(GroupCalls):
         while not self._stop_maintenance.wait(GROUP_TICK_S):
             try:
                 self.groups.tick()
+                self.classic_groups.tick()
             except Exception:  # keep expiring members; the error is in the log
                 log.exception("group coordinator tick failed")
 
@@ -519,6 +575,9 @@ class Broker(GroupCalls):
                 self.enforce_retention()
             except Exception:  # keep retention alive; the error is in the log
                 log.exception("retention failed")
+
+    def _has_lkstream_members(self, group: str) -> bool:
+        return bool(self.groups.describe(group).members)
 
     def _check_open(self) -> None:
         if self._closed:

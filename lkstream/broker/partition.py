@@ -107,14 +107,11 @@ class Partition:
         """
         with self._lock:
             result = self.log.append(batch)
-            # The tail keeps its own immutable copy: callers may reuse their buffer.
-            if len(batch) <= self._tail.max_bytes:
-                self._tail.add(result.base_offset, result.last_offset + 1, bytes(batch))
-            else:
-                self._tail.clear()  # too big to cache: keep the tail gap-free
-            self.produced_records += result.last_offset - result.base_offset + 1
-            if not self._sync:
-                self._wake_locked(self.log.high_watermark)
+            if not result.duplicate:
+                self._appended_locked(batch, result)
+        if result.duplicate:
+            # Outside the lock: the committer may run the callback at once, and it takes this lock.
+            return self._answer_duplicate(result, on_durable)
         if self._sync:
             next_offset = result.last_offset + 1
 
@@ -128,6 +125,24 @@ class Partition:
             self._committer.when_durable(self.log, next_offset, durable)
         else:
             self._committer.written(self.log, result.size)
+        return result
+
+    def _appended_locked(self, batch: bytearray, result: AppendResult) -> None:
+        # The tail keeps its own immutable copy: callers may reuse their buffer.
+        if len(batch) <= self._tail.max_bytes:
+            self._tail.add(result.base_offset, result.last_offset + 1, bytes(batch))
+        else:
+            self._tail.clear()  # too big to cache: keep the tail gap-free
+        self.produced_records += result.last_offset - result.base_offset + 1
+        if not self._sync:
+            self._wake_locked(self.log.high_watermark)
+
+    def _answer_duplicate(
+        self, result: AppendResult, on_durable: Callable[[BaseException | None], None] | None
+    ) -> AppendResult:
+        """An idempotent retry: acknowledge it like the original, once that is durable (sync mode)."""
+        if self._sync and on_durable is not None:
+            self._committer.when_durable(self.log, result.last_offset + 1, on_durable)
         return result
 
     async def append_many(self, records: Sequence[Any]) -> list[int]:

@@ -2,7 +2,8 @@
 
 ::
 
-    lkstream serve [--config PATH] [--persist-dir DIR] [--grpc-port N] [--http-port N] [--fsync-mode MODE]
+    lkstream serve [--config PATH] [--persist-dir DIR] [--grpc-port N] [--http-port N] [--kafka-port N]
+                   [--fsync-mode MODE]
 
 ``serve`` is ``python -m lkstream.grpc_server``: both call
 :func:`lkstream.server.daemon.run_daemon`, and its flags are
@@ -29,6 +30,7 @@ from lkstream.server.daemon import run_daemon
 @click.option("--grpc-port", type=click.IntRange(0, 65535), help="gRPC port, 0 for any free port.")
 @click.option("--http-host", help="HTTP (/metrics, /healthz, /ready) listen address.")
 @click.option("--http-port", type=click.IntRange(0, 65535), help="HTTP port, 0 for any free port.")
+@click.option("--kafka-port", type=click.IntRange(-1, 65535), help="Kafka-protocol port, 0 for any free port, -1 off.")
 @click.option("--log-level", default="INFO", show_default=True, help="Logging level.")
 @click.pass_context
 def serve(
@@ -41,12 +43,13 @@ def serve(
     grpc_port: int | None,
     http_host: str | None,
     http_port: int | None,
+    kafka_port: int | None,
     log_level: str,
 ) -> None:
-    """Run the daemon (gRPC on 9090, HTTP on 8080, loopback) until SIGTERM or Ctrl-C.
+    """Run the daemon (gRPC on 9090, HTTP on 8080, Kafka on 9092, loopback) until SIGTERM or Ctrl-C.
 
     Configuration: built-in defaults < --config file < LKSTREAM_* environment <
-    these flags. Prints one `lkstream daemon ready: grpc=... http=...` line once
+    these flags. Prints one `lkstream daemon ready: grpc=... http=... kafka=...` line once
     it serves; exits 0 after a graceful shutdown, 1 if it cannot start, 2 for a
     bad configuration.
     """
@@ -57,5 +60,6 @@ def serve(
         "server.grpc_port": grpc_port,
         "server.http_host": http_host,
         "server.http_port": http_port,
+        "server.kafka_port": kafka_port,
     }
     ctx.exit(run_daemon(config_path, overrides, log_level=log_level))

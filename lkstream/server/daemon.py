@@ -35,6 +35,7 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.config import BrokerConfig
 from lkstream.errors import InvalidArgumentError, LkstreamError
+from lkstream.kafka import KafkaServer, ListenerSettings
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
 from lkstream.server.http import HttpServer, start_http
 from lkstream.server.settings import ServerSettings, load_settings
@@ -77,6 +78,22 @@ class Daemon:
         if self.port == 0:
             raise InvalidArgumentError(f"cannot listen on {address} (address in use or not local?)")
         self.address = f"{settings.grpc_host}:{self.port}"
+        self.kafka: KafkaServer | None = None
+        if settings.kafka_port >= 0:
+            self.kafka = KafkaServer(
+                broker,
+                ListenerSettings(
+                    host=settings.kafka_host,
+                    port=settings.kafka_port,
+                    advertised_host=settings.kafka_advertised_host,
+                    max_frame_bytes=settings.message_limit(broker.config),
+                ),
+            )
+
+    @property
+    def kafka_address(self) -> str:
+        """``host:port`` Kafka clients bootstrap from (the advertised host, the bound port), or ``off``."""
+        return self.kafka.bootstrap if self.kafka is not None else "off"
 
     @property
     def http_address(self) -> str:
@@ -97,6 +114,13 @@ class Daemon:
         except OSError as exc:
             raise InvalidArgumentError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
         await self.server.start()
+        if self.kafka is not None:
+            try:
+                await self.kafka.start()
+            except OSError as exc:
+                where = f"{self.settings.kafka_host}:{self.settings.kafka_port}"
+                message = f"cannot listen on {where} for Kafka: {exc.strerror or exc}"
+                raise InvalidArgumentError(message) from None
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self.http.set_ready()
@@ -109,6 +133,8 @@ class Daemon:
                 self.http.set_not_ready()
             await self.health.enter_graceful_shutdown()
             self.service.stopping.set()
+            if self.kafka is not None:
+                await self.kafka.stop()
             await self.server.stop(self.settings.shutdown_grace_s)
         finally:
             try:
@@ -150,7 +176,7 @@ async def serve(
 def print_ready(daemon: Daemon) -> None:
     """The one line scripts and tests wait for."""
     print(
-        f"lkstream daemon ready: grpc={daemon.address} http={daemon.http_address} "
+        f"lkstream daemon ready: grpc={daemon.address} http={daemon.http_address} kafka={daemon.kafka_address} "
         f"data={daemon.broker.persist_dir} protocol={PROTOCOL_VERSION} version={__version__}",
         flush=True,
     )

@@ -38,6 +38,11 @@ class ServerSettings(BaseModel):
         description="Largest gRPC message accepted or sent; default: the broker's max_batch_bytes plus 1 MiB.",
     )
     shutdown_grace_s: float = Field(5.0, ge=0, le=600, description="Time in-flight RPCs get on shutdown.")
+    kafka_host: str = Field("127.0.0.1", description="Kafka-protocol listen address (loopback unless configured).")
+    kafka_port: int = Field(9092, ge=-1, le=65535, description="Kafka-protocol port; 0 picks a free port, -1 disables.")
+    kafka_advertised_host: str | None = Field(
+        None, description="Host that Metadata and FindCoordinator tell Kafka clients; default kafka_host."
+    )
 
     def message_limit(self, broker: BrokerConfig) -> int:
         """The gRPC message size limit, derived from the broker's batch limit unless set."""

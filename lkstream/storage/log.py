@@ -41,6 +41,7 @@ from lkstream.format.batch import BatchHeader, check_batch, stamp_base_offset
 from lkstream.storage.checkpoint import Checkpoint, CheckpointDamaged, read_checkpoint, write_checkpoint
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.files import OsFile, StorageFile, fsync_dir
+from lkstream.storage.producers import DEFAULT_MAX_PRODUCERS, ProducerStateTable, producer_fields
 from lkstream.storage.segment import (
     INDEX_SUFFIX,
     SEGMENT_SUFFIX,
@@ -65,6 +66,7 @@ class LogConfig:
     retention_bytes: int = -1
     visible_after_fsync: bool = False
     checkpoint_interval_ms: int = 1000
+    max_producer_ids: int = DEFAULT_MAX_PRODUCERS
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class AppendResult:
     base_offset: int
     last_offset: int
     size: int
+    duplicate: bool = False  # an idempotent producer's retry: nothing was written, offsets are the original's
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ class PartitionLog:
         with map_os_errors("create partition directory", directory):
             os.makedirs(directory, exist_ok=True)
         self.recovery = self._open()
+        # Idempotent producers: rebuilt from the snapshot plus the batch headers after it.
+        self.producers = ProducerStateTable.rebuild(directory, self._segments, self.config.max_producer_ids)
 
     # -- opening and recovery ------------------------------------------------------------------
 
@@ -266,6 +271,11 @@ class PartitionLog:
                     "restart the broker to recover the log",
                     path=self._segments[-1].path,
                 )
+            fields = producer_fields(batch)
+            if fields is not None:
+                duplicate = self.producers.check(fields)
+                if duplicate is not None:
+                    return AppendResult(duplicate[0], duplicate[1], 0, duplicate=True)
             active = self._segments[-1]
             if active.size > 0 and active.size + len(batch) > self.config.segment_max_bytes:
                 active = self._roll()
@@ -283,6 +293,8 @@ class PartitionLog:
                 header.records_count,
             )
             active.append(batch, stamped)
+            if fields is not None:
+                self.producers.record(fields, base, stamped.last_offset)
             self.unflushed_bytes += len(batch)
         return AppendResult(base, stamped.last_offset, len(batch))
 
@@ -303,6 +315,8 @@ class PartitionLog:
         self._durable_next_offset = new.base_offset
         self.unflushed_bytes = 0
         self._write_checkpoint()
+        # Start-up replays batch headers only from here on (the older segments are sealed and durable).
+        self.producers.write_snapshot(self.directory, new.base_offset)
         return new
 
     # -- durability -----------------------------------------------------------------------------
@@ -536,3 +550,5 @@ class PartitionLog:
             active.file.fsync()
         self._durable_position, self._durable_next_offset = active.size, active.next_offset
         self._write_checkpoint()
+        if self.producers.snapshot_offset != active.next_offset:  # a clean reopen and close writes nothing
+            self.producers.write_snapshot(self.directory, active.next_offset)

@@ -109,6 +109,10 @@ class Segment:
         except CorruptRecordError as exc:
             raise CorruptRecordError(exc.reason, path=self.path, position=position) from None
 
+    def read_header_bytes(self, position: int) -> bytes:
+        """The raw 61 header bytes at ``position`` (fewer at the end of the file)."""
+        return self.file.pread(HEADER_SIZE, position)
+
     def position_of(self, offset: int, end: int) -> int:
         """Position of the batch that holds ``offset`` (or the first batch after it), or ``end``.
 

@@ -52,6 +52,7 @@ from lkstream.storage.index import ENTRY_SIZE
 from lkstream.storage.names import partition_dir_name, validate_topic
 from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, scan_records
 from lkstream.storage.offsets import OFFSETS_DIR, parse_offset_file_name
+from lkstream.storage.producers import SNAPSHOT_NAME
 from lkstream.storage.reader import (
     DataDirReader,
     PartitionReader,
@@ -271,7 +272,7 @@ class _Verifier:
         for name in names:
             path = os.path.join(pr.directory, name)
             parsed = parse_segment_name(name)
-            if name == CHECKPOINT_NAME or (parsed is not None and parsed[1] == SEGMENT_SUFFIX):
+            if name in (CHECKPOINT_NAME, SNAPSHOT_NAME) or (parsed is not None and parsed[1] == SEGMENT_SUFFIX):
                 continue
             if parsed is not None and parsed[0] not in bases:
                 self._add("warning", path, "index without a segment (the broker deletes it on open)")

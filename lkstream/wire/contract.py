@@ -35,6 +35,8 @@ from lkstream.errors import (
     NotPartitionOwnerError,
     OffsetOutOfRangeError,
     OffsetRegressionError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
     ProtocolVersionError,
     RebalanceInProgressError,
     RecordTooLargeError,
@@ -70,6 +72,9 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (BrokerUnavailableError, Code.UNAVAILABLE),
     (ProtocolVersionError, Code.FAILED_PRECONDITION),
     (DataDirLockedError, Code.FAILED_PRECONDITION),
+    # Idempotent producers (pre-encoded batches with a producer id): the batch was not appended.
+    (OutOfOrderSequenceError, Code.FAILED_PRECONDITION),
+    (ProducerFencedError, Code.FAILED_PRECONDITION),
     # Consumer groups: retriable refusals are ABORTED, "this member must rejoin" NOT_FOUND.
     (FencedInstanceError, Code.FAILED_PRECONDITION),
     (UnknownMemberError, Code.NOT_FOUND),

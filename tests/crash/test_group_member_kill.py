@@ -48,7 +48,9 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     config = tmp_path / "daemon.yml"
     config.write_text(
-        yaml.safe_dump({"persist_dir": str(tmp_path / "data"), "server": {"grpc_port": 0, "http_port": 0}})
+        yaml.safe_dump(
+            {"persist_dir": str(tmp_path / "data"), "server": {"grpc_port": 0, "http_port": 0, "kafka_port": 0}}
+        )
     )
     process = DaemonProcess(config, tmp_path / "data", env).start()
     yield process

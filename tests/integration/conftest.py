@@ -26,7 +26,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"lkstream daemon ready: grpc=(\S+) http=(\S+)")
-SERVER_KEYS = frozenset({"grpc_host", "grpc_port", "http_host", "http_port", "max_request_bytes", "shutdown_grace_s"})
+SERVER_KEYS = frozenset(
+    {"grpc_host", "grpc_port", "http_host", "http_port", "max_request_bytes", "shutdown_grace_s", "kafka_port"}
+)
 START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 20.0
 
@@ -108,7 +110,12 @@ def start_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
     def start(data_dir: Path | None = None, **config: Any) -> DaemonProcess:
         data = data_dir or tmp_path / "data"
         # Server keys go under `server:`; both ports 0, so the kernel picks free ones.
-        server = {"grpc_port": 0, "http_port": 0, **{k: v for k, v in config.items() if k in SERVER_KEYS}}
+        server = {
+            "grpc_port": 0,
+            "http_port": 0,
+            "kafka_port": 0,
+            **{k: v for k, v in config.items() if k in SERVER_KEYS},
+        }
         values = {"persist_dir": str(data), **{k: v for k, v in config.items() if k not in SERVER_KEYS}}
         values["server"] = server
         path = tmp_path / f"config-{len(started)}.yml"

@@ -83,7 +83,7 @@ def start_module_daemon(root: Path, **config: Any) -> DaemonProcess:
     """A daemon on free ports over ``root/data`` (as the ``start_daemon`` fixture, for wider scopes)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    server = {"grpc_port": 0, "http_port": 0, **{k: v for k, v in config.items() if k in SERVER_KEYS}}
+    server = {"grpc_port": 0, "http_port": 0, "kafka_port": 0, **{k: v for k, v in config.items() if k in SERVER_KEYS}}
     values = {"persist_dir": str(root / "data"), **{k: v for k, v in config.items() if k not in SERVER_KEYS}}
     values["server"] = server
     path = root / "daemon.yml"

@@ -77,7 +77,7 @@ def spark() -> Iterator[Any]:
 def start_daemon_at(base: Path, name: str, **config: Any) -> DaemonProcess:
     """A daemon with its own data directory under ``base`` (ports picked by the kernel)."""
     env = dict(os.environ)
-    server = {"grpc_port": 0, "http_port": 0, **{k: v for k, v in config.items() if k in SERVER_KEYS}}
+    server = {"grpc_port": 0, "http_port": 0, "kafka_port": 0, **{k: v for k, v in config.items() if k in SERVER_KEYS}}
     values = {"persist_dir": str(base / name), **{k: v for k, v in config.items() if k not in SERVER_KEYS}}
     values["server"] = server
     path = base / f"{name}.yml"

@@ -429,6 +429,12 @@ class GroupCoordinator:
                     raise OffsetRegressionError(group, topic, pid, offset, committed)
             self._store_offsets(group, checked)
 
+    def commit_unfenced(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit for a group this coordinator does not fence (Kafka clients' classic groups, fenced by
+        :mod:`~lkstream.broker.groups.classic`): the same checks and journal, but offsets may move
+        backward (a Kafka consumer may seek back and commit). Refused while LKSTREAM members live in it."""
+        self._store_without_members(group, offsets, "commit from a Kafka client")
+
     def _store_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         # One journal record: the partitions of one commit land together, with a shared fsync.
         self._store.commit_many(group, dict(offsets))
@@ -454,6 +460,10 @@ class GroupCoordinator:
         caller's job (the broker has the partition bounds and
         ``offset_for_timestamp``).
         """
+        self._store_without_members(group, offsets, "reset offsets")
+
+    def _store_without_members(self, group: str, offsets: Mapping[TopicPartition, int], action: str) -> None:
+        """Write offsets (any direction) to a group with no live member of this coordinator."""
         validate_group(group)
         checked = _check_offsets(offsets)
         with self._commit_lock(group):
@@ -461,7 +471,7 @@ class GroupCoordinator:
                 self._expire_locked()
                 g = self._groups.get(group)
                 if g is not None and g.members:
-                    raise GroupNotEmptyError(group, len(g.members), "reset offsets")
+                    raise GroupNotEmptyError(group, len(g.members), action)
                 self._check_partitions_exist(checked)
             self._store_offsets(group, checked)
 

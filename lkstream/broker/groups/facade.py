@@ -14,6 +14,13 @@ from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
+from lkstream.broker.groups.classic import (
+    ClassicGroup,
+    ClassicGroups,
+    ClassicState,
+    decode_assignment,
+    decode_subscription,
+)
 from lkstream.broker.groups.coordinator import (
     DEFAULT_ASSIGNOR,
     DEFAULT_REBALANCE_TIMEOUT_MS,
@@ -23,8 +30,10 @@ from lkstream.broker.groups.coordinator import (
 from lkstream.broker.groups.types import (
     GroupDescription,
     GroupListing,
+    GroupState,
     HeartbeatResult,
     JoinResult,
+    MemberDescription,
     PartitionLag,
     SyncResult,
     TopicPartition,
@@ -43,6 +52,7 @@ class GroupCalls:
     """Mixin of :class:`~lkstream.broker.Broker`: the group calls over its ``groups`` coordinator."""
 
     groups: GroupCoordinator
+    classic_groups: ClassicGroups
 
     # What the mixin needs from the broker (declared for the type checker; Broker defines them).
     @abstractmethod
@@ -179,10 +189,19 @@ class GroupCalls:
     # -- inspection ------------------------------------------------------------------------------
 
     def describe_group(self, group: str) -> GroupDescription:
+        """The group as either coordinator knows it (Kafka clients' groups live in ``classic_groups``)."""
+        classic = self.classic_groups.snapshot(group)
+        if classic is not None and classic.members:
+            return describe_classic(classic)
         return self.groups.describe(group)
 
     def list_groups(self) -> list[GroupListing]:
-        return self.groups.list_groups()
+        listed = {g.group: g for g in self.groups.list_groups()}
+        for name in self.classic_groups.groups():
+            classic = self.classic_groups.snapshot(name)
+            if classic is not None and (classic.members or name not in listed):
+                listed[name] = GroupListing(name, _CLASSIC_STATES[classic.state], len(classic.members))
+        return [listed[name] for name in sorted(listed)]
 
     def group_lag(self, group: str) -> list[PartitionLag]:
         """Per partition of the group's topics (subscribed or committed): committed, lag, owner."""
@@ -236,3 +255,33 @@ def _wait_s(max_wait_ms: int) -> float:
     if max_wait_ms < 0:
         raise InvalidArgumentError(f"max_wait_ms must be >= 0, got {max_wait_ms}")
     return min(max_wait_ms, MAX_HEARTBEAT_WAIT_MS) / 1000.0
+
+
+_CLASSIC_STATES = {
+    ClassicState.EMPTY: GroupState.EMPTY,
+    ClassicState.PREPARING_REBALANCE: GroupState.REBALANCING,
+    ClassicState.COMPLETING_REBALANCE: GroupState.REBALANCING,
+    ClassicState.STABLE: GroupState.STABLE,
+    ClassicState.DEAD: GroupState.DEAD,
+}
+
+
+def describe_classic(group: ClassicGroup) -> GroupDescription:
+    """A Kafka client group in LKSTREAM's terms: owned partitions decoded from the consumer protocol."""
+    members = []
+    for m in group.members.values():
+        owned = decode_assignment(m.assignment)
+        topics = decode_subscription(m.metadata(group.protocol)) if group.protocol else frozenset()
+        members.append(
+            MemberDescription(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                topics=topics or frozenset(t for t, _ in owned),
+                owned=owned,
+                target=owned,
+                generation=group.generation,
+            )
+        )
+    return GroupDescription(group.name, _CLASSIC_STATES[group.state], group.generation, group.protocol, tuple(members))

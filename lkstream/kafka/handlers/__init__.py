@@ -1,0 +1,41 @@
+"""Request handlers, one module per area; :data:`HANDLERS` maps each API key to its handler.
+
+A handler takes the request context, the parsed header and the frame, and
+returns the encoded response body (or None for a Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from lkstream.kafka.context import RequestContext
+from lkstream.kafka.handlers import cluster, data, groups, sasl
+from lkstream.kafka.protocol import ApiKey, RequestHeader
+
+Handler = Callable[[RequestContext, RequestHeader, bytes], Awaitable[bytes | None]]
+
+HANDLERS: Final[dict[int, Handler]] = {
+    ApiKey.PRODUCE: data.produce,
+    ApiKey.FETCH: data.fetch,
+    ApiKey.LIST_OFFSETS: data.list_offsets,
+    ApiKey.INIT_PRODUCER_ID: data.init_producer_id,
+    ApiKey.API_VERSIONS: cluster.api_versions,
+    ApiKey.METADATA: cluster.metadata,
+    ApiKey.CREATE_TOPICS: cluster.create_topics,
+    ApiKey.DELETE_TOPICS: cluster.delete_topics,
+    ApiKey.CREATE_PARTITIONS: cluster.create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: cluster.describe_configs,
+    ApiKey.FIND_COORDINATOR: groups.find_coordinator,
+    ApiKey.JOIN_GROUP: groups.join_group,
+    ApiKey.SYNC_GROUP: groups.sync_group,
+    ApiKey.HEARTBEAT: groups.heartbeat,
+    ApiKey.LEAVE_GROUP: groups.leave_group,
+    ApiKey.OFFSET_COMMIT: groups.offset_commit,
+    ApiKey.OFFSET_FETCH: groups.offset_fetch,
+    ApiKey.LIST_GROUPS: groups.list_groups,
+    ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+    ApiKey.DELETE_GROUPS: groups.delete_groups,
+    ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
+}

@@ -1,0 +1,347 @@
+"""Cluster and admin APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs.
+
+This is a single-node cluster: one broker (node 0, the advertised host and
+port) leads every partition, with itself as the only replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from lkstream.errors import LkstreamError
+from lkstream.kafka import kio_codec
+from lkstream.kafka.context import CLUSTER_ID, NODE_ID, RequestContext
+from lkstream.kafka.errors import error_code
+from lkstream.kafka.protocol import SUPPORTED_VERSIONS, ApiKey, RequestHeader
+from lkstream.kafka.security import CLUSTER_RESOURCE
+from lkstream.storage.names import validate_topic
+
+_UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
+#: DescribeConfigs resource types (Kafka's ConfigResource.Type).
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+#: DescribeConfigs config_source values.
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+async def api_versions(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    keys = sorted(SUPPORTED_VERSIONS.items())
+    if header.api_version > SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1]:
+        # KIP-511: a version we do not know is answered in the v0 layout, so the client can read
+        # UNSUPPORTED_VERSION and the list, then retry with a version from it.
+        body = [struct.pack(">hi", ErrorCode.unsupported_version.value, len(keys))]
+        body += [struct.pack(">hhh", key, low, high) for key, (low, high) in keys]
+        return b"".join(body)
+    response_cls = kio_codec.response_type(ApiKey.API_VERSIONS, header.api_version)
+    version_cls = kio_codec.item_type(response_cls, "api_keys")
+    return kio_codec.encode(
+        kio_codec.make(
+            response_cls,
+            error_code=0,
+            api_keys=tuple(
+                kio_codec.make(version_cls, api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in keys
+            ),
+            finalized_features_epoch=-1,
+        )
+    )
+
+
+async def metadata(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    version = header.api_version
+    request = kio_codec.decode_request(ApiKey.METADATA, version, frame, header.body_offset)
+    if request.topics is None or (version == 0 and not request.topics):
+        names: tuple[str, ...] | None = None  # all topics
+    else:
+        names = tuple(t.name for t in request.topics)
+    auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
+    key = (version, names, auto_create, str(ctx.principal))
+    return ctx.server.metadata.get(key, lambda: _build_metadata(ctx, version, names, auto_create))
+
+
+def _build_metadata(ctx: RequestContext, version: int, names: tuple[str, ...] | None, auto_create: bool) -> bytes:
+    broker = ctx.broker
+    response_cls = kio_codec.response_type(ApiKey.METADATA, version)
+    broker_cls = kio_codec.item_type(response_cls, "brokers")
+    topic_cls = kio_codec.item_type(response_cls, "topics")
+    partition_cls = kio_codec.item_type(topic_cls, "partitions")
+    listed = (
+        names if names is not None else tuple(t for t in broker.list_topics() if ctx.allowed("describe", "topic", t))
+    )
+    topics = []
+    for name in listed:
+        code, count = _topic_partitions(ctx, name, auto_create and names is not None)
+        partitions = tuple(
+            kio_codec.make(
+                partition_cls,
+                error_code=0,
+                partition_index=pid,
+                leader_id=NODE_ID,
+                leader_epoch=0,
+                replica_nodes=(NODE_ID,),
+                isr_nodes=(NODE_ID,),
+                offline_replicas=(),
+            )
+            for pid in range(count)
+        )
+        topics.append(
+            kio_codec.make(
+                topic_cls,
+                error_code=code,
+                name=name,
+                is_internal=False,
+                partitions=partitions,
+                topic_authorized_operations=_UNKNOWN_OPERATIONS,
+            )
+        )
+    node = kio_codec.make(
+        broker_cls, node_id=NODE_ID, host=ctx.server.advertised_host, port=ctx.server.advertised_port, rack=None
+    )
+    return kio_codec.encode(
+        kio_codec.make(
+            response_cls,
+            brokers=(node,),
+            cluster_id=CLUSTER_ID,
+            controller_id=NODE_ID,
+            topics=tuple(topics),
+            cluster_authorized_operations=_UNKNOWN_OPERATIONS,
+        )
+    )
+
+
+def _topic_partitions(ctx: RequestContext, name: str, auto_create: bool) -> tuple[int, int]:
+    """``(error_code, partition count)`` of a topic a client asked for by name."""
+    if not ctx.allowed("describe", "topic", name):
+        return ErrorCode.topic_authorization_failed, 0
+    broker = ctx.broker
+    try:
+        return 0, broker.partitions_for(name)
+    except KeyError:
+        pass
+    except LkstreamError as exc:
+        return _topic_error(exc), 0
+    if not (auto_create and broker.config.auto_create_topics and ctx.allowed("create", "topic", name)):
+        return ErrorCode.unknown_topic_or_partition, 0
+    try:
+        validate_topic(name)
+        broker.create_topic(name)
+    except LkstreamError as exc:
+        if error_code(exc) != ErrorCode.topic_already_exists:
+            return _topic_error(exc), 0
+    # Kafka answers LEADER_NOT_AVAILABLE right after an auto-create; here the topic is ready at once.
+    return 0, broker.partitions_for(name)
+
+
+def _topic_error(error: LkstreamError) -> ErrorCode:
+    code = error_code(error)
+    return ErrorCode.invalid_topic_exception if code == ErrorCode.invalid_request else code
+
+
+async def create_topics(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    version = header.api_version
+    request = kio_codec.decode_request(ApiKey.CREATE_TOPICS, version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.CREATE_TOPICS, version)
+    result_cls = kio_codec.item_type(response_cls, "topics")
+    results = []
+    for topic in request.topics:
+        code, message, partitions = await _create_topic(ctx, topic, bool(request.validate_only))
+        results.append(
+            kio_codec.make(
+                result_cls,
+                name=topic.name,
+                error_code=code,
+                error_message=message,
+                topic_config_error_code=0,
+                num_partitions=partitions,
+                replication_factor=1,
+                configs=None if code else (),
+            )
+        )
+    return kio_codec.encode(kio_codec.make(response_cls, topics=tuple(results)))
+
+
+async def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, str | None, int]:
+    if not ctx.allowed("create", "topic", topic.name):
+        return ErrorCode.topic_authorization_failed, None, -1
+    if topic.replication_factor not in (-1, 1):
+        return ErrorCode.invalid_replication_factor, "a single-node LKSTREAM has replication factor 1", -1
+    if topic.assignments:
+        return ErrorCode.invalid_request, "manual replica assignment is not supported", -1
+    partitions = ctx.broker.config.partitions if topic.num_partitions == -1 else topic.num_partitions
+    settings: dict[str, int] = {}
+    for config in topic.configs:
+        name = TOPIC_CONFIGS.get(config.name)
+        if name is None or config.value is None:
+            return ErrorCode.invalid_config, f"unsupported topic config {config.name!r}", -1
+        try:
+            settings[name] = int(config.value)
+        except ValueError:
+            return ErrorCode.invalid_config, f"{config.name} must be an integer, got {config.value!r}", -1
+    if partitions < 1:
+        return ErrorCode.invalid_partitions, f"num_partitions must be >= 1, got {partitions}", -1
+    try:
+        validate_topic(topic.name)
+        if ctx.broker.partitions_for(topic.name) >= 0:
+            return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", -1
+    except KeyError:
+        pass
+    except LkstreamError as exc:
+        return _topic_error(exc), str(exc), -1
+    if validate_only:
+        return 0, None, partitions
+    try:
+        # Creating directories and fsyncing them: off the event loop.
+        await asyncio.to_thread(ctx.broker.create_topic, topic.name, partitions, **settings)
+    except LkstreamError as exc:
+        return _topic_error(exc), str(exc), -1
+    return 0, None, partitions
+
+
+#: Kafka topic config names that map onto LKSTREAM topic settings (others are refused).
+TOPIC_CONFIGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+
+
+async def delete_topics(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    version = header.api_version
+    request = kio_codec.decode_request(ApiKey.DELETE_TOPICS, version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.DELETE_TOPICS, version)
+    result_cls = kio_codec.item_type(response_cls, "responses")
+    results = []
+    for name in request.topic_names:
+        code, message = 0, None
+        if not ctx.allowed("delete", "topic", name):
+            code = ErrorCode.topic_authorization_failed
+        else:
+            try:
+                await asyncio.to_thread(ctx.broker.delete_topic, name)
+            except (LkstreamError, KeyError) as exc:
+                code, message = (
+                    ErrorCode.unknown_topic_or_partition if isinstance(exc, KeyError) else _topic_error(exc),
+                    str(exc),
+                )
+        results.append(kio_codec.make(result_cls, name=name, error_code=code, error_message=message))
+    return kio_codec.encode(kio_codec.make(response_cls, responses=tuple(results)))
+
+
+async def create_partitions(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    version = header.api_version
+    request = kio_codec.decode_request(ApiKey.CREATE_PARTITIONS, version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.CREATE_PARTITIONS, version)
+    result_cls = kio_codec.item_type(response_cls, "results")
+    results = []
+    for topic in request.topics:
+        code, message = await _create_partitions(ctx, topic.name, topic.count, bool(request.validate_only))
+        results.append(kio_codec.make(result_cls, name=topic.name, error_code=code, error_message=message))
+    return kio_codec.encode(kio_codec.make(response_cls, results=tuple(results)))
+
+
+async def _create_partitions(ctx: RequestContext, name: str, count: int, validate_only: bool) -> tuple[int, str | None]:
+    if not ctx.allowed("admin", "topic", name):
+        return ErrorCode.topic_authorization_failed, None
+    try:
+        current = ctx.broker.partitions_for(name)
+    except (LkstreamError, KeyError) as exc:
+        return ErrorCode.unknown_topic_or_partition, str(exc)
+    if count <= current:
+        return ErrorCode.invalid_partitions, f"topic {name!r} has {current} partitions; the new count must be larger"
+    if validate_only:
+        return 0, None
+    try:
+        await asyncio.to_thread(ctx.broker.create_partitions, name, count)
+    except LkstreamError as exc:
+        return error_code(exc), str(exc)
+    return 0, None
+
+
+async def describe_configs(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    version = header.api_version
+    request = kio_codec.decode_request(ApiKey.DESCRIBE_CONFIGS, version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.DESCRIBE_CONFIGS, version)
+    result_cls = kio_codec.item_type(response_cls, "results")
+    entry_cls = kio_codec.item_type(result_cls, "configs")
+    results = []
+    for resource in request.resources:
+        code, message, entries = _describe(ctx, int(resource.resource_type), resource.resource_name)
+        wanted = set(resource.configuration_keys) if resource.configuration_keys else None
+        configs = tuple(
+            kio_codec.make(
+                entry_cls,
+                name=key,
+                value=value,
+                read_only=source != SOURCE_TOPIC,
+                is_default=source == SOURCE_DEFAULT,
+                config_source=source,
+                is_sensitive=False,
+                synonyms=(),
+                config_type=_config_type(key),
+                documentation=None,
+            )
+            for key, (value, source) in entries.items()
+            if wanted is None or key in wanted
+        )
+        results.append(
+            kio_codec.make(
+                result_cls,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=configs,
+            )
+        )
+    return kio_codec.encode(kio_codec.make(response_cls, results=tuple(results)))
+
+
+def _config_type(key: str) -> int:
+    # Kafka's ConfigType: 5 = LONG, 3 = INT, 2 = STRING.
+    return 2 if key == "cleanup.policy" else 5 if key.endswith(".ms") or key.endswith(".bytes") else 3
+
+
+def _describe(ctx: RequestContext, resource_type: int, name: str) -> tuple[int, str | None, dict[str, tuple[str, int]]]:
+    config = ctx.broker.config
+    if resource_type == BROKER_RESOURCE:
+        if not ctx.allowed("describe", "cluster", CLUSTER_RESOURCE):
+            return ErrorCode.cluster_authorization_failed, None, {}
+        return (
+            0,
+            None,
+            {
+                "log.segment.bytes": (str(config.segment_max_bytes), SOURCE_STATIC_BROKER),
+                "log.retention.ms": (str(config.retention_ms), SOURCE_STATIC_BROKER),
+                "log.retention.bytes": (str(config.retention_bytes), SOURCE_STATIC_BROKER),
+                "message.max.bytes": (str(config.max_batch_bytes), SOURCE_STATIC_BROKER),
+                "num.partitions": (str(config.partitions), SOURCE_STATIC_BROKER),
+                "auto.create.topics.enable": (str(config.auto_create_topics).lower(), SOURCE_STATIC_BROKER),
+            },
+        )
+    if resource_type != TOPIC_RESOURCE:
+        return ErrorCode.invalid_request, f"resource type {resource_type} is not supported", {}
+    if not ctx.allowed("describe", "topic", name):
+        return ErrorCode.topic_authorization_failed, None, {}
+    try:
+        settings = ctx.broker.describe_topic(name).settings
+    except (LkstreamError, KeyError) as exc:
+        return ErrorCode.unknown_topic_or_partition, str(exc), {}
+
+    def source(value: int, default: int) -> int:
+        return SOURCE_DEFAULT if value == default else SOURCE_TOPIC
+
+    return (
+        0,
+        None,
+        {
+            "retention.ms": (str(settings.retention_ms), source(settings.retention_ms, config.retention_ms)),
+            "retention.bytes": (
+                str(settings.retention_bytes),
+                source(settings.retention_bytes, config.retention_bytes),
+            ),
+            "segment.bytes": (str(config.segment_max_bytes), SOURCE_STATIC_BROKER),
+            "max.message.bytes": (str(config.max_batch_bytes), SOURCE_STATIC_BROKER),
+            "cleanup.policy": ("delete", SOURCE_DEFAULT),
+        },
+    )

@@ -1,0 +1,351 @@
+"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch, List/Describe/DeleteGroups.
+
+Membership is :class:`~lkstream.broker.groups.classic.ClassicGroups` (Kafka's
+client-side assignment); committed offsets go through the broker's group
+coordinator into the offsets journal, so ``lkstream groups`` and LKSTREAM
+consumers see them. This node coordinates every group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from lkstream.broker.groups.classic import ClassicState, MemberIdRequiredError
+from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, LkstreamError
+from lkstream.kafka import kio_codec
+from lkstream.kafka.context import NODE_ID, RequestContext
+from lkstream.kafka.errors import error_code
+from lkstream.kafka.protocol import ApiKey, RequestHeader
+
+_COORDINATOR_GROUP = 0  # FindCoordinator key_type: group (1 is transaction)
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+
+
+def _group_error(error: LkstreamError) -> ErrorCode:
+    if isinstance(error, InvalidArgumentError) and "group" in str(error).lower():
+        return ErrorCode.invalid_group_id
+    return error_code(error)
+
+
+async def find_coordinator(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.FIND_COORDINATOR, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.FIND_COORDINATOR, header.api_version)
+    key_type = getattr(request, "key_type", _COORDINATOR_GROUP)
+    if key_type != _COORDINATOR_GROUP:
+        return kio_codec.encode(
+            kio_codec.make(
+                response_cls,
+                error_code=ErrorCode.coordinator_not_available,
+                error_message="transactions are not supported",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        )
+    return kio_codec.encode(
+        kio_codec.make(
+            response_cls,
+            error_code=0,
+            error_message=None,
+            node_id=NODE_ID,
+            host=ctx.server.advertised_host,
+            port=ctx.server.advertised_port,
+        )
+    )
+
+
+async def join_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    version = header.api_version
+    request = kio_codec.decode_request(ApiKey.JOIN_GROUP, version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.JOIN_GROUP, version)
+    member_cls = kio_codec.item_type(response_cls, "members")
+
+    def answer(code: int, **values: Any) -> bytes:
+        defaults = {"generation_id": -1, "protocol_name": "", "leader": "", "member_id": "", "members": ()}
+        return kio_codec.encode(kio_codec.make(response_cls, error_code=code, **{**defaults, **values}))
+
+    if not ctx.allowed("read", "group", request.group_id):
+        return answer(ErrorCode.group_authorization_failed)
+    session_ms = _ms(request.session_timeout)
+    try:
+        future = ctx.server.groups.join(
+            request.group_id,
+            member_id=request.member_id,
+            instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", session_ms)),
+            client_id=header.client_id,
+            client_host=ctx.client_host,
+            require_known_member_id=version >= 4,
+        )
+        joined = await asyncio.wrap_future(future)
+    except MemberIdRequiredError as exc:
+        return answer(ErrorCode.member_id_required, member_id=exc.member_id)
+    except LkstreamError as exc:
+        return answer(_group_error(exc), member_id=request.member_id)
+    members = tuple(
+        kio_codec.make(member_cls, member_id=mid, group_instance_id=iid, metadata=meta)
+        for mid, iid, meta in joined.members
+    )
+    return answer(
+        0,
+        generation_id=joined.generation,
+        protocol_type=joined.protocol_type,
+        protocol_name=joined.protocol or "",
+        leader=joined.leader,
+        member_id=joined.member_id,
+        members=members,
+    )
+
+
+async def sync_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.SYNC_GROUP, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.SYNC_GROUP, header.api_version)
+    group = ctx.server.groups.snapshot(request.group_id)
+    protocol_type = group.protocol_type if group else None
+    protocol = group.protocol if group else None
+    code: int
+    if not ctx.allowed("read", "group", request.group_id):
+        code, assignment = ErrorCode.group_authorization_failed, b""
+    else:
+        try:
+            future = ctx.server.groups.sync(
+                request.group_id,
+                request.member_id,
+                request.generation_id,
+                {a.member_id: bytes(a.assignment) for a in request.assignments},
+                getattr(request, "group_instance_id", None),
+            )
+            code, assignment = 0, await asyncio.wrap_future(future)
+        except LkstreamError as exc:
+            code, assignment = _group_error(exc), b""
+    return kio_codec.encode(
+        kio_codec.make(
+            response_cls, error_code=code, assignment=assignment, protocol_type=protocol_type, protocol_name=protocol
+        )
+    )
+
+
+async def heartbeat(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.HEARTBEAT, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.HEARTBEAT, header.api_version)
+    code: int = 0
+    if not ctx.allowed("read", "group", request.group_id):
+        code = ErrorCode.group_authorization_failed
+    else:
+        try:
+            ctx.server.groups.heartbeat(
+                request.group_id, request.member_id, request.generation_id, getattr(request, "group_instance_id", None)
+            )
+        except LkstreamError as exc:
+            code = _group_error(exc)
+    return kio_codec.encode(kio_codec.make(response_cls, error_code=code))
+
+
+async def leave_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.LEAVE_GROUP, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.LEAVE_GROUP, header.api_version)
+    if header.api_version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+    if not ctx.allowed("read", "group", request.group_id):
+        return kio_codec.encode(kio_codec.make(response_cls, error_code=ErrorCode.group_authorization_failed))
+    results = ctx.server.groups.leave(request.group_id, leaving)
+    codes = [0 if r is None else _group_error(r) for r in results]
+    if header.api_version < 3:
+        return kio_codec.encode(kio_codec.make(response_cls, error_code=codes[0]))
+    member_cls = kio_codec.item_type(response_cls, "members")
+    members = tuple(
+        kio_codec.make(member_cls, member_id=mid, group_instance_id=iid, error_code=code)
+        for (mid, iid), code in zip(leaving, codes, strict=True)
+    )
+    return kio_codec.encode(kio_codec.make(response_cls, error_code=0, members=members))
+
+
+async def offset_commit(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.OFFSET_COMMIT, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.OFFSET_COMMIT, header.api_version)
+    topic_cls = kio_codec.item_type(response_cls, "topics")
+    partition_cls = kio_codec.item_type(topic_cls, "partitions")
+    generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
+    code = await _commit(ctx, request, generation)
+    topics = tuple(
+        kio_codec.make(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(
+                kio_codec.make(partition_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return kio_codec.encode(kio_codec.make(response_cls, topics=topics))
+
+
+async def _commit(ctx: RequestContext, request: Any, generation: int) -> int:
+    """One error code for the whole commit: Kafka's clients treat a commit as a unit too."""
+    group = request.group_id
+    if not ctx.allowed("read", "group", group) or not all(ctx.allowed("read", "topic", t.name) for t in request.topics):
+        return ErrorCode.group_authorization_failed
+    offsets = {(t.name, p.partition_index): p.committed_offset for t in request.topics for p in t.partitions}
+    if not offsets:
+        return 0
+    try:
+        ctx.server.groups.check_commit(
+            group, request.member_id, generation, getattr(request, "group_instance_id", None)
+        )
+        # The journal write fsyncs: off the event loop.
+        await asyncio.to_thread(ctx.broker.groups.commit_unfenced, group, offsets)
+    except (LkstreamError, KeyError) as exc:
+        if isinstance(exc, InvalidArgumentError) and "partition" in str(exc):
+            return ErrorCode.unknown_topic_or_partition
+        return _group_error(exc) if isinstance(exc, LkstreamError) else ErrorCode.unknown_topic_or_partition
+    return 0
+
+
+async def offset_fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.OFFSET_FETCH, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.OFFSET_FETCH, header.api_version)
+    topic_cls = kio_codec.item_type(response_cls, "topics")
+    partition_cls = kio_codec.item_type(topic_cls, "partitions")
+    group = request.group_id
+    if not ctx.allowed("describe", "group", group):
+        return kio_codec.encode(
+            kio_codec.make(response_cls, topics=(), error_code=ErrorCode.group_authorization_failed)
+        )
+    try:
+        committed = ctx.broker.groups.fetch_committed(group)
+    except LkstreamError as exc:
+        return kio_codec.encode(kio_codec.make(response_cls, topics=(), error_code=_group_error(exc)))
+    if request.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, pid in sorted(committed):
+            wanted.setdefault(topic, []).append(pid)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+    topics = tuple(
+        kio_codec.make(
+            topic_cls,
+            name=name,
+            partitions=tuple(
+                kio_codec.make(
+                    partition_cls,
+                    partition_index=pid,
+                    committed_offset=committed.get((name, pid), -1),
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=0,
+                )
+                for pid in pids
+            ),
+        )
+        for name, pids in wanted.items()
+    )
+    return kio_codec.encode(kio_codec.make(response_cls, topics=topics, error_code=0))
+
+
+async def list_groups(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.LIST_GROUPS, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.LIST_GROUPS, header.api_version)
+    group_cls = kio_codec.item_type(response_cls, "groups")
+    states = set(getattr(request, "states_filter", ()) or ())
+    listed = []
+    for listing in ctx.broker.list_groups():
+        if not ctx.allowed("describe", "group", listing.group):
+            continue
+        if states and str(listing.state) not in states:
+            continue
+        listed.append(
+            kio_codec.make(group_cls, group_id=listing.group, protocol_type="consumer", group_state=str(listing.state))
+        )
+    return kio_codec.encode(kio_codec.make(response_cls, error_code=0, groups=tuple(listed)))
+
+
+async def describe_groups(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.DESCRIBE_GROUPS, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.DESCRIBE_GROUPS, header.api_version)
+    group_cls = kio_codec.item_type(response_cls, "groups")
+    member_cls = kio_codec.item_type(group_cls, "members")
+    described = []
+    for name in request.groups:
+        values: dict[str, Any] = {
+            "group_id": name,
+            "error_code": 0,
+            "group_state": "Dead",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": (),
+            "authorized_operations": -(2**31),
+        }
+        if not ctx.allowed("describe", "group", name):
+            values["error_code"] = ErrorCode.group_authorization_failed
+        else:
+            snapshot = ctx.server.groups.snapshot(name)
+            if snapshot is not None and (snapshot.members or snapshot.generation):
+                values.update(
+                    group_state=str(snapshot.state),
+                    protocol_type=snapshot.protocol_type or "",
+                    protocol_data=snapshot.protocol or "",
+                    members=tuple(
+                        kio_codec.make(
+                            member_cls,
+                            member_id=m.member_id,
+                            group_instance_id=m.instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata(snapshot.protocol) if snapshot.protocol else b"",
+                            member_assignment=m.assignment,
+                        )
+                        for m in snapshot.members.values()
+                    ),
+                )
+            else:
+                try:
+                    values.update(group_state=str(ctx.broker.describe_group(name).state), protocol_type="consumer")
+                except LkstreamError as exc:
+                    values["error_code"] = _group_error(exc)
+        described.append(kio_codec.make(group_cls, **values))
+    return kio_codec.encode(kio_codec.make(response_cls, groups=tuple(described)))
+
+
+async def delete_groups(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    request = kio_codec.decode_request(ApiKey.DELETE_GROUPS, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.DELETE_GROUPS, header.api_version)
+    result_cls = kio_codec.item_type(response_cls, "results")
+    results = []
+    for name in request.groups_names:
+        code: int = 0
+        if not ctx.allowed("delete", "group", name):
+            code = ErrorCode.group_authorization_failed
+        else:
+            try:
+                code = await asyncio.to_thread(_delete_group, ctx, name)
+            except LkstreamError as exc:
+                code = _group_error(exc)
+        results.append(kio_codec.make(result_cls, group_id=name, error_code=code))
+    return kio_codec.encode(kio_codec.make(response_cls, results=tuple(results)))
+
+
+def _delete_group(ctx: RequestContext, name: str) -> int:
+    broker = ctx.broker
+    known = ctx.server.groups.snapshot(name)
+    state = broker.describe_group(name).state
+    if known is not None and known.state is not ClassicState.EMPTY and known.members:
+        raise GroupNotEmptyError(name, len(known.members), "delete the group")
+    if str(state) == "Dead" and (known is None or not known.generation):
+        return ErrorCode.group_id_not_found
+    if broker.describe_group(name).members:
+        raise GroupNotEmptyError(name, len(broker.describe_group(name).members), "delete the group")
+    ctx.server.groups.forget(name)
+    broker.offset_store.forget_group(name)
+    return 0

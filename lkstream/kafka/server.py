@@ -1,0 +1,86 @@
+"""The Kafka listener: an asyncio TCP server speaking Kafka's protocol over one :class:`~lkstream.Broker`.
+
+``KafkaServer(broker, settings)``; ``await start()`` binds (port 0 picks a
+free port, see :attr:`port`), ``await stop()`` closes the listener and every
+connection. At most ``settings.max_connections`` clients are served at once;
+one more is closed right after accept (and logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from lkstream.broker.broker import Broker
+from lkstream.kafka.connection import Connection
+from lkstream.kafka.context import ListenerSettings, ServerState
+from lkstream.kafka.metadata_cache import MetadataCache
+
+log = logging.getLogger("lkstream.kafka")
+
+
+class KafkaServer:
+    """A Kafka-protocol listener for one broker. Runs on the event loop that calls :meth:`start`."""
+
+    def __init__(self, broker: Broker, settings: ListenerSettings | None = None) -> None:
+        self.broker = broker
+        self.settings = settings or ListenerSettings()
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._state: ServerState | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`start`)."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the Kafka listener is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def advertised_host(self) -> str:
+        return self.settings.advertised_host or self.settings.host
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for a client's ``bootstrap.servers``."""
+        return f"{self.advertised_host}:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.port)
+        self._state = ServerState(
+            broker=self.broker,
+            settings=self.settings,
+            groups=self.broker.classic_groups,
+            metadata=MetadataCache(lambda: self.broker.topics_version),
+            advertised_host=self.advertised_host,
+            advertised_port=self.port,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection (in-flight requests are cancelled)."""
+        if self._server is None:
+            return
+        self._server.close()
+        # Closing the transports ends each connection's read loop (cancelling the handler tasks
+        # of asyncio.start_server would make asyncio log the cancellation as an error).
+        for writer in list(self._connections.values()):
+            writer.close()
+        if self._connections:
+            await asyncio.wait(set(self._connections), timeout=5.0)
+        with contextlib.suppress(Exception):
+            await self._server.wait_closed()
+        self._server = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._state is None or len(self._connections) >= self.settings.max_connections:
+            log.warning("refusing a Kafka connection: %d connections open", len(self._connections))
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        try:
+            await Connection(self._state, reader, writer).serve()
+        finally:
+            self._connections.pop(task, None)
