@@ -14,7 +14,8 @@ Failures stay with the request or the connection that caused them:
 * an unknown API key, or a version outside the table, gets an error response
   (UNSUPPORTED_VERSION; for ApiVersions in the v0 layout, see the handler);
 * a handler exception gets the API's error response with UNKNOWN_SERVER_ERROR
-  (logged with the request), never a closed socket;
+  (logged with the request), never a closed socket; Produce and Fetch answer it on
+  every partition of the request, since their clients read errors per partition;
 * a frame whose size prefix is out of bounds, or whose header or body does not
   parse, closes this connection only: its byte stream cannot be trusted further.
 """
@@ -31,7 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
-from lkstream.kafka.handlers import HANDLERS
+from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
 from lkstream.kafka.protocol import (
     ApiKey,
     FrameError,
@@ -147,7 +148,19 @@ async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> 
             ctx.client_host,
             header.client_id,
         )
-        return _error_body(header, ErrorCode.unknown_server_error)
+        return _failure_body(header, frame, ErrorCode.unknown_server_error)
+
+
+def _failure_body(header: RequestHeader, frame: bytes, code: ErrorCode) -> bytes | None:
+    build = FAILURE_RESPONSES.get(header.api_key)
+    if build is not None:
+        try:
+            return build(header, frame, code.value)
+        except Exception:  # the request does not parse either: fall back to the top-level code
+            log.exception(
+                "Kafka request %s v%d: building its error response failed", header.api_key, header.api_version
+            )
+    return _error_body(header, code)
 
 
 def _error_body(header: RequestHeader, code: ErrorCode) -> bytes:

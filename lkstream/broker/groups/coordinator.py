@@ -203,8 +203,12 @@ class GroupCoordinator:
         clock: Clock | None = None,
         *,
         member_id_factory: Callable[[str], str] | None = None,
+        in_other_coordinator: Callable[[str], bool] = lambda _group: False,
     ) -> None:
         self._store = offset_store
+        # Whether a group has live members in the Kafka clients' classic coordinator: a group name
+        # belongs to one coordinator at a time (the classic one refuses the other direction).
+        self._in_other = in_other_coordinator
         self._partitions_for = partitions_for
         self._clock = clock or SystemClock()
         self._new_member_id = member_id_factory or (
@@ -239,6 +243,9 @@ class GroupCoordinator:
         _check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
         if instance_id is not None and (not isinstance(instance_id, str) or not 0 < len(instance_id) <= 249):
             raise InvalidArgumentError(f"invalid instance id {instance_id!r}: use 1-249 characters")
+        if member_id is None and self._in_other(group):
+            # Asked before taking our lock: the classic coordinator calls us under its own lock.
+            raise InconsistentGroupProtocolError(group, assignor, "a Kafka client group (classic protocol)")
         with self._lock:
             now = self._expire_locked()
             g = self._groups.setdefault(group, _GroupState(group))

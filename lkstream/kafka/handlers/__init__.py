@@ -14,6 +14,8 @@ from lkstream.kafka.handlers import cluster, data, groups, sasl
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
 Handler = Callable[[RequestContext, RequestHeader, bytes], Awaitable[bytes | None]]
+#: Builds the answer to a request whose handler raised: the error code on every partition it named.
+FailureResponse = Callable[[RequestHeader, bytes, int], bytes | None]
 
 HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.PRODUCE: data.produce,
@@ -38,4 +40,11 @@ HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.DELETE_GROUPS: groups.delete_groups,
     ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
+}
+
+#: APIs whose clients read errors per partition: a handler failure is answered partition by partition
+#: (any other API answers with its top-level error code).
+FAILURE_RESPONSES: Final[dict[int, FailureResponse]] = {
+    ApiKey.PRODUCE: data.produce_failure,
+    ApiKey.FETCH: data.fetch_failure,
 }

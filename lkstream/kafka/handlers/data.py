@@ -106,6 +106,37 @@ def _produce_error(error: LkstreamError) -> ErrorCode:
     return _partition_error(error)
 
 
+def produce_failure(header: RequestHeader, frame: bytes, code: int) -> bytes | None:
+    """The answer to a Produce whose handler failed unexpectedly: ``code`` on every partition.
+
+    Clients retry per partition on a retriable code; an idempotent producer's retry of a batch
+    that did land is answered as a duplicate, so nothing is written twice.
+    """
+    request = parse_produce_request(frame, header.body_offset)
+    if request.acks == 0:
+        return None
+    message = "the broker failed to handle this request (see its log)"
+    return encode_produce_response(
+        header.api_version,
+        [
+            (t, [ProducePartitionResult(p.partition, code, -1, -1, message) for p in parts])
+            for t, parts in request.topics
+        ],
+    )
+
+
+def fetch_failure(header: RequestHeader, frame: bytes, code: int) -> bytes:
+    """The answer to a Fetch whose handler failed unexpectedly: ``code`` on every partition asked for."""
+    request = kio_codec.decode_request(ApiKey.FETCH, header.api_version, frame, header.body_offset)
+    return encode_fetch_response(
+        header.api_version,
+        [
+            (t.topic, [FetchPartitionResult(p.partition, code, -1, -1, None) for p in t.partitions])
+            for t in request.topics
+        ],
+    )
+
+
 async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
     request = kio_codec.decode_request(ApiKey.FETCH, header.api_version, frame, header.body_offset)
     wanted = [
@@ -175,7 +206,7 @@ async def list_offsets(ctx: RequestContext, header: RequestHeader, frame: bytes)
         allowed = ctx.allowed("describe", "topic", topic.name)
         partitions = []
         for p in topic.partitions:
-            code, timestamp, offset = _list_offset(ctx, topic.name, p.partition_index, p.timestamp, allowed)
+            code, timestamp, offset = await _list_offset(ctx, topic.name, p.partition_index, p.timestamp, allowed)
             partitions.append(
                 kio_codec.make(
                     partition_cls,
@@ -190,7 +221,9 @@ async def list_offsets(ctx: RequestContext, header: RequestHeader, frame: bytes)
     return kio_codec.encode(kio_codec.make(response_cls, topics=tuple(topics)))
 
 
-def _list_offset(ctx: RequestContext, topic: str, pid: int, timestamp: Any, allowed: bool) -> tuple[int, int, int]:
+async def _list_offset(
+    ctx: RequestContext, topic: str, pid: int, timestamp: Any, allowed: bool
+) -> tuple[int, int, int]:
     """``(error_code, timestamp, offset)`` for one partition; -1/-1 when no record is at or after ``timestamp``."""
     if not allowed:
         return ErrorCode.topic_authorization_failed, -1, -1
@@ -203,12 +236,8 @@ def _list_offset(ctx: RequestContext, topic: str, pid: int, timestamp: Any, allo
         if ts == EARLIEST_TIMESTAMP:
             return 0, -1, partition.log_start_offset
         if ts == MAX_TIMESTAMP:
-            ts = 0  # no per-log max-timestamp tracking across segments here: the last record stands in
-            high = partition.high_watermark
-            if high == partition.log_start_offset:
-                return 0, -1, -1
-            record = broker.read_from(topic, pid, high - 1, max_msgs=1)
-            return 0, record[0].timestamp, high - 1
+            # Up to 63 timestamp lookups: off the event loop.
+            return (0, *await asyncio.to_thread(_max_timestamp_record, ctx, topic, pid))
         if ts < 0:
             return ErrorCode.invalid_request, -1, -1
         offset = broker.offset_for_timestamp(topic, pid, ts)
@@ -218,6 +247,28 @@ def _list_offset(ctx: RequestContext, topic: str, pid: int, timestamp: Any, allo
         return 0, (found[0].timestamp if found else -1), offset
     except (LkstreamError, KeyError) as exc:
         return _partition_error(exc), -1, -1
+
+
+def _max_timestamp_record(ctx: RequestContext, topic: str, pid: int) -> tuple[int, int]:
+    """``(timestamp, offset)`` of the first record with the largest timestamp (Kafka's MAX_TIMESTAMP).
+
+    Records need not arrive in timestamp order, so the last record is not the answer. The
+    broker's timestamp lookup (sealed segments skipped by their largest timestamp, one batch
+    decoded) is monotone: "some record is at or after T" holds up to the largest timestamp and
+    not beyond, so a binary search over T finds it in at most 63 lookups, without reading the log.
+    """
+    broker = ctx.broker
+    high = broker.partition(topic, pid).high_watermark
+    if broker.offset_for_timestamp(topic, pid, 0) >= high:
+        return -1, -1  # empty, or only records without a timestamp
+    low, top = 0, 2**63 - 1  # invariant: a record is at or after `low`; none is at or after `top + 1`
+    while low < top:
+        middle = (low + top + 1) // 2
+        if broker.offset_for_timestamp(topic, pid, middle) < high:
+            low = middle
+        else:
+            top = middle - 1
+    return low, broker.offset_for_timestamp(topic, pid, low)
 
 
 async def init_producer_id(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
