@@ -208,7 +208,7 @@ def test_members_that_do_not_rejoin_within_the_rebalance_timeout_are_removed() -
 
 def test_a_silent_member_is_expired_after_its_session_timeout_and_the_rest_rebalance() -> None:
     env = Env()
-    leader, follower = stable_pair(env)
+    _leader, follower = stable_pair(env)
     env.clock.advance(SESSION_MS // 2)
     env.groups.heartbeat("g", follower, 2)
     env.clock.advance(SESSION_MS // 2 + 1)
