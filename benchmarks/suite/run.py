@@ -262,7 +262,11 @@ class Block:
     profile: set[str] = dataclasses.field(default_factory=set)  # "system:metric" phases to py-spy
 
     def _profiled(self, metric: str, row: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+        """py-spy on the server for ``system:metric`` in ``--profile``, on this (client) process for
+        ``system:metric@client``."""
         key = f"{self.sys_.name}:{metric}"
+        if f"{key}@client" in self.profile:
+            return profiled(os.getpid(), key.replace(":", "-") + "-client", True, row)
         return profiled(self.pid, key.replace(":", "-"), key in self.profile, row)
 
     def _throughput(self, metric: str, topic: str, size: int, parts: int, fn: Callable[[], Any]) -> dict[str, Any]:
@@ -575,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         help="py-spy these phases, e.g. lkstream-embedded:e2e_10k,lkstream-daemon:produce.200.1"
-        " (metric, or metric.size.partitions for throughput); raw stacks saved beside the results",
+        " (metric, or metric.size.partitions for throughput; append @client to profile the client process"
+        " instead); raw stacks saved beside the results",
     )
     args = parser.parse_args(argv)
     # SIGTERM raises SystemExit in the main thread, so the finally blocks stop every server (they

@@ -23,16 +23,19 @@ Failures stay with the request or the connection that caused them:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import struct
 from collections.abc import Awaitable
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
 from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
+from lkstream.kafka.handlers.data import produce_start
 from lkstream.kafka.protocol import (
     ApiKey,
     FrameError,
@@ -48,6 +51,8 @@ log = logging.getLogger("lkstream.kafka")
 
 _SASL_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
+#: Above this many unsent response bytes, wait for the socket before reading more requests.
+_WRITE_BUFFER_HIGH = 1 << 20
 
 
 class Connection:
@@ -59,22 +64,30 @@ class Connection:
         self._writer = writer
         peer = writer.get_extra_info("peername")
         self.ctx = RequestContext(state, peer[0] if isinstance(peer, tuple) else "")
-        self._responses: asyncio.Queue[tuple[RequestHeader, asyncio.Task[bytes | None]] | None] = asyncio.Queue(
-            maxsize=state.settings.max_inflight_requests
-        )
+        self._loop = asyncio.get_running_loop()
+        # Responses not yet written, oldest first; the sender task writes them in order.
+        self._pending: collections.deque[tuple[RequestHeader, asyncio.Future[bytes | None]]] = collections.deque()
+        self._sender: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()  # set whenever fewer than max_inflight_requests responses wait
+        self._room.set()
         self._unfinished: set[asyncio.Task[bytes | None]] = set()
         self._produce_only = True  # every unfinished request is a Produce
+        self._last_active = self._loop.time()
+        self._idle_check: asyncio.TimerHandle | None = None
 
     async def serve(self) -> None:
-        sender = asyncio.create_task(self._send_responses())
+        self._schedule_idle_check(self._state.settings.idle_timeout_s)
         try:
             await self._read_requests()
-        except (FrameError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+        except (FrameError, asyncio.IncompleteReadError, ConnectionError) as exc:
             if not isinstance(exc, asyncio.IncompleteReadError) or exc.partial:
                 log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
         finally:
             # The client is gone or its stream is garbage: nobody will read the answers.
-            sender.cancel()
+            if self._idle_check is not None:
+                self._idle_check.cancel()
+            if self._sender is not None:
+                self._sender.cancel()
             for task in list(self._unfinished):
                 task.cancel()
             self._writer.close()
@@ -84,19 +97,63 @@ class Connection:
     async def _read_requests(self) -> None:
         settings = self._state.settings
         while True:
-            prefix = await asyncio.wait_for(self._reader.readexactly(4), settings.idle_timeout_s)
+            prefix = await self._reader.readexactly(4)
             frame = await self._reader.readexactly(read_frame_size(prefix, settings.max_frame_bytes))
+            self._last_active = self._loop.time()
             header = parse_request_header(frame)
             if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
                 raise FrameError(f"API {header.api_key} before SASL authentication completed")
             produce = header.api_key == ApiKey.PRODUCE
             if self._unfinished and not (produce and self._produce_only):
                 await asyncio.wait(set(self._unfinished))  # keep side effects in request order
-            task = asyncio.ensure_future(self._dispatch(header, frame))
-            self._unfinished.add(task)
-            self._produce_only = produce and self._produce_only if len(self._unfinished) > 1 else produce
-            task.add_done_callback(self._finished)
-            await self._responses.put((header, task))
+            self._respond(header, self._start(header, frame, produce))
+            if not self._room.is_set():
+                await self._room.wait()  # at most max_inflight_requests answers wait per connection
+            elif self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
+                await self._writer.drain()
+
+    def _start(self, header: RequestHeader, frame: bytes, produce: bool) -> asyncio.Future[bytes | None] | _Ready:
+        """Run the request: its answer when known at once (a Produce outside ``sync`` mode), else its task."""
+        if produce and is_supported(header.api_key, header.api_version):
+            try:
+                outcome = produce_start(self.ctx, header, frame)
+            except FrameError:
+                raise
+            except Exception:
+                log.exception("Kafka produce v%d from %s failed", header.api_version, self.ctx.client_host)
+                return _Ready(_failure_body(header, frame, ErrorCode.unknown_server_error))
+            if not isinstance(outcome, Awaitable):
+                return _Ready(outcome)
+            task = asyncio.ensure_future(_guarded(self.ctx, header, frame, outcome))
+        else:
+            task = asyncio.ensure_future(dispatch(self.ctx, header, frame))
+        self._unfinished.add(task)
+        self._produce_only = produce and self._produce_only if len(self._unfinished) > 1 else produce
+        task.add_done_callback(self._finished)
+        return task
+
+    def _respond(self, header: RequestHeader, outcome: asyncio.Future[bytes | None] | _Ready) -> None:
+        """Write the answer now if it is known and nothing waits before it; else queue it for the sender."""
+        if isinstance(outcome, _Ready):
+            if not self._pending:
+                self._write(header, outcome.body)
+                return
+            future: asyncio.Future[bytes | None] = self._loop.create_future()
+            future.set_result(outcome.body)
+        else:
+            future = outcome
+        self._pending.append((header, future))
+        if len(self._pending) >= self._state.settings.max_inflight_requests:
+            self._room.clear()
+        if self._sender is None:
+            self._sender = asyncio.ensure_future(self._send_responses())
+
+    def _write(self, header: RequestHeader, body: bytes | None) -> None:
+        self._last_active = self._loop.time()
+        if body is None:  # Produce with acks=0: no answer at all
+            return
+        flexible = response_is_flexible(header.api_key, header.api_version)
+        self._writer.write(response_header(header.correlation_id, len(body), flexible=flexible) + body)
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete
@@ -107,26 +164,52 @@ class Connection:
             self._produce_only = True
 
     async def _send_responses(self) -> None:
-        while True:
-            item = await self._responses.get()
-            if item is None:
-                return
-            header, task = item
-            try:
-                body = await task
-            except FrameError as exc:
-                log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
-                self._writer.close()
-                return
-            if body is None:
-                continue
-            flexible = response_is_flexible(header.api_key, header.api_version)
-            self._writer.write(response_header(header.correlation_id, len(body), flexible=flexible) + body)
-            if self._writer.transport.get_write_buffer_size() > 1 << 20:
-                await self._writer.drain()
+        try:
+            while self._pending:
+                header, future = self._pending[0]
+                try:
+                    body = await future
+                except FrameError as exc:
+                    log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+                    self._writer.close()
+                    return
+                self._pending.popleft()
+                self._room.set()
+                self._write(header, body)
+                if self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
+                    await self._writer.drain()
+        finally:
+            self._sender = None
 
-    def _dispatch(self, header: RequestHeader, frame: bytes) -> Awaitable[bytes | None]:
-        return dispatch(self.ctx, header, frame)
+    def _schedule_idle_check(self, delay_s: float) -> None:
+        self._idle_check = self._loop.call_later(delay_s, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        """Kafka's connections.max.idle.ms: one timer per connection, not one per read."""
+        timeout = self._state.settings.idle_timeout_s
+        idle = self._loop.time() - self._last_active
+        if idle >= timeout and not self._pending and not self._unfinished:
+            log.info("closing Kafka connection from %s: idle for %.0f s", self.ctx.client_host, idle)
+            self._writer.close()  # the reader sees the end of the stream; serve() cleans up
+            return
+        self._schedule_idle_check(max(timeout - idle, 1.0))
+
+
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """An answer known when the request was read (None: a Produce with acks=0)."""
+
+    body: bytes | None
+
+
+async def _guarded(
+    ctx: RequestContext, header: RequestHeader, frame: bytes, outcome: Awaitable[bytes | None]
+) -> bytes | None:
+    try:
+        return await outcome
+    except Exception:
+        log.exception("Kafka produce v%d from %s failed", header.api_version, ctx.client_host)
+        return _failure_body(header, frame, ErrorCode.unknown_server_error)
 
 
 async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -49,8 +50,19 @@ def _partition_error(error: Exception) -> ErrorCode:
 
 
 async def produce(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | None:
+    """Produce as a coroutine (what :data:`~lkstream.kafka.handlers.HANDLERS` holds)."""
+    outcome = produce_start(ctx, header, frame)
+    return await outcome if isinstance(outcome, Awaitable) else outcome
+
+
+def produce_start(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | Awaitable[bytes | None] | None:
+    """Append every partition's batch now; the answer, or (``sync`` mode) an awaitable of it.
+
+    In ``group`` and ``none`` modes an append is acknowledged once written, so the answer is
+    known before this returns and the connection writes it without scheduling a task: that
+    per-request saving is what a producer with ``linger.ms=0`` or small batches needs.
+    """
     request = parse_produce_request(frame, header.body_offset)
-    broker = ctx.broker
     results: list[tuple[str, list[ProducePartitionResult]]] = []
     pending: list[tuple[ProducePartitionResult, Acknowledgement]] = []
     for topic, partitions in request.topics:
@@ -61,13 +73,45 @@ async def produce(ctx: RequestContext, header: RequestHeader, frame: bytes) -> b
             if ack is not None:
                 pending.append((answer, ack))
         results.append((topic, answers))
+    if pending and ctx.broker.config.fsync_mode == "sync":
+        return _produce_after_fsync(ctx, header, request.acks, results, pending)
+    for answer, ack in pending:
+        _acknowledged(answer, ack.wait_sync)  # returns at once: nothing waits outside sync mode
+    return _produce_answer(ctx, header, request.acks, results)
+
+
+async def _produce_after_fsync(
+    ctx: RequestContext,
+    header: RequestHeader,
+    acks: int,
+    results: list[tuple[str, list[ProducePartitionResult]]],
+    pending: list[tuple[ProducePartitionResult, Acknowledgement]],
+) -> bytes | None:
     for answer, ack in pending:
         try:
             await ack.wait()
         except LkstreamError as exc:  # the fsync failed: the records are not acknowledged
-            answer.error_code, answer.error_message, answer.base_offset = error_code(exc), str(exc)[:500], -1
-    if request.acks == 0:
+            _refuse(answer, exc)
+    return _produce_answer(ctx, header, acks, results)
+
+
+def _acknowledged(answer: ProducePartitionResult, wait: Callable[[], None]) -> None:
+    try:
+        wait()
+    except LkstreamError as exc:
+        _refuse(answer, exc)
+
+
+def _refuse(answer: ProducePartitionResult, error: LkstreamError) -> None:
+    answer.error_code, answer.error_message, answer.base_offset = error_code(error), str(error)[:500], -1
+
+
+def _produce_answer(
+    ctx: RequestContext, header: RequestHeader, acks: int, results: list[tuple[str, list[ProducePartitionResult]]]
+) -> bytes | None:
+    if acks == 0:
         return None
+    broker = ctx.broker
     for topic, answers in results:
         for answer in answers:
             if answer.error_code == 0:
