@@ -36,6 +36,7 @@ from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
 from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
 from lkstream.kafka.handlers.data import produce_start
+from lkstream.kafka.hot import ResponseBody, ResponseChunks
 from lkstream.kafka.protocol import (
     ApiKey,
     FrameError,
@@ -53,6 +54,8 @@ _SASL_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
 #: Above this many unsent response bytes, wait for the socket before reading more requests.
 _WRITE_BUFFER_HIGH = 1 << 20
+#: Large answers are handed to the socket this many bytes at a time.
+_WRITE_SLICE = 1 << 20
 
 
 class Connection:
@@ -66,11 +69,11 @@ class Connection:
         self.ctx = RequestContext(state, peer[0] if isinstance(peer, tuple) else "")
         self._loop = asyncio.get_running_loop()
         # Responses not yet written, oldest first; the sender task writes them in order.
-        self._pending: collections.deque[tuple[RequestHeader, asyncio.Future[bytes | None]]] = collections.deque()
+        self._pending: collections.deque[tuple[RequestHeader, asyncio.Future[ResponseBody]]] = collections.deque()
         self._sender: asyncio.Task[None] | None = None
         self._room = asyncio.Event()  # set whenever fewer than max_inflight_requests responses wait
         self._room.set()
-        self._unfinished: set[asyncio.Task[bytes | None]] = set()
+        self._unfinished: set[asyncio.Task[ResponseBody]] = set()
         self._produce_only = True  # every unfinished request is a Produce
         self._last_active = self._loop.time()
         self._idle_check: asyncio.TimerHandle | None = None
@@ -112,7 +115,7 @@ class Connection:
             elif self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
                 await self._writer.drain()
 
-    def _start(self, header: RequestHeader, frame: bytes, produce: bool) -> asyncio.Future[bytes | None] | _Ready:
+    def _start(self, header: RequestHeader, frame: bytes, produce: bool) -> asyncio.Future[ResponseBody] | _Ready:
         """Run the request: its answer when known at once (a Produce outside ``sync`` mode), else its task."""
         if produce and is_supported(header.api_key, header.api_version):
             try:
@@ -132,13 +135,13 @@ class Connection:
         task.add_done_callback(self._finished)
         return task
 
-    def _respond(self, header: RequestHeader, outcome: asyncio.Future[bytes | None] | _Ready) -> None:
+    def _respond(self, header: RequestHeader, outcome: asyncio.Future[ResponseBody] | _Ready) -> None:
         """Write the answer now if it is known and nothing waits before it; else queue it for the sender."""
         if isinstance(outcome, _Ready):
             if not self._pending:
                 self._write(header, outcome.body)
                 return
-            future: asyncio.Future[bytes | None] = self._loop.create_future()
+            future: asyncio.Future[ResponseBody] = self._loop.create_future()
             future.set_result(outcome.body)
         else:
             future = outcome
@@ -148,17 +151,37 @@ class Connection:
         if self._sender is None:
             self._sender = asyncio.ensure_future(self._send_responses())
 
-    def _write(self, header: RequestHeader, body: bytes | None) -> None:
+    def _write(self, header: RequestHeader, body: ResponseBody) -> None:
+        """Write an answer in one piece (chunked answers go through :meth:`_write_chunks`)."""
         self._last_active = self._loop.time()
         if body is None:  # Produce with acks=0: no answer at all
             return
+        if isinstance(body, list):
+            body = b"".join(body)
         flexible = response_is_flexible(header.api_key, header.api_version)
         self._writer.write(response_header(header.correlation_id, len(body), flexible=flexible) + body)
+
+    async def _write_chunks(self, header: RequestHeader, chunks: ResponseChunks) -> None:
+        """Write a large answer without copying it: a slice at a time, waiting for the socket between.
+
+        asyncio copies whatever the socket does not take at once into its buffer and then shifts
+        that buffer after every send; megabytes of records written in one call cost several copies.
+        """
+        self._last_active = self._loop.time()
+        flexible = response_is_flexible(header.api_key, header.api_version)
+        size = sum(len(chunk) for chunk in chunks)
+        self._writer.write(response_header(header.correlation_id, size, flexible=flexible))
+        for chunk in chunks:
+            view = memoryview(chunk)
+            for start in range(0, len(view), _WRITE_SLICE):
+                self._writer.write(view[start : start + _WRITE_SLICE])
+                if self._writer.transport.get_write_buffer_size() > _WRITE_SLICE:
+                    await self._writer.drain()
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete
 
-    def _finished(self, task: asyncio.Task[bytes | None]) -> None:
+    def _finished(self, task: asyncio.Task[ResponseBody]) -> None:
         self._unfinished.discard(task)
         if not self._unfinished:
             self._produce_only = True
@@ -175,7 +198,10 @@ class Connection:
                     return
                 self._pending.popleft()
                 self._room.set()
-                self._write(header, body)
+                if isinstance(body, list):
+                    await self._write_chunks(header, body)
+                else:
+                    self._write(header, body)
                 if self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
                     await self._writer.drain()
         finally:
@@ -199,12 +225,12 @@ class Connection:
 class _Ready:
     """An answer known when the request was read (None: a Produce with acks=0)."""
 
-    body: bytes | None
+    body: ResponseBody
 
 
 async def _guarded(
-    ctx: RequestContext, header: RequestHeader, frame: bytes, outcome: Awaitable[bytes | None]
-) -> bytes | None:
+    ctx: RequestContext, header: RequestHeader, frame: bytes, outcome: Awaitable[ResponseBody]
+) -> ResponseBody:
     try:
         return await outcome
     except Exception:
@@ -212,7 +238,7 @@ async def _guarded(
         return _failure_body(header, frame, ErrorCode.unknown_server_error)
 
 
-async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | None:
+async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> ResponseBody:
     """Run the handler of one request; every failure but a malformed body becomes an error response."""
     handler = HANDLERS.get(header.api_key)
     if handler is None:
@@ -234,7 +260,7 @@ async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> 
         return _failure_body(header, frame, ErrorCode.unknown_server_error)
 
 
-def _failure_body(header: RequestHeader, frame: bytes, code: ErrorCode) -> bytes | None:
+def _failure_body(header: RequestHeader, frame: bytes, code: ErrorCode) -> ResponseBody:
     build = FAILURE_RESPONSES.get(header.api_key)
     if build is not None:
         try:

@@ -37,6 +37,13 @@ _FETCH_PART_V4: Final = struct.Struct(">ihqqi")  # partition, error, hwm, lso, a
 _FETCH_PART_V5: Final = struct.Struct(">ihqqqi")  # ... log_start before aborted
 _FETCH_PART_V11: Final = struct.Struct(">ihqqqii")  # ... + preferred_read_replica = -1
 _NO_RECORDS: Final = _I32.pack(-1)
+#: Records below this size are copied in with the fields around them; larger ones are sent as they are.
+_INLINE_RECORDS_BYTES: Final = 64 * 1024
+
+#: A response body as pieces to write one after the other (their concatenation is the body).
+ResponseChunks = list[bytes | bytearray | memoryview]
+#: What a handler answers: the body, in one piece or in chunks; None for no answer (Produce acks=0).
+ResponseBody = bytes | ResponseChunks | None
 
 
 @dataclass(slots=True)
@@ -156,6 +163,16 @@ def encode_fetch_response(
     version: int, topics: list[tuple[str, list[FetchPartitionResult]]], *, error_code: int = 0, session_id: int = 0
 ) -> bytes:
     """A Fetch v4-11 response body. Last stable offset = high watermark (no transactions)."""
+    return b"".join(fetch_response_chunks(version, topics, error_code=error_code, session_id=session_id))
+
+
+def fetch_response_chunks(
+    version: int, topics: list[tuple[str, list[FetchPartitionResult]]], *, error_code: int = 0, session_id: int = 0
+) -> ResponseChunks:
+    """:func:`encode_fetch_response` as chunks whose concatenation is the body: the records of each
+    partition stay the objects read from the log (megabytes), never copied into one buffer; the
+    small fields between them are joined."""
+    chunks: ResponseChunks = []
     parts = [_I32.pack(0)]
     if version >= 7:
         parts.append(struct.pack(">hi", error_code, session_id))
@@ -173,7 +190,14 @@ def encode_fetch_response(
                 parts.append(_FETCH_PART_V4.pack(p.partition, p.error_code, hwm, hwm, -1))
             if p.records is None:
                 parts.append(_NO_RECORDS)
-            else:
-                parts.append(_I32.pack(len(p.records)))
+                continue
+            parts.append(_I32.pack(len(p.records)))
+            if len(p.records) < _INLINE_RECORDS_BYTES:
                 parts.append(p.records)
-    return b"".join(parts)
+                continue
+            chunks.append(b"".join(parts))
+            chunks.append(p.records)
+            parts = []
+    if parts:
+        chunks.append(b"".join(parts))
+    return chunks

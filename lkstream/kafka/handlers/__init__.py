@@ -1,7 +1,7 @@
 """Request handlers, one module per area; :data:`HANDLERS` maps each API key to its handler.
 
 A handler takes the request context, the parsed header and the frame, and
-returns the encoded response body (or None for a Produce with acks=0).
+returns the encoded response body, in one piece or in chunks (or None for a Produce with acks=0).
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import Final
 
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.handlers import cluster, data, groups, sasl
+from lkstream.kafka.hot import ResponseBody
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
-Handler = Callable[[RequestContext, RequestHeader, bytes], Awaitable[bytes | None]]
+Handler = Callable[[RequestContext, RequestHeader, bytes], Awaitable[ResponseBody]]
 #: Builds the answer to a request whose handler raised: the error code on every partition it named.
 FailureResponse = Callable[[RequestHeader, bytes, int], bytes | None]
 

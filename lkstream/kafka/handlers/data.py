@@ -27,8 +27,10 @@ from lkstream.kafka.hot import (
     FetchPartitionResult,
     ProducePartition,
     ProducePartitionResult,
+    ResponseChunks,
     encode_fetch_response,
     encode_produce_response,
+    fetch_response_chunks,
     parse_produce_request,
 )
 from lkstream.kafka.protocol import ApiKey, RequestHeader
@@ -181,7 +183,7 @@ def fetch_failure(header: RequestHeader, frame: bytes, code: int) -> bytes:
     )
 
 
-async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> ResponseChunks:
     request = kio_codec.decode_request(ApiKey.FETCH, header.api_version, frame, header.body_offset)
     wanted = [
         (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, ctx.allowed("read", "topic", t.topic))
@@ -200,7 +202,7 @@ async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> byt
     grouped: dict[str, list[FetchPartitionResult]] = {}
     for topic, answer in answers:
         grouped.setdefault(topic, []).append(answer)
-    return encode_fetch_response(header.api_version, list(grouped.items()))
+    return fetch_response_chunks(header.api_version, list(grouped.items()))
 
 
 def _read_all(
