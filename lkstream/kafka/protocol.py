@@ -67,10 +67,11 @@ class ApiKey:
 
 #: ``api_key: (min_version, max_version)`` answered in ApiVersions. The caps stay below the
 #: versions that need topic ids (Fetch 13, Produce 13, Metadata 10, DeleteTopics 6,
-#: CreateTopics 7) until topic ids are persisted; see docs/kafka.md.
+#: CreateTopics 7) until topic ids are persisted; see docs/kafka.md. Produce 9-12 and Fetch 12
+#: are flexible versions, encoded by hand like the older ones (lkstream.kafka.hot).
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    ApiKey.PRODUCE: (3, 8),
-    ApiKey.FETCH: (4, 11),
+    ApiKey.PRODUCE: (3, 12),
+    ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 9),
     ApiKey.OFFSET_COMMIT: (2, 8),

@@ -64,7 +64,7 @@ def produce_start(ctx: RequestContext, header: RequestHeader, frame: bytes) -> b
     known before this returns and the connection writes it without scheduling a task: that
     per-request saving is what a producer with ``linger.ms=0`` or small batches needs.
     """
-    request = parse_produce_request(frame, header.body_offset)
+    request = parse_produce_request(frame, header.body_offset, flexible=header.flexible)
     results: list[tuple[str, list[ProducePartitionResult]]] = []
     pending: list[tuple[ProducePartitionResult, Acknowledgement]] = []
     for topic, partitions in request.topics:
@@ -158,7 +158,7 @@ def produce_failure(header: RequestHeader, frame: bytes, code: int) -> bytes | N
     Clients retry per partition on a retriable code; an idempotent producer's retry of a batch
     that did land is answered as a duplicate, so nothing is written twice.
     """
-    request = parse_produce_request(frame, header.body_offset)
+    request = parse_produce_request(frame, header.body_offset, flexible=header.flexible)
     if request.acks == 0:
         return None
     message = "the broker failed to handle this request (see its log)"
