@@ -77,6 +77,7 @@ class Connection:
         self._produce_only = True  # every unfinished request is a Produce
         self._last_active = self._loop.time()
         self._idle_check: asyncio.TimerHandle | None = None
+        self._unsent: list[bytes] = []  # small answers of this loop turn, written together by _flush
 
     async def serve(self) -> None:
         self._schedule_idle_check(self._state.settings.idle_timeout_s)
@@ -93,6 +94,7 @@ class Connection:
                 self._sender.cancel()
             for task in list(self._unfinished):
                 task.cancel()
+            self._flush()  # answers already made still go out (a client may half-close after its last request)
             self._writer.close()
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
@@ -159,7 +161,19 @@ class Connection:
         if isinstance(body, list):
             body = b"".join(body)
         flexible = response_is_flexible(header.api_key, header.api_version)
-        self._writer.write(response_header(header.correlation_id, len(body), flexible=flexible) + body)
+        # Answers finished in the same turn of the event loop go out in one send (a producer with
+        # linger.ms=0 pipelines many small requests; a syscall per answer was a fifth of the cost).
+        if not self._unsent:
+            self._loop.call_soon(self._flush)
+        self._unsent.append(response_header(header.correlation_id, len(body), flexible=flexible))
+        self._unsent.append(body)
+
+    def _flush(self) -> None:
+        if self._unsent:
+            data = b"".join(self._unsent)
+            self._unsent.clear()
+            if not self._writer.is_closing():
+                self._writer.write(data)
 
     async def _write_chunks(self, header: RequestHeader, chunks: ResponseChunks) -> None:
         """Write a large answer without copying it: a slice at a time, waiting for the socket between.
@@ -168,6 +182,7 @@ class Connection:
         that buffer after every send; megabytes of records written in one call cost several copies.
         """
         self._last_active = self._loop.time()
+        self._flush()  # earlier answers first
         flexible = response_is_flexible(header.api_key, header.api_version)
         size = sum(len(chunk) for chunk in chunks)
         self._writer.write(response_header(header.correlation_id, size, flexible=flexible))
@@ -194,6 +209,7 @@ class Connection:
                     body = await future
                 except FrameError as exc:
                     log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+                    self._flush()
                     self._writer.close()
                     return
                 self._pending.popleft()

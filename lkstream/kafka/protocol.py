@@ -169,6 +169,8 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
 
 
 def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    if pos < len(buf) and buf[pos] == 0:  # the usual case: no tagged fields
+        return pos + 1
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)

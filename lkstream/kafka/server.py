@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 
 from lkstream.broker.broker import Broker
+from lkstream.kafka import kio_codec
 from lkstream.kafka.connection import Connection
 from lkstream.kafka.context import ListenerSettings, ServerState
 from lkstream.kafka.metadata_cache import MetadataCache
+from lkstream.kafka.protocol import SUPPORTED_VERSIONS
 
 log = logging.getLogger("lkstream.kafka")
 
@@ -48,6 +51,11 @@ class KafkaServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.port)
+        # kio's schema modules load in the background rather than inside the first request of each
+        # API version (which would stall every connection of the loop while it imports).
+        threading.Thread(
+            target=kio_codec.warm_up, args=(SUPPORTED_VERSIONS,), name="lkstream-kafka-warm-up", daemon=True
+        ).start()
         self._state = ServerState(
             broker=self.broker,
             settings=self.settings,
