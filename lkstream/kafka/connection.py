@@ -105,7 +105,7 @@ class Connection:
             prefix = await self._reader.readexactly(4)
             frame = await self._reader.readexactly(read_frame_size(prefix, settings.max_frame_bytes))
             self._last_active = self._loop.time()
-            header = parse_request_header(frame)
+            header = parse_request_header(frame, self._state.versions)
             if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
                 raise FrameError(f"API {header.api_key} before SASL authentication completed")
             produce = header.api_key == ApiKey.PRODUCE
@@ -119,7 +119,7 @@ class Connection:
 
     def _start(self, header: RequestHeader, frame: bytes, produce: bool) -> asyncio.Future[ResponseBody] | _Ready:
         """Run the request: its answer when known at once (a Produce outside ``sync`` mode), else its task."""
-        if produce and is_supported(header.api_key, header.api_version):
+        if produce and is_supported(header.api_key, header.api_version, self._state.versions):
             try:
                 outcome = produce_start(self.ctx, header, frame)
             except FrameError:
@@ -259,7 +259,10 @@ async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> 
     handler = HANDLERS.get(header.api_key)
     if handler is None:
         return _UNSUPPORTED  # no schema to answer in: the error code alone, after the correlation id
-    if not is_supported(header.api_key, header.api_version) and header.api_key != ApiKey.API_VERSIONS:
+    if (
+        not is_supported(header.api_key, header.api_version, ctx.server.versions)
+        and header.api_key != ApiKey.API_VERSIONS
+    ):
         return _error_body(header, ErrorCode.unsupported_version)
     try:
         return await handler(ctx, header, frame)

@@ -141,6 +141,14 @@ def _init_fields(cls: Any) -> tuple[tuple[str, bool], ...]:
     return tuple((f.name, f.default is MISSING and f.default_factory is MISSING) for f in fields(cls) if f.init)
 
 
+def struct_type(cls: Any, name: str) -> Any:
+    """The class of the (maybe nullable) struct field ``name`` of ``cls``."""
+    hint = _hints(cls)[name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
 def item_type(cls: Any, name: str) -> Any:
     """The element class of the array field ``name`` of ``cls`` (``tuple[X, ...]``, maybe nullable)."""
     hint = _hints(cls)[name]

@@ -63,6 +63,7 @@ class ApiKey:
     SASL_AUTHENTICATE: Final = 36
     CREATE_PARTITIONS: Final = 37
     DELETE_GROUPS: Final = 42
+    CONSUMER_GROUP_HEARTBEAT: Final = 68
 
 
 #: ``api_key: (min_version, max_version)`` answered in ApiVersions. The caps stay below the
@@ -95,6 +96,21 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 }
 
 
+#: What a listener with ``ListenerSettings.topic_ids`` adds: Metadata with topic ids (v10-12) and
+#: KIP-848's ConsumerGroupHeartbeat, whose assignments name topics by id. Off until LKSTREAM
+#: persists topic ids (see lkstream.kafka.topic_ids); Produce and Fetch stay below their
+#: topic-id versions either way.
+TOPIC_ID_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.METADATA: (0, 12),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+}
+
+
+def version_table(*, topic_ids: bool) -> dict[int, tuple[int, int]]:
+    """The versions a listener answers in ApiVersions and serves."""
+    return {**SUPPORTED_VERSIONS, **TOPIC_ID_VERSIONS} if topic_ids else dict(SUPPORTED_VERSIONS)
+
+
 class FrameError(InvalidArgumentError):
     """A frame or request header that cannot be parsed: the connection is closed (nothing else can be read)."""
 
@@ -109,8 +125,8 @@ class RequestHeader:
     body_offset: int  # where the request body starts in the frame
 
 
-def is_supported(api_key: int, api_version: int) -> bool:
-    bounds = SUPPORTED_VERSIONS.get(api_key)
+def is_supported(api_key: int, api_version: int, versions: dict[int, tuple[int, int]] = SUPPORTED_VERSIONS) -> bool:
+    bounds = versions.get(api_key)
     return bounds is not None and bounds[0] <= api_version <= bounds[1]
 
 
@@ -132,7 +148,9 @@ def read_frame_size(prefix: bytes, max_frame_bytes: int) -> int:
     return int(size)
 
 
-def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
+def parse_request_header(
+    frame: bytes | bytearray | memoryview, versions: dict[int, tuple[int, int]] = SUPPORTED_VERSIONS
+) -> RequestHeader:
     """Parse the header at the start of ``frame`` (the bytes after the size prefix)."""
     if len(frame) < _HEADER_FIXED.size:
         raise FrameError(f"request header cut short: {len(frame)} bytes")
@@ -146,7 +164,7 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader
         pos += client_len
     elif client_len < -1:
         raise FrameError(f"request header: bad client_id length {client_len}")
-    flexible = is_supported(api_key, api_version) and is_flexible(api_key, api_version)
+    flexible = is_supported(api_key, api_version, versions) and is_flexible(api_key, api_version)
     if flexible:
         pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible, pos)

@@ -18,7 +18,8 @@ from lkstream.kafka import kio_codec
 from lkstream.kafka.connection import Connection
 from lkstream.kafka.context import ListenerSettings, ServerState
 from lkstream.kafka.metadata_cache import MetadataCache
-from lkstream.kafka.protocol import SUPPORTED_VERSIONS
+from lkstream.kafka.protocol import version_table
+from lkstream.kafka.topic_ids import TopicIds
 
 log = logging.getLogger("lkstream.kafka")
 
@@ -54,7 +55,10 @@ class KafkaServer:
         # kio's schema modules load in the background rather than inside the first request of each
         # API version (which would stall every connection of the loop while it imports).
         threading.Thread(
-            target=kio_codec.warm_up, args=(SUPPORTED_VERSIONS,), name="lkstream-kafka-warm-up", daemon=True
+            target=kio_codec.warm_up,
+            args=(version_table(topic_ids=self.settings.topic_ids),),
+            name="lkstream-kafka-warm-up",
+            daemon=True,
         ).start()
         self._state = ServerState(
             broker=self.broker,
@@ -63,6 +67,8 @@ class KafkaServer:
             metadata=MetadataCache(lambda: self.broker.topics_version),
             advertised_host=self.advertised_host,
             advertised_port=self.port,
+            versions=version_table(topic_ids=self.settings.topic_ids),
+            topic_ids=TopicIds(self.broker),
         )
 
     async def stop(self) -> None:

@@ -32,21 +32,32 @@ def classpath() -> str:
     return os.pathsep.join(str(lib / jar) for jar in JARS)
 
 
-def test_java_kafka_clients_produce_consume_resume_and_administer(kafka_bootstrap: str, kafka_broker: Broker) -> None:
+def run_matrix(bootstrap: str, *group_protocol: str) -> dict[str, str]:
     java = shutil.which("java")
     assert java is not None, "java is not installed: run scripts/install-system-deps.sh"
     done = subprocess.run(
-        [java, "-cp", classpath(), str(PROGRAM), kafka_bootstrap, "javat", "javag"],
+        [java, "-cp", classpath(), str(PROGRAM), bootstrap, "javat", "javag", *group_protocol],
         capture_output=True,
         text=True,
         timeout=DEADLINE_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    steps = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line[:1].isupper() and " " in line)
-    assert steps["CREATED"] == "topic=javat"
     consumed = [line.split("=", 1)[1] for line in done.stdout.splitlines() if line.startswith("CONSUMED")]
     assert consumed == [",".join(map(str, range(50))), ",".join(map(str, range(50, 60)))]
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines() if line[:1].isupper() and " " in line)
+
+
+def test_java_kafka_clients_produce_consume_resume_and_administer(kafka_bootstrap: str, kafka_broker: Broker) -> None:
+    steps = run_matrix(kafka_bootstrap)
+    assert steps["CREATED"] == "topic=javat"
     assert steps["BY_TIME"] == "offset=0"
     assert steps["DELETED"] == "topic=javat"
     assert "javat" not in kafka_broker.list_topics()
+
+
+def test_java_kafka_clients_with_the_kip848_consumer_protocol(topic_id_bootstrap: str, kafka_broker: Broker) -> None:
+    run_matrix(topic_id_bootstrap, "consumer")
+    # The group lived in LKSTREAM's own coordinator (ConsumerGroupHeartbeat), not the classic one.
+    assert kafka_broker.classic_groups.snapshot("javag") is None
+    assert kafka_broker.describe_group("javag").generation > 0

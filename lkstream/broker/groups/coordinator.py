@@ -234,8 +234,13 @@ class GroupCoordinator:
         rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         client_id: str = "",
         client_host: str = "",
+        new_member_id: str | None = None,
     ) -> JoinResult:
-        """Join ``group`` (or update a known member's subscription); returns its member id and generation."""
+        """Join ``group`` (or update a known member's subscription); returns its member id and generation.
+
+        ``new_member_id``: the id a new member takes instead of a generated one (Kafka's KIP-848
+        clients choose their own); refused if a live or fenced member of the group has it.
+        """
         validate_group(group)
         subscribed = _check_subscription(topics)
         get_assignor(assignor)
@@ -259,8 +264,10 @@ class GroupCoordinator:
                     raise InconsistentGroupProtocolError(group, assignor, g.assignor)
             member = self._find_joining_locked(g, member_id, instance_id)
             if member is None:
+                if new_member_id is not None and (new_member_id in g.members or new_member_id in g.fenced):
+                    raise InvalidArgumentError(f"member id {new_member_id!r} is taken in group {group!r}")
                 member = _Member(
-                    member_id=self._new_member_id(client_id),
+                    member_id=new_member_id or self._new_member_id(client_id),
                     instance_id=instance_id,
                     client_id=client_id,
                     client_host=client_host,

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from lkstream.kafka.context import RequestContext
-from lkstream.kafka.handlers import cluster, data, groups, sasl
+from lkstream.kafka.handlers import cluster, consumer_groups, data, groups, sasl
 from lkstream.kafka.hot import ResponseBody
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
@@ -41,6 +41,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.DELETE_GROUPS: groups.delete_groups,
     ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.consumer_group_heartbeat,
 }
 
 #: APIs whose clients read errors per partition: a handler failure is answered partition by partition

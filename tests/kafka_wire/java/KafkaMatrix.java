@@ -17,11 +17,14 @@ import org.apache.kafka.common.serialization.*;
 
 public class KafkaMatrix {
     static final int COUNT = 50;
+    static String groupProtocol = "classic";
 
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1], group = args[2];
         Properties common = new Properties();
         common.put("bootstrap.servers", bootstrap);
+        // "classic" (the default) or "consumer" (KIP-848; needs the listener's topic-id switch)
+        groupProtocol = args.length > 3 ? args[3] : "classic";
         try (Admin admin = Admin.create(common)) {
             admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all().get();
             System.out.println("CREATED topic=" + topic);
@@ -78,7 +81,10 @@ public class KafkaMatrix {
     static KafkaConsumer<byte[], byte[]> consumer(Properties common, String group) {
         Properties props = new Properties();
         props.putAll(common);
-        if (group != null) props.put("group.id", group);
+        if (group != null) {
+            props.put("group.id", group);
+            props.put("group.protocol", groupProtocol);
+        }
         props.put("auto.offset.reset", "earliest");
         props.put("enable.auto.commit", "false");
         return new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer());
