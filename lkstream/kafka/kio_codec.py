@@ -55,7 +55,7 @@ def warm_up(versions: dict[int, tuple[int, int]]) -> None:
 
     kio imports a schema module on first use; done by the first request of each API version, that
     import stalls the listener's event loop (tens to hundreds of milliseconds each), so the
-    listener runs this in a thread once it is bound.
+    listener runs this in a thread before it binds its port.
     """
     for api_key, (low, high) in versions.items():
         for version in range(low, high + 1):

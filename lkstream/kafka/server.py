@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 
 from lkstream.broker.broker import Broker
 from lkstream.kafka import kio_codec
@@ -51,15 +50,12 @@ class KafkaServer:
         return f"{self.advertised_host}:{self.port}"
 
     async def start(self) -> None:
+        versions = version_table(topic_ids=self.settings.topic_ids)
+        # kio imports a schema module on the first request of each API version; doing that inside a
+        # request would stall every connection of the loop. Done here, before the port is bound (a
+        # few hundred milliseconds, once per process), in a thread so that the loop stays free.
+        await asyncio.to_thread(kio_codec.warm_up, versions)
         self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.port)
-        # kio's schema modules load in the background rather than inside the first request of each
-        # API version (which would stall every connection of the loop while it imports).
-        threading.Thread(
-            target=kio_codec.warm_up,
-            args=(version_table(topic_ids=self.settings.topic_ids),),
-            name="lkstream-kafka-warm-up",
-            daemon=True,
-        ).start()
         self._state = ServerState(
             broker=self.broker,
             settings=self.settings,
@@ -67,7 +63,7 @@ class KafkaServer:
             metadata=MetadataCache(lambda: self.broker.topics_version),
             advertised_host=self.advertised_host,
             advertised_port=self.port,
-            versions=version_table(topic_ids=self.settings.topic_ids),
+            versions=versions,
             topic_ids=TopicIds(self.broker),
         )
 
