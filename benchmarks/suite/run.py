@@ -1,6 +1,6 @@
 """Run LKSTREAM and its peers side by side on this machine; write one JSON result (issue 7).
 
-    .venv/bin/python -m benchmarks.suite.run                 # full: 3 runs, < 15 min
+    .venv/bin/python -m benchmarks.suite.run                 # full: 3 runs (Kafka systems: ~1 min a run)
     .venv/bin/python -m benchmarks.suite.run --quick         # smoke: 1 run, about 2 min
     .venv/bin/python -m benchmarks.suite.run --systems lkstream-embedded,redis-streams --runs 1
     .venv/bin/python -m benchmarks.suite.report benchmarks/results/peers-<stamp>.json   # Markdown
