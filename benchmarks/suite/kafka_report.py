@@ -110,24 +110,31 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def render(doc: dict[str, Any], source: str) -> str:
-    problems = validate_result(doc)
-    if problems:
-        raise SystemExit(f"{source}: not a valid suite result: {problems}")
-    m = doc["machine"]
-    lines = [
-        START,
-        "",
-        f"From `{source}`: `{doc['command']}` on {doc['utc']}, {doc['runs']} run(s), {doc.get('elapsed_s', '?')} s;"
-        f" load average (1, 5, 15 min) at start {loads(m.get('loadavg_at_start'))}, at end"
-        f" {loads(m.get('loadavg_at_end'))} on {m.get('cores')} cores. Cells are *median (min-max)* over runs;"
-        " ratios are computed run by run (same run, same machine state), then summarized.",
-        "",
-        *table(
-            ["Target (issue 11)", "LKSTREAM (Kafka API)", "Tansu (memory) / reference", "Ratio", "Verdict"], rows(doc)
-        ),
-        "",
-        END,
-    ]
+    """The table of one result, between the markers."""
+    return render_all([(doc, source)])
+
+
+def render_all(results: list[tuple[dict[str, Any], str]]) -> str:
+    """One table per result (runs taken at different times show how much the machine moves them)."""
+    lines = [START, ""]
+    for doc, source in results:
+        problems = validate_result(doc)
+        if problems:
+            raise SystemExit(f"{source}: not a valid suite result: {problems}")
+        m = doc["machine"]
+        lines += [
+            f"From `{source}`: `{doc['command']}` on {doc['utc']}, {doc['runs']} run(s),"
+            f" {doc.get('elapsed_s', '?')} s; load average (1, 5, 15 min) at start {loads(m.get('loadavg_at_start'))},"
+            f" at end {loads(m.get('loadavg_at_end'))} on {m.get('cores')} cores. Cells are *median (min-max)* over"
+            " runs; ratios are computed run by run (same run, same machine state), then summarized.",
+            "",
+            *table(
+                ["Target (issue 11)", "LKSTREAM (Kafka API)", "Tansu (memory) / reference", "Ratio", "Verdict"],
+                rows(doc),
+            ),
+            "",
+        ]
+    lines.append(END)
     return "\n".join(lines) + "\n"
 
 
@@ -140,11 +147,10 @@ def replace_between_markers(text: str, block: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("result", help="a suite result JSON with lkstream-kafka, tansu and lkstream-daemon")
-    parser.add_argument("--write", help="replace the generated table in this Markdown file (docs/benchmarks.md)")
+    parser.add_argument("results", nargs="+", help="suite results with lkstream-kafka, tansu and lkstream-daemon")
+    parser.add_argument("--write", help="replace the generated tables in this Markdown file (docs/benchmarks.md)")
     args = parser.parse_args(argv)
-    doc = json.loads(Path(args.result).read_text())
-    block = render(doc, args.result)
+    block = render_all([(json.loads(Path(path).read_text()), path) for path in args.results])
     if args.write:
         path = Path(args.write)
         path.write_text(replace_between_markers(path.read_text(), block))

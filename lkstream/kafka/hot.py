@@ -101,7 +101,11 @@ class _Cursor:
         return self._checked_count(self.int32())
 
     def uvarint(self) -> int:
-        value, self.pos = read_uvarint(self.buf, self.pos)
+        pos = self.pos
+        if pos < len(self.buf) and self.buf[pos] < 0x80:  # one byte: every length below 127
+            self.pos = pos + 1
+            return int(self.buf[pos])
+        value, self.pos = read_uvarint(self.buf, pos)
         return value
 
     def compact_string(self, *, nullable: bool = False) -> str | None:

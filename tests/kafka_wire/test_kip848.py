@@ -168,6 +168,8 @@ def test_heartbeats_join_assign_by_topic_id_refuse_strangers_and_leave(
     assert sorted(entry.partitions) == list(range(PARTITIONS))
     stranger = heartbeat(topic_id_bootstrap, member_id="nobody", member_epoch=3, subscribed_topic_names=None)
     assert stranger.error_code == ErrorCode.unknown_member_id  # type: ignore[attr-defined]
+    vague = heartbeat(topic_id_bootstrap, group_id="other", member_id="m", subscribed_topic_names=None)
+    assert vague.error_code == ErrorCode.invalid_request  # type: ignore[attr-defined]  # a join names its topics
     odd = heartbeat(topic_id_bootstrap, group_id="other", member_id="m", server_assignor="bogus")
     assert odd.error_code == ErrorCode.unsupported_assignor  # type: ignore[attr-defined]
     left = heartbeat(topic_id_bootstrap, member_id=joined.member_id, member_epoch=-1)  # type: ignore[attr-defined]

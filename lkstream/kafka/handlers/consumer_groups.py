@@ -40,6 +40,7 @@ from lkstream.broker.groups.types import TopicPartition
 from lkstream.errors import (
     FencedInstanceError,
     InconsistentGroupProtocolError,
+    InvalidArgumentError,
     LkstreamError,
     UnknownAssignorError,
     UnknownMemberError,
@@ -129,8 +130,8 @@ def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
     topics = request.subscribed_topic_names
     if request.member_epoch == 0 or topics is not None:
         known = request.member_epoch != 0 and bool(request.member_id)
-        if topics is None:  # a join must say what it subscribes to
-            raise UnknownMemberError(request.group_id, request.member_id or "")
+        if topics is None:
+            raise InvalidArgumentError("a ConsumerGroupHeartbeat joining (member epoch 0) must name its topics")
         assignor = ASSIGNORS[request.server_assignor]
         described = broker.groups.describe(request.group_id)
         member = next((m for m in described.members if m.member_id == request.member_id), None)
