@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from lkstream.broker.groups.coordinator import DEFAULT_REBALANCE_TIMEOUT_MS
 from lkstream.broker.groups.types import TopicPartition
 from lkstream.errors import (
     FencedInstanceError,
@@ -103,7 +104,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, header: RequestHeader, f
         return answer(ErrorCode.unknown_member_id, str(exc))
     except FencedInstanceError as exc:
         return answer(ErrorCode.fenced_instance_id, str(exc))
-    except (UnknownAssignorError, KeyError) as exc:
+    except UnknownAssignorError as exc:
         return answer(ErrorCode.unsupported_assignor, str(exc))
     except InconsistentGroupProtocolError as exc:
         return answer(ErrorCode.group_id_not_found, str(exc))  # a Kafka classic group of that name is live
@@ -132,7 +133,9 @@ def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
         known = request.member_epoch != 0 and bool(request.member_id)
         if topics is None:
             raise InvalidArgumentError("a ConsumerGroupHeartbeat joining (member epoch 0) must name its topics")
-        assignor = ASSIGNORS[request.server_assignor]
+        assignor = ASSIGNORS.get(request.server_assignor)
+        if assignor is None:
+            raise UnknownAssignorError(request.server_assignor, tuple(name for name in ASSIGNORS if name))
         described = broker.groups.describe(request.group_id)
         member = next((m for m in described.members if m.member_id == request.member_id), None)
         if known and member is not None and member.topics == frozenset(topics):
@@ -144,7 +147,7 @@ def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
             instance_id=request.instance_id,
             assignor=assignor,
             session_timeout_ms=SESSION_TIMEOUT_MS,
-            rebalance_timeout_ms=max(1, int(request.rebalance_timeout.total_seconds() * 1000)),
+            rebalance_timeout_ms=_rebalance_timeout_ms(request.rebalance_timeout),
             client_id=client_id,
             client_host=ctx.client_host,
             new_member_id=request.member_id or None,
@@ -153,6 +156,12 @@ def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
     if not request.member_id:
         raise UnknownMemberError(request.group_id, "")
     return str(request.member_id)
+
+
+def _rebalance_timeout_ms(value: datetime.timedelta) -> int:
+    """The client's rebalance timeout (its max.poll.interval.ms); -1 means unchanged, or not given."""
+    ms = int(value.total_seconds() * 1000)
+    return ms if ms > 0 else DEFAULT_REBALANCE_TIMEOUT_MS
 
 
 def _reported(ctx: RequestContext, topic_partitions: Any) -> frozenset[TopicPartition] | None:
