@@ -369,7 +369,7 @@ class Broker(GroupCalls):
                         compression=codec,
                         timestamp_ms=self._clock.now_ms(),
                     )
-                    base = ack.append(topic.partitions[pid], batch).base_offset
+                    base = ack.append(topic.partitions[pid], batch, owned=True).base_offset
                     for delta, i in enumerate(chunk):
                         results[i] = (pid, base + delta)
         return results, ack
@@ -384,7 +384,7 @@ class Broker(GroupCalls):
             if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
                 self._check_sizes(record_sizes(pairs))
         with self._acknowledgement(total) as ack:
-            bases = [ack.append(topic.partitions[pid], batch).base_offset for pid, batch in encoded.batches]
+            bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
         return encoded.results(bases), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:
