@@ -15,7 +15,7 @@ both medians and the median of the per-run ratios. The benchmark scripts themsel
 from the working tree.
 
     .venv/bin/python benchmarks/quick.py                   # the working tree only
-    .venv/bin/python benchmarks/quick.py --against main    # before (main) and after, side by side
+    .venv/bin/python benchmarks/quick.py --against "$(git merge-base main HEAD)"   # before and after
 
 Prints a table on stderr, the JSON document on stdout, and saves it as
 ``benchmarks/results/quick-<stamp>.json``.
@@ -125,7 +125,7 @@ def main() -> None:
     args.quick, args.seed = False, None  # for emit(): the scripts use their own default seeds
     facts = machine_facts(REPO)
     runs: dict[str, list[dict[str, dict[str, float]]]] = {"after": []}
-    with contextlib_nullable(args.against) as before_tree:
+    with revision_or_none(args.against) as before_tree:
         if before_tree is not None:
             runs["before"] = []
         for n in range(args.runs):
@@ -141,7 +141,7 @@ def main() -> None:
 
 
 @contextmanager
-def contextlib_nullable(ref: str | None) -> Iterator[Path | None]:
+def revision_or_none(ref: str | None) -> Iterator[Path | None]:
     if ref is None:
         yield None
     else:

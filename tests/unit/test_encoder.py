@@ -96,7 +96,7 @@ async def test_produce_many_rejects_a_bad_key_and_appends_nothing(broker: Broker
     await broker.produce_many("ticks", [("k", b"first")])
     before = [broker.partition("ticks", pid).high_watermark for pid in range(4)]
     with pytest.raises(InvalidArgumentError, match="key"):
-        await broker.produce_many("ticks", [("a", b"1"), ("b", b"2"), (3.5, b"3")])
+        await broker.produce_many("ticks", [("a", b"1"), ("b", b"2"), (3.5, b"3")])  # type: ignore[list-item]
     assert [broker.partition("ticks", pid).high_watermark for pid in range(4)] == before
 
 
