@@ -24,10 +24,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
+from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
@@ -398,9 +398,16 @@ class Broker(GroupCalls):
         topic = self._topic(topic_name, create=True)
         if partition is not None:
             self.partition(topic.name, partition)
-        fast = self._produce_one_batch(topic, records, partition, codec)
-        if fast is not None:
-            return fast
+        encoded = encode_call(
+            records,
+            partitions=len(topic.partitions),
+            explicit=partition,
+            sticky=self._sticky,
+            codec=codec,
+            timestamp_ms=self._clock.now_ms(),
+        )
+        if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
+            return self._append_call(topic, encoded, codec)
         pairs, headers = normalise_records(records)
         if not pairs:
             return [], self._acknowledgement(0)
@@ -417,38 +424,23 @@ class Broker(GroupCalls):
                         compression=codec,
                         timestamp_ms=self._clock.now_ms(),
                     )
-                    base = ack.append(topic.partitions[pid], batch).base_offset
+                    base = ack.append(topic.partitions[pid], batch, owned=True).base_offset
                     for delta, i in enumerate(chunk):
                         results[i] = (pid, base + delta)
         return results, ack
 
-    def _produce_one_batch(
-        self, topic: _Topic, records: Sequence[ProduceItem], explicit: int | None, codec: Compression
-    ) -> tuple[list[tuple[int, int]], Acknowledgement] | None:
-        """The common case in O(1) Python work per record: one target partition, one batch.
-
-        Applies when every record is a ``(bytes | None, bytes)`` pair bound for
-        one partition (explicit, a single-partition topic, or all keys None) and
-        the batch fits ``max_batch_bytes``. Returns None to fall back to the
-        general path, which normalises, routes and splits.
-        """
-        if type(records) not in (list, tuple) or not records:
-            return None
-        count = len(topic.partitions)
-        try:
-            if explicit is None and count > 1 and any(r[0] is not None for r in records):
-                return None
-            batch = encode_batch(records, compression=codec, timestamp_ms=self._clock.now_ms())  # type: ignore[arg-type]
-        except (TypeError, ValueError, IndexError, KeyError):
-            return None  # InvalidArgumentError is a ValueError: the general path reports it precisely
-        if len(batch) > self.config.max_batch_bytes:
-            return None
-        if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
-            self._check_sizes(record_sizes(records))  # type: ignore[arg-type]  # fast path: the items encoded as (bytes | None, bytes) pairs
-        pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
-        with self._acknowledgement(len(batch)) as ack:
-            result = ack.append(topic.partitions[pid], batch)
-        return list(zip(repeat(pid), range(result.base_offset, result.last_offset + 1), strict=False)), ack
+    def _append_call(
+        self, topic: _Topic, encoded: EncodedCall, codec: Compression
+    ) -> tuple[list[tuple[int, int]], Acknowledgement]:
+        """Append the fast path's batches (each fits ``max_batch_bytes``); see :mod:`lkstream.broker.encoder`."""
+        total = 0
+        for (_, batch), pairs in zip(encoded.batches, encoded.pairs, strict=True):
+            total += len(batch)
+            if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
+                self._check_sizes(record_sizes(pairs))
+        with self._acknowledgement(total) as ack:
+            bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
+        return encoded.results(bases), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:
         limit = self.config.max_message_bytes
