@@ -13,6 +13,8 @@ from lkstream.client.producer import Producer
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BackpressureError,
     BrokerClosedError,
     BrokerUnavailableError,
@@ -39,16 +41,20 @@ from lkstream.errors import (
     UnknownTopicError,
 )
 from lkstream.format.codec import Compression, Record
+from lkstream.security.tls import ClientTls
 from lkstream.storage.offsets import OffsetStore
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "BackpressureError",
     "Broker",
     "BrokerClosedError",
     "BrokerConfig",
     "BrokerUnavailableError",
+    "ClientTls",
     "Compression",
     "Consumer",
     "CorruptRecordError",

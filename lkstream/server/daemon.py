@@ -35,6 +35,8 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.config import BrokerConfig
 from lkstream.errors import InvalidArgumentError, LkstreamError
+from lkstream.security.access import Access
+from lkstream.server.grpc_access import AccessInterceptor, server_credentials
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
 from lkstream.server.http import HttpServer, start_http
 from lkstream.server.settings import ServerSettings, load_settings
@@ -51,20 +53,23 @@ class Daemon:
     (``/ready`` 503), gRPC, then ``/ready`` 200. :meth:`stop` reverses it, HTTP last.
     """
 
-    def __init__(self, settings: ServerSettings, broker: Broker) -> None:
+    def __init__(self, settings: ServerSettings, broker: Broker, access: Access | None = None) -> None:
         self.settings = settings
         self.broker = broker
         self.metrics = BrokerMetrics(broker)
         self.http: HttpServer | None = None
+        #: Authentication and authorization for every listener (docs/security.md).
+        self.access = access if access is not None else settings.access(broker.config)
         limit = settings.message_limit(broker.config)
         self.server = grpc.aio.server(
+            interceptors=[AccessInterceptor(self.access, broker, self.metrics)] if self.access.enabled else [],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
-        self.service = BrokerService(broker, self.metrics, max_fetch_bytes=limit - 64 * 1024)
+        self.service = BrokerService(broker, self.metrics, max_fetch_bytes=limit - 64 * 1024, access=self.access)
         pb_grpc.add_BrokerServicer_to_server(self.service, self.server)  # type: ignore[no-untyped-call]
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -73,7 +78,11 @@ class Daemon:
             self.server,
         )
         address = f"{settings.grpc_host}:{settings.grpc_port}"
-        self.port = self.server.add_insecure_port(address)
+        tls = settings.tls
+        if tls is None:
+            self.port = self.server.add_insecure_port(address)
+        else:
+            self.port = self.server.add_secure_port(address, server_credentials(tls))
         if self.port == 0:
             raise InvalidArgumentError(f"cannot listen on {address} (address in use or not local?)")
         self.address = f"{settings.grpc_host}:{self.port}"
@@ -125,6 +134,7 @@ async def serve(
     *,
     ready: Callable[[Daemon], None] | None = None,
     stop: asyncio.Event | None = None,
+    access: Access | None = None,
 ) -> None:
     """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set), then shut down gracefully."""
     stop = stop or asyncio.Event()
@@ -133,7 +143,7 @@ async def serve(
         loop.add_signal_handler(signum, stop.set)
     broker = Broker(config=config)
     try:
-        daemon = Daemon(settings, broker)
+        daemon = Daemon(settings, broker, access)
     except BaseException:
         broker.close()
         raise
@@ -156,10 +166,10 @@ def print_ready(daemon: Daemon) -> None:
     )
 
 
-def run(settings: ServerSettings, config: BrokerConfig) -> int:
+def run(settings: ServerSettings, config: BrokerConfig, access: Access | None = None) -> int:
     """Serve until signalled; return the process exit code."""
     try:
-        asyncio.run(serve(settings, config, ready=print_ready))
+        asyncio.run(serve(settings, config, ready=print_ready, access=access))
     except LkstreamError as exc:
         print(f"lkstream: {exc}", file=sys.stderr)
         return 1
@@ -182,7 +192,22 @@ def run_daemon(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings, config = load_settings(config_path, overrides)
+        # TLS files and the security files are configuration too: a bad one is exit 2, before anything starts.
+        if settings.tls is not None:
+            settings.tls.check()
+        access = settings.access(config)
     except InvalidArgumentError as exc:
         print(f"lkstream: {exc}", file=sys.stderr)
         return 2
-    return run(settings, config)
+    _log_security(settings, config)
+    return run(settings, config, access)
+
+
+def _log_security(settings: ServerSettings, config: BrokerConfig) -> None:
+    tls = settings.tls
+    users, acls = settings.security_files(config)
+    log.info(
+        "TLS %s; authentication %s",
+        "off" if tls is None else "on" + (", client certificates required" if tls.client_ca_file else ""),
+        f"on (users {users}, ACLs {acls})" if settings.auth else "off: every caller may do anything",
+    )

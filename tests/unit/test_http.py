@@ -233,6 +233,8 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "InconsistentGroupProtocolError": (409, "inconsistent_group_protocol"),
         "GroupNotEmptyError": (409, "group_not_empty"),
         "OffsetRegressionError": (409, "offset_regression"),
+        "AuthenticationError": (401, "authentication"),
+        "AuthorizationError": (403, "authorization"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:
