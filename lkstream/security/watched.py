@@ -81,7 +81,7 @@ def edit_file(
     directory = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(directory, mode=PRIVATE_DIR_MODE, exist_ok=True)
-        lock = open(f"{path}.lock", "a")  # noqa: SIM115 - held open for the flock below
+        lock = os.fdopen(os.open(f"{path}.lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE), "w")
     except OSError as exc:
         raise InvalidArgumentError(f"cannot edit {path}: {exc.strerror or exc}") from None
     with lock:

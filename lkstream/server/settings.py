@@ -142,10 +142,11 @@ def is_loopback(host: str) -> bool:
         return False  # a host name other than localhost may resolve to anything
 
 
-def server_settings(loaded: LoadedConfig) -> ServerSettings:
+def server_settings(loaded: LoadedConfig, *, check_exposure: bool = True) -> ServerSettings:
     """Validate ``loaded.server``; raise :class:`InvalidArgumentError` naming each bad key and its source.
 
-    Also refuses a non-loopback listener without TLS and authentication (:meth:`ServerSettings.check_exposure`).
+    Also refuses a non-loopback listener without TLS and authentication (:meth:`ServerSettings.check_exposure`),
+    unless ``check_exposure`` is False (tools that only read the file locations).
     """
     try:
         settings = ServerSettings.model_validate(loaded.server)
@@ -162,7 +163,8 @@ def server_settings(loaded: LoadedConfig) -> ServerSettings:
             else:
                 problems.append(f"{key}: {err['msg']} (got {err['input']!r}, from {where})")
         raise InvalidArgumentError(f"invalid configuration: {'; '.join(problems)}") from None
-    settings.check_exposure()
+    if check_exposure:
+        settings.check_exposure()
     return settings
 
 
