@@ -39,6 +39,7 @@ from lkstream.security.access import Access
 from lkstream.server.grpc_access import AccessInterceptor, server_credentials
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
 from lkstream.server.http import HttpServer, start_http
+from lkstream.server.http_access import GuardedHttpServer, HttpAccess
 from lkstream.server.settings import ServerSettings, load_settings
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import PROTOCOL_VERSION
@@ -95,20 +96,31 @@ class Daemon:
 
     async def start(self) -> None:
         host, port = self.settings.http_host, self.settings.http_port
+        limit = self.settings.message_limit(self.broker.config)
         try:
-            self.http = await start_http(
-                self.broker,
-                self.metrics,
-                host,
-                port,
-                max_request_bytes=self.settings.message_limit(self.broker.config),
-            )
+            if self.access.enabled:
+                self.http = GuardedHttpServer(self.broker, self.metrics, self._http_guard(), max_request_bytes=limit)
+                await self.http.start(host, port)
+            else:
+                self.http = await start_http(self.broker, self.metrics, host, port, max_request_bytes=limit)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
         await self.server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self.http.set_ready()
+
+    def _http_guard(self) -> HttpAccess:
+        # Phase 1 of access control on HTTP: cross-origin checks and authentication, and the JSON API
+        # for super users only until its routes ask the authorizer themselves (docs/security.md).
+        return HttpAccess(
+            self.access,
+            self.metrics,
+            bound_host=self.settings.http_host,
+            allowed_hosts=self.settings.http_allowed_hosts,
+            allowed_origins=self.settings.http_allowed_origins,
+            super_users_only=True,
+        )
 
     async def stop(self) -> None:
         """Turn not-ready, stop accepting, let in-flight calls finish within the grace period,
