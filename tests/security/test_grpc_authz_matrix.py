@@ -227,3 +227,12 @@ def test_a_super_user_may_call_everything(matrix_daemon: tuple[SecureDaemon, Any
     for method, case in all_cases():
         result = call(stub, method, case, daemon.admin_token)
         assert not isinstance(result, tuple), f"{method} {case.label}: {result}"
+
+
+def test_docs_table_names_every_rpc() -> None:
+    from tests.integration.conftest import REPO
+
+    text = (REPO / "docs" / "security.md").read_text()
+    table = text.split("## 5. What each gRPC call needs", 1)[1].split("## 6.", 1)[0]
+    for method in service_methods():
+        assert f"`{method}`" in table, f"docs/security.md section 5 does not say what {method} needs"
