@@ -222,6 +222,11 @@ class RemoteBroker(RemoteGroupCalls):
             call: Any = exc
             details = (call.details() if hasattr(call, "details") else "") or ""
             error = BrokerUnavailableError(self.address, f"gave up after {attempts} attempts: {details}")
+        if isinstance(error, BrokerUnavailableError) and self._tls is None and "socket closed" in str(error).lower():
+            # What a TLS port does to a plaintext client: say so, it is the likely cause.
+            error = BrokerUnavailableError(
+                self.address, f"{error.args[0]} (does the daemon use TLS? connect with tls=)"
+            )
         return error
 
     def _call(

@@ -112,7 +112,7 @@ def test_tls_daemon_serves_a_client_trusting_its_ca_and_refuses_plaintext(secure
         client.produce_many_sync("secure", [(None, b"over tls")])
         assert client.read_from("secure", 0, 0)[0].value == b"over tls"
     # A plaintext client never completes a handshake: it is refused before any RPC runs.
-    with pytest.raises(BrokerUnavailableError):
+    with pytest.raises(BrokerUnavailableError, match="does the daemon use TLS"):
         lkstream.connect(daemon.address, connect_timeout=3, retries=0)
     channel = grpc.insecure_channel(daemon.address)
     try:
