@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from lkstream.errors import InvalidArgumentError
 from lkstream.security.principal import validate_principal_name
+from lkstream.security.watched import parse_document
 
 ACL_FILE_VERSION: Final = 1
 #: The one name of the cluster resource.
@@ -161,14 +162,8 @@ class AclDocument:
     @classmethod
     def parse(cls, data: bytes) -> AclDocument:
         """Parse and validate the file's bytes; raise :class:`InvalidArgumentError` naming the bad entry."""
-        try:
-            raw = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidArgumentError(f"not a JSON ACL file: {exc}") from None
-        if not isinstance(raw, dict) or raw.get("version") != ACL_FILE_VERSION or not isinstance(raw.get("acls"), list):
-            raise InvalidArgumentError(f'expected {{"version": {ACL_FILE_VERSION}, "acls": [...]}}')
         entries = set()
-        for i, item in enumerate(raw["acls"]):
+        for i, item in enumerate(parse_document(data, ACL_FILE_VERSION, "acls", list, "ACL")):
             if not isinstance(item, dict):
                 raise InvalidArgumentError(f"ACL entry {i} is not an object")
             try:

@@ -42,6 +42,7 @@ import scramp
 
 from lkstream.errors import InvalidArgumentError
 from lkstream.security.principal import Principal, validate_user_name
+from lkstream.security.watched import parse_document
 
 USERS_FILE_VERSION: Final = 1
 SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -167,18 +168,8 @@ class UsersDocument:
 
     @classmethod
     def parse(cls, data: bytes) -> UsersDocument:
-        try:
-            raw = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidArgumentError(f"not a JSON users file: {exc}") from None
-        if (
-            not isinstance(raw, dict)
-            or raw.get("version") != USERS_FILE_VERSION
-            or not isinstance(raw.get("users"), dict)
-        ):
-            raise InvalidArgumentError(f'expected {{"version": {USERS_FILE_VERSION}, "users": {{...}}}}')
         users = {}
-        for name, record in raw["users"].items():
+        for name, record in parse_document(data, USERS_FILE_VERSION, "users", dict, "users").items():
             try:
                 users[validate_user_name(name)] = User.from_json(record)
             except InvalidArgumentError as exc:

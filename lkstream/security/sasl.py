@@ -70,15 +70,10 @@ def _text(client_bytes: bytes) -> str:
         raise AuthenticationError("authentication failed: SASL message is not UTF-8") from None
 
 
-class PlainServer:
-    """SASL PLAIN: one message ``authzid NUL authcid NUL password``, checked against the stored SCRAM keys."""
+class _Exchange:
+    """What every SASL server here shares: the principal, once authenticated."""
 
-    mechanism = PLAIN
-
-    def __init__(self, users: Callable[[], UserDirectory]) -> None:
-        self._users = users
-        self._principal: Principal | None = None
-        self._done = False
+    _principal: Principal | None = None
 
     @property
     def complete(self) -> bool:
@@ -87,6 +82,16 @@ class PlainServer:
     @property
     def principal(self) -> Principal | None:
         return self._principal
+
+
+class PlainServer(_Exchange):
+    """SASL PLAIN: one message ``authzid NUL authcid NUL password``, checked against the stored SCRAM keys."""
+
+    mechanism = PLAIN
+
+    def __init__(self, users: Callable[[], UserDirectory]) -> None:
+        self._users = users
+        self._done = False
 
     def step(self, client_bytes: bytes) -> bytes:
         if self._done:
@@ -105,7 +110,7 @@ class PlainServer:
         return b""
 
 
-class ScramServer:
+class ScramServer(_Exchange):
     """SASL SCRAM-SHA-256 or SCRAM-SHA-512: client-first -> server-first, client-final -> server-final."""
 
     def __init__(
@@ -120,15 +125,6 @@ class ScramServer:
         self._user: str | None = None
         self._known = False
         self._stage = 0
-        self._principal: Principal | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self._principal is not None
-
-    @property
-    def principal(self) -> Principal | None:
-        return self._principal
 
     def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
         self._user = user

@@ -18,12 +18,13 @@ The users file and the ACL file are small JSON documents that operators edit wit
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from lkstream.errors import InvalidArgumentError
 from lkstream.storage.files import atomic_write
@@ -46,6 +47,21 @@ def _identity(path: str) -> _Identity | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def parse_document(data: bytes, version: int, key: str, kind: type, what: str) -> Any:
+    """``data`` as JSON ``{"version": version, key: <kind>}``; return the ``key`` value.
+
+    Raises :class:`InvalidArgumentError` saying what was expected.
+    """
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"not a JSON {what} file: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("version") != version or not isinstance(raw.get(key), kind):
+        empty = "[...]" if kind is list else "{...}"
+        raise InvalidArgumentError(f'expected {{"version": {version}, "{key}": {empty}}}')
+    return raw[key]
 
 
 def read_file(path: str, parse: Callable[[bytes], T], empty: Callable[[], T]) -> T:
