@@ -10,6 +10,12 @@ open broker and serves ``/metrics``, ``/healthz``, ``/ready`` and the JSON API (
 (:mod:`lkstream.server.http`) before gRPC starts; ``/ready`` turns 200 once gRPC
 accepts calls.
 
+Access control (docs/security.md): the daemon's one :class:`~lkstream.security.access.Access`
+is built from the ``server.`` settings before anything starts (a bad TLS or security file
+is exit 2); with ``auth`` on, gRPC gets the access interceptor
+(:mod:`lkstream.server.grpc_access`) and HTTP the access middleware
+(:mod:`lkstream.server.http_access`); with TLS files, the gRPC port is TLS.
+
 Shutdown (SIGTERM/SIGINT): ``/ready`` turns 503 and health goes NOT_SERVING,
 Subscribe streams end with UNAVAILABLE, the server stops accepting calls and
 gives in-flight ones ``shutdown_grace_s``, then ``Broker.close()`` fsyncs and
@@ -162,7 +168,8 @@ async def serve(
     try:
         await daemon.start()
         if ready is not None:
-            ready(daemon)
+            ready(daemon)  # first: scripts and tests wait for the ready line as the first output
+        _log_security(settings, config)
         await stop.wait()
         log.info("shutting down: %s s grace for in-flight requests", settings.shutdown_grace_s)
     finally:
@@ -211,7 +218,6 @@ def run_daemon(
     except InvalidArgumentError as exc:
         print(f"lkstream: {exc}", file=sys.stderr)
         return 2
-    _log_security(settings, config)
     return run(settings, config, access)
 
 
