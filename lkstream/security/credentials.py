@@ -95,13 +95,18 @@ class ScramCredential:
 
     @classmethod
     def from_json(cls, raw: object) -> ScramCredential:
-        if not isinstance(raw, dict) or not isinstance(raw.get("iterations"), int):
-            raise InvalidArgumentError("a SCRAM credential needs salt, stored_key, server_key and iterations")
+        if not isinstance(raw, dict):
+            raise InvalidArgumentError("a SCRAM credential is an object with salt, stored_key, server_key, iterations")
+        iterations = raw.get("iterations")
+        if type(iterations) is not int or not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise InvalidArgumentError(f"a SCRAM credential's iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
         try:
             parts = [base64.b64decode(str(raw[key]), validate=True) for key in ("salt", "stored_key", "server_key")]
         except (KeyError, binascii.Error):
             raise InvalidArgumentError("a SCRAM credential needs base64 salt, stored_key and server_key") from None
-        return cls(parts[0], parts[1], parts[2], raw["iterations"])
+        if not all(parts):
+            raise InvalidArgumentError("a SCRAM credential's salt, stored_key and server_key may not be empty")
+        return cls(parts[0], parts[1], parts[2], iterations)
 
 
 @dataclass(frozen=True)

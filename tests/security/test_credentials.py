@@ -129,6 +129,10 @@ def test_removing_unknown_user_or_token_is_an_error() -> None:
         b'{"version": 1, "users": {"a": {"scram": {"SCRAM-SHA-256": {"salt": "!!", "stored_key": "", '
         b'"server_key": "", "iterations": 4096}}}}}',
         b'{"version": 1, "users": {"a": {"tokens": [{"id": 1}]}}}',
+        b'{"version": 1, "users": {"a": {"scram": {"SCRAM-SHA-256": {"salt": "AA==", "stored_key": "AA==", '
+        b'"server_key": "AA==", "iterations": true}}}}}',
+        b'{"version": 1, "users": {"a": {"scram": {"SCRAM-SHA-256": {"salt": "", "stored_key": "AA==", '
+        b'"server_key": "AA==", "iterations": 4096}}}}}',
     ],
 )
 def test_bad_users_file_is_rejected(data: bytes) -> None:
