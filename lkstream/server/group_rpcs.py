@@ -9,6 +9,7 @@ Heartbeat long poll waits on the group's change signal without blocking the loop
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -35,9 +36,8 @@ class GroupRpcs:
 
     broker: Broker
     metrics: BrokerMetrics
-
-    def visible(self, resource_type: ResourceType, names: list[str]) -> list[str]:
-        raise NotImplementedError  # BrokerService's
+    #: The names the calling principal may describe (BrokerService.visible).
+    visible: Callable[[ResourceType, list[str]], list[str]]
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Context) -> pb.JoinGroupResponse:
         async with guard(context, self.metrics):
