@@ -14,6 +14,8 @@ from lkstream.client.producer import Producer
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BackpressureError,
     BrokerClosedError,
     BrokerUnavailableError,
@@ -40,6 +42,7 @@ from lkstream.errors import (
     UnknownTopicError,
 )
 from lkstream.format.codec import Compression, Record
+from lkstream.security.tls import ClientTls
 from lkstream.storage.offsets import OffsetStore
 
 __version__ = "0.1.0"
@@ -47,11 +50,14 @@ __version__ = "0.1.0"
 from lkstream.kafka.inprocess import kafka_server
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "BackpressureError",
     "Broker",
     "BrokerClosedError",
     "BrokerConfig",
     "BrokerUnavailableError",
+    "ClientTls",
     "Compression",
     "Consumer",
     "CorruptRecordError",

@@ -113,9 +113,10 @@ SERVER_ENV_PREFIX = "LKSTREAM_SERVER__"
 SERVER_SECTION = "server"
 
 #: ``LKSTREAM_*`` variables that are not configuration and that :func:`load_config` skips.
-#: ``LKSTREAM_CRASH_SEED`` seeds the crash tests (tests/crash). Add a name here, with its
-#: purpose, before any other tool uses the prefix.
-IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED"})
+#: ``LKSTREAM_CRASH_SEED`` seeds the crash tests (tests/crash); ``LKSTREAM_TOKEN`` and
+#: ``LKSTREAM_TLS_CA`` are the command line's client credentials (``--token``, ``--tls-ca``).
+#: Add a name here, with its purpose, before any other tool uses the prefix.
+IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED", "LKSTREAM_TOKEN", "LKSTREAM_TLS_CA"})
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})

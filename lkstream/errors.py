@@ -24,6 +24,8 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── ProtocolVersionError           client and daemon speak incompatible protocol versions
     ├── OutOfOrderSequenceError        an idempotent producer's batch skips or repeats sequence numbers
     ├── ProducerFencedError            an idempotent producer's epoch is older than the partition's
+    ├── AuthenticationError            missing or wrong credentials (never says which part was wrong)
+    ├── AuthorizationError             the principal lacks a permission: names principal, operation, resource
     └── GroupError                     a consumer-group call the coordinator refused (``group``)
         ├── UnknownMemberError         member id unknown (left or expired): join again
         │   └── FencedInstanceError    a static member's old id after a restart took its place
@@ -177,6 +179,35 @@ class ProtocolVersionError(LkstreamError):
         )
         self.client_version = client_version
         self.server_version = server_version
+
+
+# -- access control (lkstream.security) --------------------------------------------------------
+
+
+class AuthenticationError(LkstreamError):
+    """The caller could not be authenticated: no credentials, or credentials that do not verify.
+
+    The message never tells an unknown user from a wrong password or token.
+    """
+
+    def __init__(self, reason: str = "authentication failed") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AuthorizationError(LkstreamError):
+    """An authenticated principal lacks the permission a call needs (nothing was done)."""
+
+    def __init__(self, principal: str, operation: str, resource_type: str, resource: str) -> None:
+        target = "the cluster" if resource_type == "cluster" else f"{resource_type} {resource!r}"
+        super().__init__(
+            f"principal {principal!r} is not allowed to {operation} {target}: "
+            f"an ACL must allow {operation} on {resource_type} {resource!r} (lkstream acls add)"
+        )
+        self.principal = principal
+        self.operation = operation
+        self.resource_type = resource_type
+        self.resource = resource
 
 
 # -- consumer groups (lkstream.broker.groups) ---------------------------------------------------

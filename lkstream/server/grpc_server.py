@@ -48,7 +48,10 @@ from lkstream.errors import (
 )
 from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batches
+from lkstream.security.access import Access
+from lkstream.security.acl import Operation, ResourceType
 from lkstream.server.group_rpcs import GroupRpcs
+from lkstream.server.grpc_access import call_principal
 from lkstream.server.guard import guard
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
@@ -117,9 +120,13 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
     adds: an RPC this class does not define answers UNIMPLEMENTED.
     """
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics, max_fetch_bytes: int) -> None:
+    def __init__(
+        self, broker: Broker, metrics: BrokerMetrics, max_fetch_bytes: int, access: Access | None = None
+    ) -> None:
         self.broker = broker
         self.metrics = metrics
+        #: Asked only to filter listings; the access interceptor checks every call before it gets here.
+        self.access = access or Access.disabled()
         self.max_fetch_bytes = max_fetch_bytes
         self.stopping = asyncio.Event()
         self._sticky = StickyPartitioner()
@@ -316,13 +323,20 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
                 self.broker.delete_topic(request.delete_topic.name)
                 return pb.AdminResponse()
             if action == "list_topics":
-                return pb.AdminResponse(topics=self.broker.list_topics())
+                return pb.AdminResponse(topics=self.visible(ResourceType.TOPIC, self.broker.list_topics()))
             if action == "describe_topic":
                 d = request.describe_topic
                 self._ensure_topic(d.name, create=d.create_if_missing)
                 return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(d.name)))
             raise InvalidArgumentError("an admin request needs one action")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def visible(self, resource_type: ResourceType, names: list[str]) -> list[str]:
+        """The names of ``names`` the calling principal may describe (all of them without authentication)."""
+        if not self.access.enabled:
+            return names
+        principal = call_principal()
+        return [name for name in names if self.access.allows(principal, Operation.DESCRIBE, resource_type, name)]
 
     async def Handshake(
         self, request: pb.HandshakeRequest, context: grpc.aio.ServicerContext[Any, Any]

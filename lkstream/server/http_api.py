@@ -113,6 +113,8 @@ Code = grpc.StatusCode
 #: HTTP status of each gRPC status an LkstreamError travels as (``status_for``).
 HTTP_STATUS_BY_GRPC: Final[dict[grpc.StatusCode, int]] = {
     Code.INVALID_ARGUMENT: 400,
+    Code.UNAUTHENTICATED: 401,
+    Code.PERMISSION_DENIED: 403,
     Code.NOT_FOUND: 404,
     Code.ALREADY_EXISTS: 409,
     Code.FAILED_PRECONDITION: 409,

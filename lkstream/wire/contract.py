@@ -20,6 +20,8 @@ from typing import Final
 import grpc
 
 from lkstream.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BackpressureError,
     BrokerClosedError,
     BrokerUnavailableError,
@@ -75,6 +77,8 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     # Idempotent producers (pre-encoded batches with a producer id): the batch was not appended.
     (OutOfOrderSequenceError, Code.FAILED_PRECONDITION),
     (ProducerFencedError, Code.FAILED_PRECONDITION),
+    (AuthenticationError, Code.UNAUTHENTICATED),
+    (AuthorizationError, Code.PERMISSION_DENIED),
     # Consumer groups: retriable refusals are ABORTED, "this member must rejoin" NOT_FOUND.
     (FencedInstanceError, Code.FAILED_PRECONDITION),
     (UnknownMemberError, Code.NOT_FOUND),
@@ -100,6 +104,8 @@ _FALLBACK: Final[dict[grpc.StatusCode, type[LkstreamError]]] = {
     Code.UNAVAILABLE: BrokerUnavailableError,
     Code.DEADLINE_EXCEEDED: BrokerUnavailableError,
     Code.FAILED_PRECONDITION: ProtocolVersionError,
+    Code.UNAUTHENTICATED: AuthenticationError,
+    Code.PERMISSION_DENIED: AuthorizationError,
 }
 
 # Attributes copied across the wire when present on the error.
@@ -127,6 +133,10 @@ _FIELDS: Final = (
     "members",
     "committed",
     "partitions",
+    "principal",
+    "operation",
+    "resource_type",
+    "resource",
 )
 
 

@@ -235,6 +235,8 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "OffsetRegressionError": (409, "offset_regression"),
         "OutOfOrderSequenceError": (409, "out_of_order_sequence"),
         "ProducerFencedError": (409, "producer_fenced"),
+        "AuthenticationError": (401, "authentication"),
+        "AuthorizationError": (403, "authorization"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:
