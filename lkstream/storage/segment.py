@@ -37,7 +37,7 @@ log = logging.getLogger("lkstream.storage")
 
 SEGMENT_SUFFIX: Final = ".seg"
 INDEX_SUFFIX: Final = ".idx"
-_NAME: Final = re.compile(r"^(\d{20})\.(seg|idx)$")
+_NAME: Final = re.compile(r"(\d{20})\.(seg|idx)")
 # How much to read at once while walking batch headers during recovery.
 _SCAN_CHUNK: Final = 1 << 20
 
@@ -49,7 +49,7 @@ def format_segment_name(base_offset: int, suffix: str = SEGMENT_SUFFIX) -> str:
 
 def parse_segment_name(name: str) -> tuple[int, str] | None:
     """``("00000000000000000042.seg")`` -> ``(42, ".seg")``; ``None`` for anything else."""
-    match = _NAME.match(name)
+    match = _NAME.fullmatch(name)
     if match is None:
         return None
     return int(match.group(1)), "." + match.group(2)

@@ -104,7 +104,13 @@ from lkstream.broker.groups.types import (
 )
 from lkstream.errors import InvalidArgumentError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
-from lkstream.storage.names import validate_group, validate_topic
+from lkstream.storage.names import (
+    validate_client_id,
+    validate_group,
+    validate_instance_id,
+    validate_member_id,
+    validate_topic,
+)
 from lkstream.storage.offsets import OffsetStore
 
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
@@ -237,8 +243,12 @@ class GroupCoordinator:
         get_assignor(assignor)
         _check_int("session_timeout_ms", session_timeout_ms, 1)
         _check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
-        if instance_id is not None and (not isinstance(instance_id, str) or not 0 < len(instance_id) <= 249):
-            raise InvalidArgumentError(f"invalid instance id {instance_id!r}: use 1-249 characters")
+        if instance_id is not None:
+            validate_instance_id(instance_id)
+        if member_id is not None:
+            validate_member_id(member_id)
+        validate_client_id(client_id)
+        validate_client_id(client_host)
         with self._lock:
             now = self._expire_locked()
             g = self._groups.setdefault(group, _GroupState(group))
@@ -520,8 +530,7 @@ class GroupCoordinator:
 
     def _live_member_locked(self, group: str, member_id: str) -> tuple[_GroupState, _Member]:
         validate_group(group)
-        if not isinstance(member_id, str) or not member_id:
-            raise InvalidArgumentError(f"invalid member id {member_id!r}")
+        validate_member_id(member_id)
         g = self._groups.get(group)
         if g is None or member_id not in g.members:
             if g is None:
