@@ -36,6 +36,7 @@ from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
     InvalidArgumentError,
+    OffsetOutOfRangeError,
     RecordTooLargeError,
     UnknownTopicError,
     map_os_errors,
@@ -133,7 +134,7 @@ class Broker(GroupCalls):
             raise
         # Lock order: the coordinator's lock before Broker._lock (it calls partitions_for under
         # its own), so the broker never calls the coordinator while holding _lock.
-        self.groups = GroupCoordinator(self.offset_store, self.partitions_for, self._clock)
+        self.groups = GroupCoordinator(self.offset_store, self.partitions_for, self._clock, bounds=self.bounds)
         self._stop_maintenance = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
         self._maintenance.start()
@@ -256,6 +257,17 @@ class Broker(GroupCalls):
 
     def partitions_for(self, topic: str) -> int:
         return len(self._topic(topic, create=False).partitions)
+
+    def bounds(self, topic: str, pid: int) -> tuple[int, int]:
+        """``(log_start_offset, high_watermark)`` of ``topic[pid]``."""
+        target = self.partition(topic, pid)
+        return target.log_start_offset, target.high_watermark
+
+    def check_commit(self, topic: str, pid: int, offset: int) -> None:
+        """Refuse a committed offset above ``topic[pid]``'s high watermark (:class:`OffsetOutOfRangeError`)."""
+        start, high = self.bounds(topic, pid)
+        if offset > high:
+            raise OffsetOutOfRangeError(topic, pid, offset, start, high)
 
     def _topic(self, name: str, *, create: bool) -> _Topic:
         topic = self._topics.get(name)

@@ -213,6 +213,8 @@ class _EmbeddedSource:
         return self.offset_store.read_committed(group, topic, partition)
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        # A private store knows nothing of the log: the broker refuses offsets past its end here.
+        self.broker.check_commit(topic, partition, offset)
         self.offset_store.commit(group, topic, partition, offset)
 
 

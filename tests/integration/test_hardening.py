@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 
+from lkstream import Broker
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
-from tests.integration.conftest import DaemonProcess
+from tests.integration.conftest import DaemonFactory, DaemonProcess
+from tests.integration.http_support import Api
 
 
 def _stub(daemon: DaemonProcess) -> tuple[grpc.Channel, pb_grpc.BrokerStub]:
@@ -48,3 +52,38 @@ def test_group_member_and_instance_names_are_validated_over_grpc(daemon: DaemonP
         with pytest.raises(grpc.RpcError) as info:
             stub.CommitOffset(pb.CommitRequest(group="g\n", topic="t", partition=0, offset=0))
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_commit_offset_above_the_high_watermark_is_out_of_range(daemon: DaemonProcess) -> None:
+    """Finding 5: ``CommitOffset(offset=10**15)`` must not wedge the group."""
+    channel, stub = _stub(daemon)
+    with channel:
+        stub.Produce(pb.ProduceRequest(topic="t", values=[b"a", b"b"]))
+        for call in (
+            lambda: stub.CommitOffset(pb.CommitRequest(group="g", topic="t", partition=0, offset=10**15)),
+            lambda: stub.CommitOffsets(
+                pb.CommitOffsetsRequest(group="g", offsets=[pb.PartitionOffset(topic="t", partition=0, offset=3)])
+            ),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                call()
+            assert info.value.code() is grpc.StatusCode.OUT_OF_RANGE
+        stub.CommitOffset(pb.CommitRequest(group="g", topic="t", partition=0, offset=2))
+        committed = stub.FetchCommittedOffsets(pb.FetchCommittedRequest(group="g", topic="t"))
+        assert dict(committed.offsets) == {0: 2}
+
+
+def test_an_http_group_wedged_before_the_check_existed_recovers(start_daemon: DaemonFactory, tmp_path: Path) -> None:
+    """Finding 5: a group whose stored offset lies past the log re-reads once, then commits and moves on."""
+    data = tmp_path / "data"
+    with Broker(persist_dir=str(data)) as broker:
+        broker.produce_many_sync("t", [(None, b"a"), (None, b"b")])
+        broker.offset_store.commit("g", "t", 0, 10**15)  # what CommitOffset accepted before the fix
+    daemon = start_daemon(data)
+    api = Api(daemon.http_address)
+    first = api.post("/consume", {"partitions": [{"topic": "t", "partition": 0}], "group": "g"})
+    assert first.status == 200, first.body
+    assert [r["value"] for r in first.body["partitions"][0]["records"]] == ["a", "b"]
+    again = api.post("/consume", {"partitions": [{"topic": "t", "partition": 0}], "group": "g"})
+    assert again.body["partitions"][0]["records"] == []
+    assert api.get("/groups/g").body["partitions"][0]["committed_offset"] == 2

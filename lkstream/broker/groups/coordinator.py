@@ -51,11 +51,14 @@ Fenced, monotonic commits
 -------------------------
 ``commit(group, member_id, generation, offsets)`` is applied iff the member is
 live, ``generation`` is the one it last received, and it owns every partition
-(partitions it is revoking still count: "commit before revoke"). Commits
+(partitions it is revoking still count: "commit before revoke"), and every
+offset is at most its partition's high watermark (:class:`OffsetOutOfRangeError`
+otherwise: an offset past the log would wedge the group). Commits
 without a member id are the standalone consumer's (manual ``assign``): allowed
 only while the group has no live member. A commit never moves an offset
 backward (:class:`OffsetRegressionError`); equal offsets are accepted
-(idempotent retries). ``reset_offsets`` is the operator's way to rewind and is
+(idempotent retries). A stored offset above the high watermark (written before
+that check existed) may be replaced by any valid commit. ``reset_offsets`` is the operator's way to rewind and is
 refused while the group has live members.
 
 Commits of one group are serialised by a per-group lock held across the check
@@ -102,7 +105,7 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import InvalidArgumentError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import (
     validate_client_id,
@@ -209,9 +212,12 @@ class GroupCoordinator:
         clock: Clock | None = None,
         *,
         member_id_factory: Callable[[str], str] | None = None,
+        bounds: Callable[[str, int], tuple[int, int]] | None = None,
     ) -> None:
         self._store = offset_store
         self._partitions_for = partitions_for
+        # (log start, high watermark) of a partition; None skips the check (a coordinator without a log).
+        self._bounds = bounds
         self._clock = clock or SystemClock()
         self._new_member_id = member_id_factory or (
             lambda client_id: f"{client_id[:64] or 'member'}-{uuid.uuid4().hex}"
@@ -433,11 +439,31 @@ class GroupCoordinator:
                     if not_owned:
                         raise NotPartitionOwnerError(group, member_id, not_owned)
             # Outside the coordinator lock (fsyncs take milliseconds), inside the group's commit lock.
+            highs = self._check_below_high_watermarks(checked)
             for (topic, pid), offset in checked.items():
                 committed = self._store.read_committed(group, topic, pid)
-                if committed is not None and offset < committed:
+                # An offset above the log's end (written before this check existed) is impossible:
+                # the next valid commit may replace it, so such a group is never wedged.
+                if committed is not None and offset < committed <= highs.get((topic, pid), committed):
                     raise OffsetRegressionError(group, topic, pid, offset, committed)
             self._store_offsets(group, checked)
+
+    def _check_below_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Refuse offsets above a partition's high watermark; return the high watermarks.
+
+        A committed offset is the next offset the group reads, so the high watermark itself
+        is the largest valid one. Every commit that enters the broker (embedded consumer,
+        gRPC, HTTP, the Kafka protocol) passes here, so none can wedge a group.
+        """
+        if self._bounds is None:
+            return {}
+        highs = {}
+        for (topic, pid), offset in offsets.items():
+            start, high = self._bounds(topic, pid)
+            if offset > high:
+                raise OffsetOutOfRangeError(topic, pid, offset, start, high)
+            highs[(topic, pid)] = high
+        return highs
 
     def _store_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         # One journal record: the partitions of one commit land together, with a shared fsync.
