@@ -190,6 +190,8 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
 
     async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         topic, pid, offset = request.topic, request.partition, request.offset
+        if request.group:
+            validate_group(request.group)  # it becomes a metric label: only a valid name may
         result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
         if request.max_wait_ms and result.high_watermark <= offset and not self.stopping.is_set():
             # Long poll: woken by the append (or shutdown), never by polling.
@@ -236,6 +238,8 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
         headers without decoding. Waits are woken by the append or by shutdown.
         """
         topic, pid, offset, group = request.topic, request.partition, request.offset, request.group
+        if group:
+            validate_group(group)  # it becomes a metric label: only a valid name may
         partition = self.broker.partition(topic, pid)
         start, high = partition.log_start_offset, partition.high_watermark
         if not start <= offset <= high:

@@ -21,6 +21,19 @@ _PARTITION_DIR: Final = re.compile(r"part(0|[1-9]\d{0,8})")
 _CLIENT_ID: Final = re.compile(r"[ -~]{0,255}")
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters: error messages never echo unbounded input.
+
+    A rejected name travels back in the error (gRPC status message, HTTP body, logs); a
+    16 KB name would otherwise overflow the peer's header limit and hide the real error.
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, (str, bytes)) else ""
+    return f"{text[:limit]}...{size}"
+
+
 def _is_name(name: object) -> bool:
     return isinstance(name, str) and _ALLOWED.fullmatch(name) is not None and name not in (".", "..")
 
@@ -29,7 +42,7 @@ def validate_topic(name: object) -> str:
     """Kafka's topic rule: ``[A-Za-z0-9._-]{1,249}``, and never ``.`` or ``..``."""
     if not _is_name(name):
         raise InvalidArgumentError(
-            f"invalid topic name {name!r}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
+            f"invalid topic name {shown(name)}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
         )
     assert isinstance(name, str)
     return name
@@ -44,7 +57,7 @@ def validate_group(name: object) -> str:
     """
     if not _is_name(name) or not isinstance(name, str) or "__" in name or name.endswith("_"):
         raise InvalidArgumentError(
-            f"invalid group id {name!r}: use 1-249 characters from [A-Za-z0-9._-], "
+            f"invalid group id {shown(name)}: use 1-249 characters from [A-Za-z0-9._-], "
             "not '.' or '..', no '__' and no trailing '_'"
         )
     return name
@@ -54,7 +67,7 @@ def validate_instance_id(name: object) -> str:
     """A static member's ``instance_id``: the topic rule (Kafka's rule for ``group.instance.id``)."""
     if not _is_name(name):
         raise InvalidArgumentError(
-            f"invalid instance id {name!r}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
+            f"invalid instance id {shown(name)}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
         )
     assert isinstance(name, str)
     return name
@@ -64,7 +77,7 @@ def validate_client_id(name: object) -> str:
     """A client id (shown by DescribeGroup, part of generated member ids): printable ASCII, at most 255."""
     if not isinstance(name, str) or _CLIENT_ID.fullmatch(name) is None:
         raise InvalidArgumentError(
-            f"invalid client id {name!r}: use at most {MAX_CLIENT_ID_LENGTH} printable ASCII characters"
+            f"invalid client id {shown(name)}: use at most {MAX_CLIENT_ID_LENGTH} printable ASCII characters"
         )
     return name
 
@@ -72,7 +85,7 @@ def validate_client_id(name: object) -> str:
 def validate_member_id(name: object) -> str:
     """A member id as the coordinator makes them (``{client id}-{uuid hex}``): 1-255 printable ASCII."""
     if not isinstance(name, str) or not name or _CLIENT_ID.fullmatch(name) is None:
-        raise InvalidArgumentError(f"invalid member id {name!r}: use 1-255 printable ASCII characters")
+        raise InvalidArgumentError(f"invalid member id {shown(name)}: use 1-255 printable ASCII characters")
     return name
 
 

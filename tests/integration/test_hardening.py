@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -87,3 +88,20 @@ def test_an_http_group_wedged_before_the_check_existed_recovers(start_daemon: Da
     again = api.post("/consume", {"partitions": [{"topic": "t", "partition": 0}], "group": "g"})
     assert again.body["partitions"][0]["records"] == []
     assert api.get("/groups/g").body["partitions"][0]["committed_offset"] == 2
+
+
+def test_fetch_and_subscribe_refuse_an_invalid_group_label(daemon: DaemonProcess) -> None:
+    """Finding 4: ``FetchRequest.group`` becomes a Prometheus label, so it is validated first."""
+    channel, stub = _stub(daemon)
+    with channel:
+        stub.Produce(pb.ProduceRequest(topic="t", values=[b"a"]))
+        for group in ("x" * 16_000, "g\n", "a b"):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Fetch(pb.FetchRequest(topic="t", partition=0, offset=0, group=group))
+            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            with pytest.raises(grpc.RpcError) as info:
+                next(iter(stub.Subscribe(pb.FetchRequest(topic="t", partition=0, offset=0, group=group))))
+            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=30) as response:
+        exposition = response.read().decode()
+    assert "xxxxxxxx" not in exposition and 'group="a b"' not in exposition
