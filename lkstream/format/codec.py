@@ -165,16 +165,22 @@ def decode_batches(
     partition: int,
     min_offset: int = 0,
     max_records: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[Record]:
     """Decode the whole batches in ``data`` (concatenated, as stored), at most ``max_records`` records.
 
     Stops decoding once ``max_records`` are reached, so asking for one record
-    costs one batch, not a whole fetch.
+    costs one batch, not a whole fetch; and once the batches decoded so far hold
+    ``max_bytes`` of records, so the output stays bounded whatever ``data`` holds.
     """
     out: list[Record] = []
+    decoded = 0
     for _, batch in iter_batches(data):
         out.extend(decode_batch(batch, topic, partition, min_offset))
+        decoded += len(batch)
         if max_records is not None and len(out) >= max_records:
             del out[max_records:]
+            break
+        if max_bytes is not None and decoded >= max_bytes:
             break
     return out

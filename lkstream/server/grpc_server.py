@@ -65,6 +65,8 @@ log = logging.getLogger("lkstream.server")
 SERVICE_NAME = "lkstream.Broker"
 #: Longest long-poll wait a Fetch may ask for (``FetchRequest.max_wait_ms``).
 MAX_FETCH_WAIT_MS = 60_000
+#: Bytes a repeated message field adds around each element: a tag and a length varint of at most 5.
+_FIELD_FRAMING = 6
 
 
 def _package_version() -> str:
@@ -204,10 +206,32 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
             if request.group:
                 self.metrics.record_consumed(topic, request.group, pid, span_of_whole_batches(result.data, offset)[0])
         else:
-            response.records.extend(_record(r) for r in decode_batches(result.data, topic, pid, offset))
+            response.records.extend(self._decoded_records(result.data, topic, pid, offset))
             if request.group:
                 self.metrics.record_consumed(topic, request.group, pid, len(response.records))
         return response
+
+    def _decoded_records(self, data: bytes, topic: str, pid: int, offset: int) -> list[pb.Record]:
+        """Decoded records of ``data`` whose encoding fits the response budget (at least one record).
+
+        Decoded records can be much larger than their batches (small records carry more
+        protobuf framing than v2 record framing, and compressed batches inflate), so the
+        response is cut by its own encoded size, never by ``max_bytes`` of raw batches
+        alone: an answer above the transport's message limit would fail on every retry and
+        leave the reader stuck (issue 12, finding 10). The reader continues from the
+        offset after the last record it got.
+        """
+        budget = self.max_fetch_bytes
+        out: list[pb.Record] = []
+        used = 0
+        for record in decode_batches(data, topic, pid, offset, max_bytes=budget):
+            message = _record(record)
+            size = message.ByteSize() + _FIELD_FRAMING
+            if out and used + size > budget:
+                break
+            out.append(message)
+            used += size
+        return out
 
     async def Subscribe(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]

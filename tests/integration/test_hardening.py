@@ -105,3 +105,26 @@ def test_fetch_and_subscribe_refuse_an_invalid_group_label(daemon: DaemonProcess
     with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=30) as response:
         exposition = response.read().decode()
     assert "xxxxxxxx" not in exposition and 'group="a b"' not in exposition
+
+
+def test_a_decoded_fetch_stays_within_the_message_limit_and_the_reader_advances(start_daemon: DaemonFactory) -> None:
+    """Finding 10: ``Fetch(max_bytes=2**32-1)`` of small records must not build a response above the limit."""
+    limit = 1024 * 1024
+    daemon = start_daemon(max_request_bytes=limit, max_batch_bytes=limit // 2, max_message_bytes=1024)
+    total = 200_000
+    channel = grpc.insecure_channel(
+        daemon.address, options=[("grpc.max_receive_message_length", 64 * limit)]
+    )  # the client would accept more: the daemon's own limit is what must hold
+    with channel:
+        stub = pb_grpc.BrokerStub(channel)
+        for _ in range(total // 20_000):
+            stub.Produce(pb.ProduceRequest(topic="tiny", values=[b"x"] * 20_000))
+        offset, fetches = 0, 0
+        while offset < total:
+            response = stub.Fetch(pb.FetchRequest(topic="tiny", partition=0, offset=offset, max_bytes=2**32 - 1))
+            assert response.ByteSize() <= limit
+            assert response.records, f"no progress at offset {offset}"
+            assert [r.offset for r in response.records] == list(range(offset, offset + len(response.records)))
+            offset = response.records[-1].offset + 1
+            fetches += 1
+        assert fetches >= 2  # the cap did cut the answer
