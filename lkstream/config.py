@@ -86,6 +86,18 @@ class BrokerConfig(BaseModel):
     retention_check_interval_ms: int = Field(60_000, ge=10, description="How often retention runs.")
     max_message_bytes: int = Field(1 * MiB, ge=1, le=256 * MiB, description="Largest key + value of one record.")
     max_batch_bytes: int = Field(16 * MiB, ge=1024, le=2**31 - 1, description="Largest record batch accepted.")
+    max_decompressed_bytes: int = Field(
+        64 * MiB,
+        ge=1024,
+        le=2**31 - 1,
+        description="Largest records section one compressed batch may inflate to (produce and decoded reads).",
+    )
+    max_compression_ratio: int = Field(
+        256,
+        ge=1,
+        le=1_000_000,
+        description="Largest inflated / compressed size of a batch a producer sends (compression bombs).",
+    )
     max_inflight_bytes: int = Field(256 * MiB, ge=1, description="Accepted, unacknowledged bytes before Backpressure.")
     hot_tail_bytes: int = Field(8 * MiB, ge=0, description="Newest batches kept in memory per partition.")
     checkpoint_interval_ms: int = Field(1000, ge=1, description="How often checkpoint.meta follows group commit.")

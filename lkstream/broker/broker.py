@@ -41,7 +41,6 @@ from lkstream.errors import (
     UnknownTopicError,
     map_os_errors,
 )
-from lkstream.format.batch import check_producer_batch
 from lkstream.format.codec import Compression, Headers, Record, encode_batch
 from lkstream.format.produce import (
     BATCH_OVERHEAD,
@@ -50,6 +49,7 @@ from lkstream.format.produce import (
     normalise_records,
     record_sizes,
 )
+from lkstream.format.validate import Limits, validate_producer_batch
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.lock import DataDirLock
@@ -115,6 +115,7 @@ class Broker(GroupCalls):
         self._topics: dict[str, _Topic] = {}
         self._sticky = StickyPartitioner()
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
+        self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
         self.recoveries: list[LogRecovery] = []
         self._data_arrived = DataArrived()
@@ -333,7 +334,9 @@ class Broker(GroupCalls):
         self._check_open()
         if not isinstance(batch, bytearray):
             batch = bytearray(batch)
-        check_producer_batch(batch, self.config.max_batch_bytes)
+        # A batch from outside (gRPC record_batch, the Kafka listener) is checked completely:
+        # a correct CRC over wrong records would poison every read across it (issue 12).
+        validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
         target = self.partition(self._topic(topic, create=True).name, pid)
         with self._acknowledgement(len(batch)) as ack:
             result = ack.append(target, batch)

@@ -137,8 +137,9 @@ class Segment:
         """Whole, CRC-checked batches from ``position``, up to ``max_bytes`` (at least one batch).
 
         ``end`` is the readable end of the segment (the high watermark's position).
-        A batch that fails its checks raises :class:`CorruptRecordError` with its
-        position; it is never returned.
+        A batch that fails its checks is never returned: the valid batches before it
+        are, and a read that starts at it raises :class:`CorruptRecordError` with its
+        position, so damage never hides the good records in front of it.
         """
         if position >= end:
             return b""
@@ -155,6 +156,8 @@ class Segment:
                     raise CorruptRecordError(f"batch base offset {base_offset} does not continue at {expected}")
                 expected = check_batch(data, pos, min(len(data), pos + size)).next_offset
             except CorruptRecordError as exc:
+                if pos > 0:
+                    break  # serve the valid batches before it; the next read starts at the damage
                 raise CorruptRecordError(exc.reason, path=self.path, position=position + pos) from None
             pos += size
         return data if pos == len(data) else data[:pos]

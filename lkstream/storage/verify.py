@@ -46,6 +46,7 @@ from typing import Literal
 
 from lkstream.errors import CorruptRecordError, StorageError, map_os_errors
 from lkstream.format.batch import BatchHeader
+from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_records
 from lkstream.storage.checkpoint import CHECKPOINT_NAME
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import ENTRY_SIZE
@@ -112,7 +113,9 @@ class VerifyReport:
         return sum(p.severity == "warning" for p in self.problems)
 
 
-def verify_data_dir(path: str, *, max_problems_per_file: int = 20) -> VerifyReport:
+def verify_data_dir(
+    path: str, *, max_problems_per_file: int = 20, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> VerifyReport:
     """Check every segment, index, checkpoint, ``topic.json`` and offset file under ``path``.
 
     What counts as an error (corruption) and what as a warning (a state the
@@ -121,7 +124,7 @@ def verify_data_dir(path: str, *, max_problems_per_file: int = 20) -> VerifyRepo
     :class:`_Verifier`. Raises :class:`InvalidArgumentError` if ``path`` is not
     a data directory. Reads only, like everything in this module.
     """
-    return _Verifier(DataDirReader(path), max_problems_per_file).run()
+    return _Verifier(DataDirReader(path), max_problems_per_file, max_decompressed_bytes).run()
 
 
 @dataclass
@@ -154,8 +157,9 @@ class _Active:
 class _Verifier:
     """One run of :func:`verify_data_dir`. Problems are collected in discovery order."""
 
-    def __init__(self, reader: DataDirReader, max_problems_per_file: int) -> None:
+    def __init__(self, reader: DataDirReader, max_problems_per_file: int, max_decompressed_bytes: int) -> None:
         self.reader = reader
+        self._max_decompressed_bytes = max_decompressed_bytes
         self.report = VerifyReport(reader.path, lock_holder=reader.lock_holder())
         self._cap = max_problems_per_file
         self._per_file: dict[tuple[str, Severity], int] = {}
@@ -335,8 +339,10 @@ class _Verifier:
         scan = _SegmentScan(size, seg.base_offset, size)
         first_tail: ScanProblem | None = None
         after_tail: list[BatchHeader] = []
-        for item in scan_segment(file, expected_offset=seg.base_offset):
+        for item in scan_segment(file, expected_offset=seg.base_offset, with_data=True):
             header = item.header
+            if isinstance(item, ScannedBatch):
+                self._check_records(seg, item)
             if first_tail is not None:  # inside what recovery truncates: only look for valid batches
                 if isinstance(item, ScannedBatch):
                     after_tail.append(item.header)
@@ -365,6 +371,24 @@ class _Verifier:
         if first_tail is not None:
             self._report_tail(seg, scan, first_tail, after_tail)
         return scan
+
+    def _check_records(self, seg: SegmentFiles, item: ScannedBatch) -> None:
+        """The records inside a CRC-valid batch: what produce-time validation checks (issue 12).
+
+        A batch whose frame and CRC are right but whose records are not is never a torn
+        write, so it is an error wherever it lies; reads stop before it.
+        """
+        assert item.data is not None
+        try:
+            check_records(item.data, item.header, self._max_decompressed_bytes)
+        except CorruptRecordError as exc:
+            self._add(
+                "error",
+                seg.seg_path,
+                f"{exc.reason} (offsets {item.header.base_offset}..{item.header.last_offset}; reads stop before "
+                "this batch: skip it by moving consumers past it)",
+                item.position,
+            )
 
     def _report_tail(
         self, seg: SegmentFiles, scan: _SegmentScan, problem: ScanProblem, after: list[BatchHeader]

@@ -62,9 +62,7 @@ def _round(daemon: DaemonProcess, tmp_path: Path, group: str) -> Counter[tuple[i
     return _delivered(outs)
 
 
-def test_members_committing_after_each_poll_never_receive_a_record_twice(
-    daemon: DaemonProcess, tmp_path: Path
-) -> None:
+def test_members_committing_after_each_poll_never_receive_a_record_twice(daemon: DaemonProcess, tmp_path: Path) -> None:
     with lkstream.connect(daemon.address) as broker:
         broker.create_topic("t", PARTITIONS)
         for pid in range(PARTITIONS):

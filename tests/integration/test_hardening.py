@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import struct
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -128,3 +131,62 @@ def test_a_decoded_fetch_stays_within_the_message_limit_and_the_reader_advances(
             offset = response.records[-1].offset + 1
             fetches += 1
         assert fetches >= 2  # the cap did cut the answer
+
+
+def _poison_batch() -> bytearray:
+    from lkstream.format.batch import compute_crc
+    from lkstream.format.codec import encode_batch
+
+    batch = encode_batch([(None, b"x"), (None, b"y")])
+    struct.pack_into(">ii", batch, 23, 2, 0)  # last_offset_delta 2 (records_count patched below)
+    struct.pack_into(">i", batch, 57, 3)  # records_count 3 over 2 records
+    struct.pack_into(">I", batch, 17, compute_crc(batch))
+    return batch
+
+
+def test_a_record_batch_whose_records_do_not_match_its_header_is_invalid_argument(daemon: DaemonProcess) -> None:
+    """Finding 2: the batch of the report (header 3 records, 2 present, CRC recomputed) is refused."""
+    channel, stub = _stub(daemon)
+    with channel:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Produce(pb.ProduceRequest(topic="t", partition=0, record_batch=bytes(_poison_batch())))
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "records_count is 3 but the batch holds 2" in (info.value.details() or "")
+        described = stub.Admin(pb.AdminRequest(describe_topic=pb.DescribeTopic(name="t")))
+        assert described.topic.partition_stats[0].next_offset == 0
+
+
+def test_a_poison_batch_already_on_disk_never_blocks_the_records_before_it(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """Finding 2: Fetch, Subscribe, HTTP consume and the CLI deliver the good records, then report the damage."""
+    data = tmp_path / "data"
+    with Broker(persist_dir=str(data)) as broker:  # as the daemon before the fix would have stored it
+        broker.produce_many_sync("t", [(None, b"good1"), (None, b"good2")])
+        broker.partition("t", 0).append_batch(_poison_batch())
+    daemon = start_daemon(data)
+    channel, stub = _stub(daemon)
+    with channel:
+        fetched = stub.Fetch(pb.FetchRequest(topic="t", partition=0, offset=0))
+        assert [r.value for r in fetched.records] == [b"good1", b"good2"]
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Fetch(pb.FetchRequest(topic="t", partition=0, offset=2))
+        assert info.value.code() is grpc.StatusCode.DATA_LOSS
+        stream = stub.Subscribe(pb.FetchRequest(topic="t", partition=0, offset=0))
+        got = []
+        with pytest.raises(grpc.RpcError) as info:
+            for record in stream:
+                got.append(record.value)
+        assert got == [b"good1", b"good2"] and info.value.code() is grpc.StatusCode.DATA_LOSS
+    consumed = Api(daemon.http_address).post("/consume", {"partitions": [{"topic": "t", "partition": 0}]})
+    assert [r["value"] for r in consumed.body["partitions"][0]["records"]] == ["good1", "good2"]
+    cli = subprocess.run(
+        [sys.executable, "-m", "lkstream.cli", "consume", "t", "--bootstrap", daemon.address, "--output", "raw"],
+        capture_output=True,
+        text=True,
+        env=daemon.env,
+        timeout=60,
+        check=False,
+    )
+    assert cli.stdout.splitlines() == ["good1", "good2"], cli.stderr
+    assert cli.returncode != 0 and "corrupt" in cli.stderr.lower()

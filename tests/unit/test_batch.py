@@ -15,7 +15,6 @@ from lkstream.format.batch import (
     LOG_OVERHEAD,
     MAGIC,
     check_batch,
-    check_producer_batch,
     compute_crc,
     parse_header,
     read_length_prefix,
@@ -23,6 +22,7 @@ from lkstream.format.batch import (
     stamp_base_offset,
 )
 from lkstream.format.codec import encode_batch
+from lkstream.format.validate import validate_producer_batch as check_producer_batch
 
 from .support import FIXED_TS, make_batch
 
