@@ -35,6 +35,8 @@ _NO_HEADERS: Final[list[tuple[str, bytes | None]]] = []
 _UNBOUNDED: Final = 2**31 - 1
 # Offset, timestamp, topic and partition references of one decoded Record, roughly.
 _RECORD_FIXED_BYTES: Final = 64
+#: How many bytes of records one :func:`decode_batches` call decodes at most (plus one batch).
+DEFAULT_MAX_DECODED_BYTES: Final = 64 * 1024 * 1024
 
 
 class Compression(IntEnum):
@@ -207,38 +209,19 @@ def decode_batches(
     min_offset: int = 0,
     max_records: int | None = None,
     *,
-    max_bytes: int | None = None,
+    max_bytes: int = DEFAULT_MAX_DECODED_BYTES,
 ) -> list[Record]:
     """Decode the whole batches in ``data`` (concatenated, as stored), at most ``max_records`` records.
 
     Stops decoding once ``max_records`` are reached, so asking for one record
-    costs one batch, not a whole fetch; and once the batches decoded so far hold
-    ``max_bytes`` of records, so the output stays bounded whatever ``data`` holds.
+    costs one batch, not a whole fetch; and after the batch that brings the decoded
+    records to ``max_bytes``, so the output stays bounded whatever ``data`` holds
+    (compressed batches inflate: 16 MiB of them could otherwise decode to gigabytes).
+    Callers continue from the offset after the last record returned.
 
     A damaged batch never hides the good records before it (issue 12, finding 2):
     decoding stops there and returns what came before; the next read, which starts
     at the damaged batch, raises :class:`CorruptRecordError` naming it.
-    """
-    records, error = decode_available(data, topic, partition, min_offset, max_records, max_bytes=max_bytes)
-    if error is not None and not records:
-        raise error
-    return records
-
-
-def decode_available(
-    data: bytes | bytearray | memoryview,
-    topic: str,
-    partition: int,
-    min_offset: int = 0,
-    max_records: int | None = None,
-    *,
-    max_bytes: int | None = None,
-) -> tuple[list[Record], CorruptRecordError | None]:
-    """:func:`decode_batches` that hands back the damage it stopped at instead of raising it.
-
-    ``(records before the damaged batch, its error)``; the error is None when every
-    batch read decoded. For streams that must report the damage after delivering what
-    came before it (Subscribe).
     """
     out: list[Record] = []
     decoded = 0
@@ -250,8 +233,9 @@ def decode_available(
             if max_records is not None and len(out) >= max_records:
                 del out[max_records:]
                 break
-            if max_bytes is not None and decoded >= max_bytes:
+            if decoded >= max_bytes:
                 break
-    except CorruptRecordError as exc:
-        return out, exc
-    return out, None
+    except CorruptRecordError:
+        if not out:
+            raise
+    return out

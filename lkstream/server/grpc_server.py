@@ -47,7 +47,7 @@ from lkstream.errors import (
     UnknownTopicError,
 )
 from lkstream.format.batch import span_of_whole_batches
-from lkstream.format.codec import Record, decode_available, decode_batches
+from lkstream.format.codec import Record, decode_batch, decode_batches, iter_batches
 from lkstream.server.group_rpcs import GroupRpcs
 from lkstream.server.guard import guard
 from lkstream.storage.log import ReadResult
@@ -240,13 +240,11 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
         async with guard(context, self.metrics):
             topic, pid = request.topic, request.partition
             async for result, offset in self._follow(request):
-                # Decoded one read at a time (bounded by max_bytes and the inflate cap); a damaged
-                # batch ends the stream with DATA_LOSS after the records in front of it.
-                records, damage = decode_available(result.data, topic, pid, offset)
-                for record in records:
-                    yield _record(record)
-                if damage is not None:
-                    raise damage
+                # One batch decoded at a time (memory: one inflated batch at most); a damaged batch
+                # ends the stream with DATA_LOSS after the records in front of it.
+                for _, batch in iter_batches(result.data):
+                    for record in decode_batch(batch, topic, pid, offset):
+                        yield _record(record)
 
     async def SubscribeBatches(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -118,3 +118,21 @@ def test_a_batch_that_fails_its_crc_on_disk_does_not_hide_the_batches_before_it(
         assert [r.value for r in b.read_from("t", 0, 0)] == [b"first"]
         with pytest.raises(CorruptRecordError, match="CRC"):
             b.read_from("t", 0, 1)
+
+
+def test_decoding_stops_at_a_bounded_number_of_output_bytes() -> None:
+    """Finding 3: compressed batches inflate, so a read is bounded by decoded bytes, not fetched ones."""
+    from lkstream.format.codec import Compression, encode_batch
+
+    batches = []
+    for n in range(4):
+        batch = encode_batch([(None, b"\x00" * (1 << 20))], compression=Compression.GZIP, timestamp_ms=1)
+        from lkstream.format.batch import stamp_base_offset
+
+        stamp_base_offset(batch, n)
+        batches.append(bytes(batch))
+    data = b"".join(batches)
+    assert len(data) < 20_000  # about 4 MiB once inflated
+    records = decode_batches(data, "t", 0, max_bytes=(3 << 20) // 2)
+    assert [r.offset for r in records] == [0, 1]  # stopped after the batch that crossed the bound
+    assert len(decode_batches(data, "t", 0)) == 4
