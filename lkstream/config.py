@@ -76,6 +76,21 @@ class BrokerConfig(BaseModel):
     )
     index_interval_bytes: int = Field(4096, ge=0, description="Bytes of segment data between sparse index entries.")
     partitions: int = Field(1, ge=1, le=10_000, description="Partitions of auto-created topics.")
+    max_partitions: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="Partitions of all topics together; a create beyond it is refused (PartitionLimitError).",
+    )
+    max_open_files: int = Field(
+        0,
+        ge=0,
+        description="Segment and index files kept open at once (an LRU shared by all partitions); "
+        "0: RLIMIT_NOFILE minus open_files_reserve.",
+    )
+    open_files_reserve: int = Field(
+        512, ge=0, description="Descriptors left to sockets and metadata files when max_open_files is 0."
+    )
     auto_create_topics: bool = Field(True, description="Create unknown topics on first produce.")
     retention_ms: int = Field(-1, ge=-1, description="Delete sealed segments older than this; -1 keeps forever.")
     retention_bytes: int = Field(

@@ -36,7 +36,9 @@ from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
     InvalidArgumentError,
+    LkstreamError,
     OffsetOutOfRangeError,
+    PartitionLimitError,
     RecordTooLargeError,
     UnknownTopicError,
     map_os_errors,
@@ -52,6 +54,7 @@ from lkstream.format.produce import (
 from lkstream.format.validate import Limits, validate_producer_batch
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
+from lkstream.storage.handles import FileBudget, derive_capacity
 from lkstream.storage.lock import DataDirLock
 from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
@@ -110,6 +113,8 @@ class Broker(GroupCalls):
         with map_os_errors("create data directory", self.persist_dir):
             os.makedirs(self.persist_dir, exist_ok=True)
         self._dir_lock = DataDirLock(self.persist_dir)
+        #: The one budget of open segment and index files, shared by every partition (issue 12).
+        self.files = FileBudget(derive_capacity(self.config.max_open_files, self.config.open_files_reserve))
         self._lock = threading.RLock()
         self._closed = False
         self._topics: dict[str, _Topic] = {}
@@ -184,10 +189,30 @@ class Broker(GroupCalls):
 
     def _open_topic(self, name: str) -> _Topic:
         settings = self._store.load(name, self._defaults())
+        partitions: list[Partition] = []
+        try:
+            self._open_partitions(name, settings, partitions)
+        except BaseException:
+            for partition in partitions:
+                with contextlib.suppress(Exception):
+                    partition.close()
+            raise
+        topic = _Topic(name, settings, partitions)
+        self._topics[name] = topic
+        return topic
+
+    def _open_partitions(self, name: str, settings: TopicSettings, partitions: list[Partition]) -> None:
+        """Open ``settings.partitions`` partition logs of ``name`` into ``partitions`` (cleaned up by the caller)."""
         log_config = self._log_config(settings)
-        partitions = []
         for pid in range(settings.partitions):
-            plog = PartitionLog(self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock)
+            plog = PartitionLog(
+                self._store.partition_dir(name, pid),
+                name,
+                pid,
+                log_config,
+                clock=self._clock,
+                file_factory=self.files.file,
+            )
             self.recoveries.append(plog.recovery)
             partitions.append(
                 Partition(
@@ -200,9 +225,6 @@ class Broker(GroupCalls):
                     producer=self.produce_many,
                 )
             )
-        topic = _Topic(name, settings, partitions)
-        self._topics[name] = topic
-        return topic
 
     def create_topic(
         self,
@@ -222,21 +244,48 @@ class Broker(GroupCalls):
         validate_topic(name)
         with self._lock:
             self._check_open()
-            self._store.create(name, settings)
-            self._open_topic(name)
+            self._create_locked(name, settings)
         self.groups.topics_changed()
 
+    def _create_locked(self, name: str, settings: TopicSettings) -> _Topic:
+        """Create and open a topic, all or nothing. Caller holds ``_lock``.
+
+        The directory appears in one rename (TopicStore.create); if opening it then fails
+        (no descriptors, a read-only disk), it is moved out again, so a failed create
+        leaves no half topic that describe says is missing and create says exists.
+        """
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        if existing + settings.partitions > self.config.max_partitions:
+            raise PartitionLimitError(name, settings.partitions, existing, self.config.max_partitions)
+        self._store.create(name, settings)
+        try:
+            return self._open_topic(name)
+        except BaseException as exc:
+            try:
+                self._store.delete(name)
+            except LkstreamError as undo:  # the next start opens it whole, or sweeps it
+                log.error("could not remove topic %r after its creation failed (%s): %s", name, exc, undo)
+            raise
+
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data."""
+        """Delete a topic and all its data, all or nothing.
+
+        The one rename into ``trash/`` is the commit point: if it fails (a read-only
+        disk), the topic stays whole and open and the error says why; once it is done,
+        the partitions close and the topic's committed offsets are forgotten. A crash
+        in between is finished by the next start (see docs/durability.md).
+        """
         with self._lock:
             self._check_open()
             topic = self._topic(name, create=False)
+            trashed = self._store.move_to_trash(name)
             del self._topics[name]
             for partition in topic.partitions:
-                partition.close()
-            self._store.delete(name)
+                with contextlib.suppress(LkstreamError):  # its files are already in the trash
+                    partition.close()
             # A topic created later under the same name must not inherit old positions.
             self.offset_store.forget_topic(name)
+            self._store.empty(trashed)
         self.groups.topics_changed()
 
     def list_topics(self) -> list[str]:
@@ -282,8 +331,7 @@ class Broker(GroupCalls):
                 return topic
             if not (create and self.config.auto_create_topics):
                 raise UnknownTopicError(name)
-            self._store.create(name, self._defaults())
-            return self._open_topic(name)
+            return self._create_locked(name, self._defaults())
 
     # -- produce --------------------------------------------------------------------------------
 

@@ -185,7 +185,10 @@ class PartitionLog:
             )
         if problem:
             log.warning("%s[%d]: %s", self.topic, self.partition, problem)
-        up_to_date = (
+        # A new, empty log has nothing to protect: no fsync, no checkpoint (creating a topic of
+        # thousands of partitions would otherwise cost four fsyncs each).
+        empty = checkpoint is None and not problem and len(self._segments) == 1 and active.size == 0
+        up_to_date = empty or (
             checkpoint is not None
             and not problem
             and (checkpoint.recovery_point == active.size and checkpoint.next_offset == active.next_offset)

@@ -22,7 +22,7 @@ import shutil
 import uuid
 from dataclasses import asdict, dataclass
 
-from lkstream.errors import InvalidArgumentError, TopicExistsError, UnknownTopicError, map_os_errors
+from lkstream.errors import InvalidArgumentError, StorageError, TopicExistsError, UnknownTopicError, map_os_errors
 from lkstream.storage.files import atomic_write, fsync_dir
 from lkstream.storage.names import parse_partition_dir, partition_dir_name, validate_topic
 
@@ -104,14 +104,21 @@ class TopicStore:
         # a topic without topic.json or with missing partition directories (the next open
         # would adopt it with too few partitions, or fail). trash/ is emptied on open.
         staging = os.path.join(self.trash, f"new-{uuid.uuid4().hex}")
-        with map_os_errors("create topic", directory):
-            os.makedirs(staging)
-            for pid in range(settings.partitions):
-                os.makedirs(os.path.join(staging, partition_dir_name(pid)))
-        atomic_write(os.path.join(staging, TOPIC_META), json.dumps(asdict(settings)).encode())
-        with map_os_errors("create topic", directory):
-            os.rename(staging, directory)
-        fsync_dir(self.root)
+        try:
+            with map_os_errors("create topic", directory):
+                os.makedirs(staging)
+                for pid in range(settings.partitions):
+                    os.makedirs(os.path.join(staging, partition_dir_name(pid)))
+            atomic_write(os.path.join(staging, TOPIC_META), json.dumps(asdict(settings)).encode())
+            with map_os_errors("create topic", directory):
+                os.rename(staging, directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # a failed create leaves nothing, not even in trash/
+            raise
+        try:
+            fsync_dir(self.root)
+        except StorageError as exc:  # the rename is done: the topic exists (a power loss may undo it)
+            log.warning("could not fsync %s after creating %r: %s", self.root, topic, exc)
 
     def update(self, topic: str, settings: TopicSettings) -> None:
         self._write_meta(topic, settings)
@@ -121,15 +128,31 @@ class TopicStore:
 
     def delete(self, topic: str) -> None:
         """Move the topic into the trash atomically, then remove it."""
+        self.empty(self.move_to_trash(topic))
+
+    def move_to_trash(self, topic: str) -> str:
+        """Take the topic out of ``topics/`` in one durable rename; return where it went.
+
+        The commit point of a delete: if it raises, the topic is untouched.
+        """
         directory = self.topic_dir(topic)
         if not os.path.isdir(directory):
             raise UnknownTopicError(topic)
         doomed = os.path.join(self.trash, f"{topic}-{uuid.uuid4().hex}")
         with map_os_errors("delete topic", directory):
             os.rename(directory, doomed)
+        try:
             fsync_dir(self.root)
-        shutil.rmtree(doomed, ignore_errors=True)
+        except StorageError as exc:  # the rename is done: the delete stands (a power loss may undo it)
+            log.warning("could not fsync %s after deleting %r: %s", self.root, topic, exc)
+        return doomed
+
+    def empty(self, trashed: str) -> None:
+        """Remove a trashed directory; what is left (an I/O error) goes at the next open."""
+        shutil.rmtree(trashed, ignore_errors=True)
 
     def _empty_trash(self) -> None:
-        for name in os.listdir(self.trash):
+        with map_os_errors("empty the trash", self.trash):
+            names = os.listdir(self.trash)
+        for name in names:
             shutil.rmtree(os.path.join(self.trash, name), ignore_errors=True)

@@ -14,7 +14,7 @@ import pytest
 from lkstream import Broker
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
-from tests.integration.conftest import DaemonFactory, DaemonProcess
+from tests.integration.conftest import DaemonFactory, DaemonProcess, RestartDaemon
 from tests.integration.http_support import Api
 
 
@@ -190,3 +190,28 @@ def test_a_poison_batch_already_on_disk_never_blocks_the_records_before_it(
     )
     assert cli.stdout.splitlines() == ["good1", "good2"], cli.stderr
     assert cli.returncode != 0 and "corrupt" in cli.stderr.lower()
+
+
+def test_a_topic_past_max_partitions_is_refused_at_once_and_the_daemon_restarts(
+    start_daemon: DaemonFactory, restart_daemon: RestartDaemon
+) -> None:
+    """Finding 1: ``POST /topics {"partitions": 10000}`` answered 500 after 8 s and the daemon could not restart."""
+    daemon = start_daemon(max_partitions=4096)
+    api = Api(daemon.http_address)
+    refused = api.post("/topics", {"name": "huge", "partitions": 10_000})
+    assert refused.status == 400 and refused.error_code == "partition_limit", refused.body
+    assert "max_partitions is 4096" in refused.body["error"]["message"]
+    channel, stub = _stub(daemon)
+    with channel:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Admin(pb.AdminRequest(create_topic=pb.CreateTopic(name="huge", partitions=5000)))
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        stub.Admin(pb.AdminRequest(create_topic=pb.CreateTopic(name="wide", partitions=2000)))
+        stub.Produce(pb.ProduceRequest(topic="wide", partition=1999, values=[b"last"]))
+    assert daemon.terminate() == 0
+    again = restart_daemon(daemon)
+    channel, stub = _stub(again)
+    with channel:
+        assert list(stub.Admin(pb.AdminRequest(list_topics=pb.ListTopics())).topics) == ["wide"]
+        fetched = stub.Fetch(pb.FetchRequest(topic="wide", partition=1999, offset=0))
+        assert [r.value for r in fetched.records] == [b"last"]

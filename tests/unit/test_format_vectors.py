@@ -244,7 +244,7 @@ def test_partition_log_writes_exactly_the_golden_files(tmp_path: Path) -> None:
     directory = tmp_path / "topics" / "market.ticks" / "part0"
     log = PartitionLog(str(directory), "market.ticks", 0)
     try:
-        assert (directory / CHECKPOINT_NAME).read_bytes().hex() == EMPTY_CHECKPOINT_HEX
+        assert not (directory / CHECKPOINT_NAME).exists()  # a new, empty log has nothing to protect
         result = log.append(bytearray(encode_batch(RECORDS, timestamp_ms=TIMESTAMP_MS)))
         assert (result.base_offset, result.last_offset, result.size) == (0, 1, BATCH_SIZE)
     finally:
@@ -270,3 +270,9 @@ def test_partition_log_stamps_the_next_offset_into_a_second_batch(tmp_path: Path
         assert check_batch(second).crc == BATCH_CRC
     finally:
         log.close()
+
+
+def test_a_new_empty_log_closed_at_once_writes_the_empty_checkpoint(tmp_path: Path) -> None:
+    directory = tmp_path / "part0"
+    PartitionLog(str(directory), "t", 0).close()
+    assert (directory / CHECKPOINT_NAME).read_bytes().hex() == EMPTY_CHECKPOINT_HEX
