@@ -22,10 +22,11 @@ import contextlib
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, Final
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.groups.coordinator import GroupCoordinator
@@ -71,11 +72,25 @@ Value = bytes | bytearray | memoryview | str | None
 ProduceItem = tuple[Key, Value] | tuple[Key, Value, Headers]
 
 
+#: Kafka's "no topic id" (all zeros): what a description without a known id carries.
+NIL_TOPIC_ID: Final = uuid.UUID(int=0)
+
+
 @dataclass(frozen=True)
 class TopicDescription:
+    """A topic's settings and per-partition stats.
+
+    ``topic_id`` names this incarnation of the topic (``topic.json``, issue 12): it
+    never changes while the topic exists, and a topic deleted and created again
+    gets a new one (Kafka's topic id of Metadata v10+ and Fetch v13+). A
+    :class:`~lkstream.client.remote.RemoteBroker` reports the nil UUID, as Kafka
+    does for "unknown": the gRPC contract does not carry it yet.
+    """
+
     name: str
     settings: TopicSettings
     partitions: list[PartitionStats]
+    topic_id: uuid.UUID = NIL_TOPIC_ID
 
 
 @dataclass(frozen=True)
@@ -89,10 +104,11 @@ class BrokerStats:
 
 
 class _Topic:
-    def __init__(self, name: str, settings: TopicSettings, partitions: list[Partition]) -> None:
+    def __init__(self, name: str, settings: TopicSettings, partitions: list[Partition], topic_id: uuid.UUID) -> None:
         self.name = name
         self.settings = settings
         self.partitions = partitions
+        self.topic_id = topic_id
 
 
 class Broker(GroupCalls):
@@ -135,12 +151,15 @@ class Broker(GroupCalls):
             self._store = TopicStore(self.persist_dir)
             self._open_existing_topics()
             self.offset_store = OffsetStore(self.persist_dir, clock=self._clock, sweep_tmp=True)
+            self._reconcile_offsets()
         except BaseException:
             self._abandon_open()
             raise
         # Lock order: the coordinator's lock before Broker._lock (it calls partitions_for under
         # its own), so the broker never calls the coordinator while holding _lock.
-        self.groups = GroupCoordinator(self.offset_store, self.partitions_for, self._clock, bounds=self.bounds)
+        self.groups = GroupCoordinator(
+            self.offset_store, self.partitions_for, self._clock, bounds=self.bounds, topic_ids=self.topic_ids
+        )
         self._stop_maintenance = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
         self._maintenance.start()
@@ -156,6 +175,24 @@ class Broker(GroupCalls):
                 # A stray directory (lost+found, a hand-made folder) must not stop the broker;
                 # `lkstream verify` reports it.
                 log.warning("ignoring %s in %s: %s", name, self._store.root, exc)
+
+    def _reconcile_offsets(self) -> None:
+        """Committed offsets belong to topics that exist (issue 12, finding 6).
+
+        A delete that a crash cut short (after the rename, before the offsets were
+        forgotten) leaves offsets of a topic that is gone; they go now, before any
+        topic of that name can be created again. Offsets from before topic ids get the
+        current topic's id. Reads ignore other incarnations anyway: this only tidies.
+        """
+        topics = {name: t.topic_id for name, t in self._topics.items()}
+        counts = {name: len(t.partitions) for name, t in self._topics.items()}
+        try:
+            forgotten, stamped = self.offset_store.reconcile(topics, counts)
+        except LkstreamError as exc:  # a broken journal is verify's business; reads stay correct
+            log.warning("could not reconcile committed offsets with the topics: %s", exc)
+            return
+        if forgotten or stamped:
+            log.info("committed offsets: %d of deleted topics forgotten, %d stamped with topic ids", forgotten, stamped)
 
     def _abandon_open(self) -> None:
         """Undo a failed constructor: close what was opened and release the directory."""
@@ -188,7 +225,7 @@ class Broker(GroupCalls):
         )
 
     def _open_topic(self, name: str) -> _Topic:
-        settings = self._store.load(name, self._defaults())
+        settings, topic_id = self._store.load(name, self._defaults())
         partitions: list[Partition] = []
         try:
             self._open_partitions(name, settings, partitions)
@@ -197,7 +234,7 @@ class Broker(GroupCalls):
                 with contextlib.suppress(Exception):
                     partition.close()
             raise
-        topic = _Topic(name, settings, partitions)
+        topic = _Topic(name, settings, partitions, topic_id)
         self._topics[name] = topic
         return topic
 
@@ -283,8 +320,13 @@ class Broker(GroupCalls):
             for partition in topic.partitions:
                 with contextlib.suppress(LkstreamError):  # its files are already in the trash
                     partition.close()
-            # A topic created later under the same name must not inherit old positions.
-            self.offset_store.forget_topic(name)
+            # A topic created later under the same name must not inherit old positions. They are
+            # stored with this incarnation's id, so if forgetting them fails they are still never
+            # read for a new topic, and the next start forgets them (_reconcile_offsets).
+            try:
+                self.offset_store.forget_topic(name)
+            except LkstreamError as exc:
+                log.warning("topic %r deleted, but its committed offsets stay until the next start: %s", name, exc)
             self._store.empty(trashed)
         self.groups.topics_changed()
 
@@ -294,7 +336,20 @@ class Broker(GroupCalls):
 
     def describe_topic(self, name: str) -> TopicDescription:
         topic = self._topic(name, create=False)
-        return TopicDescription(name, topic.settings, [p.stats() for p in topic.partitions])
+        return TopicDescription(name, topic.settings, [p.stats() for p in topic.partitions], topic.topic_id)
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        """The id of the topic's current incarnation (see :class:`TopicDescription`)."""
+        return self._topic(name, create=False).topic_id
+
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        """``{topic: id}`` of every topic."""
+        with self._lock:
+            return {name: t.topic_id for name, t in self._topics.items()}
+
+    def list_committed(self) -> dict[tuple[str, str, int], int]:
+        """Committed offsets of the topics that exist, ``{(group, topic, partition): offset}``."""
+        return self.offset_store.list_committed(topic_ids=self.topic_ids())
 
     def partition(self, topic: str, pid: int) -> Partition:
         """The :class:`Partition` ``pid`` of ``topic`` (InvalidArgument if it does not exist)."""

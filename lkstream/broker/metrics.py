@@ -324,7 +324,7 @@ class _BrokerCollector(Collector):
             next_offset.add_metric(labels, view.next_offset)
             segment_bytes.add_metric(labels, view.size_bytes)
 
-        stored = broker.offset_store.list_committed()
+        stored = broker.list_committed()
         m.prune(set(partitions), {listing.group for listing in broker.list_groups()})
         for (topic, group, pid), count in sorted(m.consumed_counts().items()):
             families["lk_consumed"].add_metric([topic, group, str(pid)], count)

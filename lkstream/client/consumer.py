@@ -210,12 +210,13 @@ class _EmbeddedSource:
         return self.broker.wait_for_data_sync(positions, timeout)
 
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:
-        return self.offset_store.read_committed(group, topic, partition)
+        # Only this incarnation's offset: a topic deleted and created again starts afresh.
+        return self.offset_store.read_committed(group, topic, partition, topic_id=self.broker.topic_id(topic))
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         # A private store knows nothing of the log: the broker refuses offsets past its end here.
         self.broker.check_commit(topic, partition, offset)
-        self.offset_store.commit(group, topic, partition, offset)
+        self.offset_store.commit(group, topic, partition, offset, topic_id=self.broker.topic_id(topic))
 
 
 def _supports_groups(source: object) -> bool:

@@ -51,7 +51,7 @@ from lkstream.storage.checkpoint import CHECKPOINT_NAME
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import ENTRY_SIZE
 from lkstream.storage.names import partition_dir_name, validate_topic
-from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, scan_records
+from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, is_topic_id, scan_records
 from lkstream.storage.offsets import OFFSETS_DIR, parse_offset_file_name
 from lkstream.storage.reader import (
     DataDirReader,
@@ -220,6 +220,8 @@ class _Verifier:
             self._add("error", meta, f"unreadable ({exc}): the broker adopts the topic from its partition directories")
             return
         count = raw.get("partitions") if isinstance(raw, dict) else None
+        if isinstance(raw, dict) and not is_topic_id(raw.get("topic_id")):
+            self._add("warning", meta, "has no topic_id (written before topic ids): the broker adds one at open")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             self._add("error", meta, f"partitions is {count!r}, not a positive integer")
             return
@@ -575,7 +577,7 @@ class _Verifier:
                 base + end,
             )
         for _, entries in records:
-            for group, topic, pid, offset in entries:
+            for group, topic, pid, offset, _ in entries:
                 changes[(group, topic, pid)] = offset
         return changes
 

@@ -213,9 +213,13 @@ class GroupCoordinator:
         *,
         member_id_factory: Callable[[str], str] | None = None,
         bounds: Callable[[str, int], tuple[int, int]] | None = None,
+        topic_ids: Callable[[], Mapping[str, uuid.UUID]] | None = None,
     ) -> None:
         self._store = offset_store
         self._partitions_for = partitions_for
+        # The current incarnation of every topic: offsets are stored with it and read back only for it,
+        # so a topic created again under a deleted one's name never inherits its offsets.
+        self._topic_ids = topic_ids
         # (log start, high watermark) of a partition; None skips the check (a coordinator without a log).
         self._bounds = bounds
         self._clock = clock or SystemClock()
@@ -440,13 +444,17 @@ class GroupCoordinator:
                         raise NotPartitionOwnerError(group, member_id, not_owned)
             # Outside the coordinator lock (fsyncs take milliseconds), inside the group's commit lock.
             highs = self._check_below_high_watermarks(checked)
+            ids = self._ids()
             for (topic, pid), offset in checked.items():
-                committed = self._store.read_committed(group, topic, pid)
+                committed = self._store.read_committed(group, topic, pid, topic_id=_id_of(ids, topic))
                 # An offset above the log's end (written before this check existed) is impossible:
                 # the next valid commit may replace it, so such a group is never wedged.
                 if committed is not None and offset < committed <= highs.get((topic, pid), committed):
                     raise OffsetRegressionError(group, topic, pid, offset, committed)
-            self._store_offsets(group, checked)
+            self._store_offsets(group, checked, ids)
+
+    def _ids(self) -> Mapping[str, uuid.UUID] | None:
+        return None if self._topic_ids is None else self._topic_ids()
 
     def _check_below_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Refuse offsets above a partition's high watermark; return the high watermarks.
@@ -465,20 +473,23 @@ class GroupCoordinator:
             highs[(topic, pid)] = high
         return highs
 
-    def _store_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    def _store_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int], ids: Mapping[str, uuid.UUID] | None
+    ) -> None:
         # One journal record: the partitions of one commit land together, with a shared fsync.
-        self._store.commit_many(group, dict(offsets))
+        self._store.commit_many(group, dict(offsets), topic_ids=ids)
 
     def fetch_committed(
         self, group: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, int]:
         """Committed offsets of ``group`` (all of them, or those of ``partitions`` that have one)."""
         validate_group(group)
+        ids = self._ids()
         if partitions is None:
-            return {(t, p): o for (gr, t, p), o in self._store.list_committed().items() if gr == group}
+            return {(t, p): o for (gr, t, p), o in self._store.list_committed(topic_ids=ids).items() if gr == group}
         found = {}
         for topic, pid in partitions:
-            offset = self._store.read_committed(group, topic, pid)
+            offset = self._store.read_committed(group, topic, pid, topic_id=_id_of(ids, topic))
             if offset is not None:
                 found[(topic, pid)] = offset
         return found
@@ -499,7 +510,7 @@ class GroupCoordinator:
                 if g is not None and g.members:
                     raise GroupNotEmptyError(group, len(g.members), "reset offsets")
                 self._check_partitions_exist(checked)
-            self._store_offsets(group, checked)
+            self._store_offsets(group, checked, self._ids())
 
     def _commit_lock(self, group: str) -> threading.Lock:
         with self._lock:
@@ -530,7 +541,7 @@ class GroupCoordinator:
                 return GroupDescription(group, self._state_locked(g), g.generation, g.assignor, members)
             generation = g.generation if g is not None else 0
             known = g is not None and g.generation > 0
-        if known or any(gr == group for gr, _, _ in self._store.list_committed()):
+        if known or any(gr == group for gr, _, _ in self._store.list_committed(topic_ids=self._ids())):
             return GroupDescription(group, GroupState.EMPTY, generation, None, ())
         return GroupDescription(group, GroupState.DEAD, generation, None, ())
 
@@ -543,7 +554,7 @@ class GroupCoordinator:
                 for g in self._groups.values()
                 if g.members or g.generation > 0
             }
-        for group, _, _ in self._store.list_committed():
+        for group, _, _ in self._store.list_committed(topic_ids=self._ids()):
             listed.setdefault(group, GroupListing(group, GroupState.EMPTY, 0))
         return [listed[name] for name in sorted(listed)]
 
@@ -693,3 +704,10 @@ class GroupCoordinator:
             default=math.inf,
         )
         return removed
+
+
+def _id_of(ids: Mapping[str, uuid.UUID] | None, topic: str) -> uuid.UUID | None:
+    """The topic's current id; a topic that is gone gets the nil id, which no stored offset has."""
+    if ids is None:
+        return None
+    return ids.get(topic, uuid.UUID(int=0))
