@@ -38,14 +38,19 @@ def _is_name(name: object) -> bool:
     return isinstance(name, str) and _ALLOWED.fullmatch(name) is not None and name not in (".", "..")
 
 
-def validate_topic(name: object) -> str:
-    """Kafka's topic rule: ``[A-Za-z0-9._-]{1,249}``, and never ``.`` or ``..``."""
+def _require_name(name: object, what: str) -> str:
+    """``name`` if it follows the topic rule, else :class:`InvalidArgumentError` saying it is an invalid ``what``."""
     if not _is_name(name):
         raise InvalidArgumentError(
-            f"invalid topic name {shown(name)}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
+            f"invalid {what} {shown(name)}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
         )
     assert isinstance(name, str)
     return name
+
+
+def validate_topic(name: object) -> str:
+    """Kafka's topic rule: ``[A-Za-z0-9._-]{1,249}``, and never ``.`` or ``..``."""
+    return _require_name(name, "topic name")
 
 
 def validate_group(name: object) -> str:
@@ -65,12 +70,7 @@ def validate_group(name: object) -> str:
 
 def validate_instance_id(name: object) -> str:
     """A static member's ``instance_id``: the topic rule (Kafka's rule for ``group.instance.id``)."""
-    if not _is_name(name):
-        raise InvalidArgumentError(
-            f"invalid instance id {shown(name)}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
-        )
-    assert isinstance(name, str)
-    return name
+    return _require_name(name, "instance id")
 
 
 def validate_client_id(name: object) -> str:
