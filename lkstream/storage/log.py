@@ -139,6 +139,9 @@ class PartitionLog:
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_written: Checkpoint | None = None
         self.unflushed_bytes = 0
+        # Whether anything was appended since open: a log that only served reads closes without
+        # an fsync or a checkpoint (its files are as recovery left them), so idle partitions stop fast.
+        self._appended = False
         with map_os_errors("create partition directory", directory):
             os.makedirs(directory, exist_ok=True)
         self.recovery = self._open()
@@ -287,6 +290,7 @@ class PartitionLog:
             )
             active.append(batch, stamped)
             self.unflushed_bytes += len(batch)
+            self._appended = True
         return AppendResult(base, stamped.last_offset, len(batch))
 
     def _roll(self) -> Segment:
@@ -532,6 +536,8 @@ class PartitionLog:
         """Final fsync and checkpoint. Caller holds the lock and has marked the log closed."""
         if self._failed is not None:
             return  # nothing written after a failed fsync may be called durable
+        if not self._appended:
+            return  # unchanged since open, where recovery fsynced and checkpointed what it found
         active = self._segments[-1]
         self._flush_index(active, fsync=True)
         if active.size != self._durable_position:

@@ -481,6 +481,8 @@ class _Verifier:
             self._add("error", path, f"damaged ({pr.checkpoint_problem}): recovery validates the whole active segment")
             return
         if cp is None:
+            if scan.size == 0 and len(pr.segments) == 1:
+                return  # a new partition nothing was appended to writes none: nothing to protect
             self._add("warning", path, "missing: recovery validates the whole active segment")
             return
         if cp.active_base != last.base_offset:

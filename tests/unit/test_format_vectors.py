@@ -272,7 +272,17 @@ def test_partition_log_stamps_the_next_offset_into_a_second_batch(tmp_path: Path
         log.close()
 
 
-def test_a_new_empty_log_closed_at_once_writes_the_empty_checkpoint(tmp_path: Path) -> None:
+def test_a_log_that_only_served_reads_closes_without_writing(tmp_path: Path) -> None:
+    """Idle partitions close fast: no fsync and no checkpoint when nothing was appended since open."""
     directory = tmp_path / "part0"
     PartitionLog(str(directory), "t", 0).close()
-    assert (directory / CHECKPOINT_NAME).read_bytes().hex() == EMPTY_CHECKPOINT_HEX
+    assert not (directory / CHECKPOINT_NAME).exists()  # new and empty: nothing to protect
+    log = PartitionLog(str(directory), "t", 0)
+    log.append(bytearray(_golden()))
+    log.close()
+    written = (directory / CHECKPOINT_NAME).stat().st_mtime_ns
+    reopened = PartitionLog(str(directory), "t", 0)
+    assert reopened.read(0, 1 << 20).data.hex() == BATCH_HEX
+    reopened.close()
+    assert (directory / CHECKPOINT_NAME).stat().st_mtime_ns == written
+    assert (directory / CHECKPOINT_NAME).read_bytes().hex() == CHECKPOINT_HEX
