@@ -36,7 +36,19 @@ typedef struct {
 } Walk;
 
 /* One zigzag varint of at most max_bytes bytes, in its shortest form. */
-static int read_varint(Walk *w, int max_bytes, int64_t *out, const char *what, Py_ssize_t record) {
+static int read_varint_slow(Walk *w, int max_bytes, int64_t *out, const char *what, Py_ssize_t record);
+
+static inline int read_varint(Walk *w, int max_bytes, int64_t *out, const char *what, Py_ssize_t record) {
+    /* Most fields of most records fit one byte (lengths below 64, small deltas): decide those inline. */
+    if (w->pos < w->end && w->buf[w->pos] < 0x80) {
+        uint8_t byte = w->buf[w->pos++];
+        *out = (int64_t)(byte >> 1) ^ -(int64_t)(byte & 1);
+        return 0;
+    }
+    return read_varint_slow(w, max_bytes, out, what, record);
+}
+
+static int read_varint_slow(Walk *w, int max_bytes, int64_t *out, const char *what, Py_ssize_t record) {
     uint64_t raw = 0;
     int shift = 0;
     for (int i = 0; i < max_bytes; i++) {
@@ -112,7 +124,7 @@ static int is_utf8(const uint8_t *s, Py_ssize_t n) {
 }
 
 /* A length-prefixed byte field inside the record: length >= min_length, bytes within the record. */
-static int skip_bytes(Walk *w, int min_length, const char *what, Py_ssize_t record, int utf8) {
+static inline int skip_bytes(Walk *w, int min_length, const char *what, Py_ssize_t record, int utf8) {
     int64_t length;
     if (read_varint(w, 5, &length, what, record) < 0) {
         return -1;
