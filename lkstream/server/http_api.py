@@ -777,7 +777,8 @@ class HttpApi:
         commits = {
             (t.topic, t.partition): part["next_fetch_offset"]
             for t, (part, _) in zip(targets, reads, strict=True)
-            if t.committed is None or part["next_fetch_offset"] > t.committed
+            # (a stored offset past the log end is impossible; the coordinator lets a commit replace it)
+            if t.committed is None or part["next_fetch_offset"] > t.committed or t.committed > part["high_watermark"]
         }
         if not commits:
             return

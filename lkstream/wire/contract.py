@@ -38,12 +38,15 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
     OffsetRegressionError,
     OutOfOrderSequenceError,
+    PartitionLimitError,
     ProducerFencedError,
     ProtocolVersionError,
     RebalanceInProgressError,
     RecordTooLargeError,
     StaleGenerationError,
+    StorageAccessError,
     StorageError,
+    TooManyOpenFilesError,
     TopicExistsError,
     UnknownMemberError,
     UnknownTopicError,
@@ -62,13 +65,17 @@ Code = grpc.StatusCode
 #: Most specific class first: the first ``isinstance`` match wins.
 ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (RecordTooLargeError, Code.INVALID_ARGUMENT),
+    (PartitionLimitError, Code.INVALID_ARGUMENT),
     (InvalidArgumentError, Code.INVALID_ARGUMENT),
     (UnknownTopicError, Code.NOT_FOUND),
     (TopicExistsError, Code.ALREADY_EXISTS),
     (OffsetOutOfRangeError, Code.OUT_OF_RANGE),
     (BackpressureError, Code.RESOURCE_EXHAUSTED),
     (DiskFullError, Code.RESOURCE_EXHAUSTED),
+    (TooManyOpenFilesError, Code.RESOURCE_EXHAUSTED),
     (CorruptRecordError, Code.DATA_LOSS),
+    # Not INTERNAL: the broker works, its directory does not accept writes; the message names the path.
+    (StorageAccessError, Code.FAILED_PRECONDITION),
     (StorageError, Code.INTERNAL),
     (BrokerClosedError, Code.UNAVAILABLE),
     (BrokerUnavailableError, Code.UNAVAILABLE),
@@ -137,6 +144,9 @@ _FIELDS: Final = (
     "operation",
     "resource_type",
     "resource",
+    "errno",
+    "requested",
+    "existing",
 )
 
 
