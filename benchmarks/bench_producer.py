@@ -11,6 +11,10 @@ Scenarios (each on a fresh data directory, one run = one fresh broker):
 ``200B_batch``      pre-encoded batches through ``broker.produce_batch`` (the encode is done
                     before the clock starts): the broker's append path alone, for reference.
 ``encode_200B``     ``encode_batch`` of 1,000 x 200 B alone (no broker): the client-side cost.
+``send_200B``       ``Producer(broker).send(topic, v)`` one record at a time (the Kafka-style
+                    API, default linger 5 ms), 200-byte values, one partition; the loop yields
+                    to the event loop every 1,000 sends and the clock stops after ``flush()``.
+                    Target (issue 14): >= 1,000,000 msg/s.
 ``4KiB``            4,096-byte values, batches of 1,000, one partition, timed through
                     ``broker.close()`` (final fsync). Target: >= 80 % of the disk's sequential
                     write bandwidth, measured below in the same run on the same filesystem.
@@ -65,7 +69,7 @@ from _common import (
     verdict,
 )
 
-from lkstream import Broker
+from lkstream import Broker, Producer
 from lkstream.format.codec import encode_batch
 
 BATCH = 1000
@@ -80,7 +84,16 @@ TICKERS = [
     "TMO", "ACN", "NFLX", "AMD", "LIN", "ABT", "DHR", "ORCL", "DIS", "WFC",
     "TXN", "PM", "VZ", "INTC", "NKE", "CMCSA", "NEE", "UPS", "QCOM", "IBM",
 ]  # fmt: skip
-SCENARIOS = ("encode_200B", "200B", "200B_keyed", "200B_keyed_bytes", "200B_keyed_p4", "200B_batch", "4KiB")
+SCENARIOS = (
+    "encode_200B",
+    "200B",
+    "200B_keyed",
+    "200B_keyed_bytes",
+    "200B_keyed_p4",
+    "200B_batch",
+    "send_200B",
+    "4KiB",
+)
 
 
 # -- payloads --------------------------------------------------------------------------------------
@@ -118,6 +131,21 @@ async def _produce_batches(broker: Broker, topic: str, batches: list[bytearray],
     return time.perf_counter() - started
 
 
+async def _send_each(broker: Broker, topic: str, calls: list[Any], n_calls: int) -> float:
+    producer = Producer(broker)
+    await producer.send(topic, calls[0][0][1])  # creates the topic, warms the path
+    started = time.perf_counter()
+    for i in range(n_calls):
+        send = producer.send
+        for key, value in calls[i % len(calls)]:
+            send(topic, value, key)
+        await asyncio.sleep(0)  # lets lingering or full buffers start their produce call
+    await producer.flush()
+    seconds = time.perf_counter() - started
+    await producer.close()
+    return seconds
+
+
 def run_produce(
     root: Path,
     calls: list[Any],
@@ -125,6 +153,7 @@ def run_produce(
     *,
     partitions: int = 1,
     pre_encoded: bool = False,
+    one_by_one: bool = False,
 ) -> dict[str, Any]:
     """One fresh broker, ``n_calls`` produce calls; msg/s acked and through close()."""
     data = root / "data"
@@ -138,7 +167,9 @@ def run_produce(
     try:
         cpu_started = time.thread_time()  # the event loop runs on this thread: the producer
         faults_started = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        if pre_encoded:
+        if one_by_one:
+            acked_s = asyncio.run(_send_each(broker, topic, calls, n_calls))
+        elif pre_encoded:
             batches = [encode_batch(c, timestamp_ms=1_700_000_000_000) for c in calls]
             acked_s = asyncio.run(_produce_batches(broker, topic, batches, n_calls))
         else:
@@ -359,6 +390,13 @@ def build_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "verdict": verdict(m["median"], 1_000_000),
             }
         )
+    for name, what, target in (
+        ("200B_keyed_p4", "seed pattern: str ticker keys, 4 partitions, calls of 1,000: >= 1,500,000 msg/s", 1.5e6),
+        ("send_200B", "Producer.send one record at a time, 200 B: >= 1,000,000 msg/s", 1e6),
+    ):
+        if name in results:
+            m = results[name]["msg_per_s"]
+            targets.append({"target": what, "measured": m, "unit": "msg/s", "verdict": verdict(m["median"], target)})
     if "disk_reference" in results:
         ratio = results["disk_reference"]["ratio_4KiB_to_best_python"]
         targets.append(
@@ -415,6 +453,7 @@ def main() -> None:
             "200B_keyed_bytes": lambda: run_produce(root, keyed_bytes, calls_small),
             "200B_keyed_p4": lambda: run_produce(root, keyed, calls_small, partitions=4),
             "200B_batch": lambda: run_produce(root, small, calls_small, pre_encoded=True),
+            "send_200B": lambda: run_produce(root, small, calls_small, one_by_one=True),
             "4KiB": lambda: run_produce(root, large, calls_large),
         }
         raw: dict[str, list[dict[str, Any]]] = {}

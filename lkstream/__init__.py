@@ -16,6 +16,8 @@ from lkstream.client.producer import Producer
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BackpressureError,
     BrokerClosedError,
     BrokerUnavailableError,
@@ -31,17 +33,21 @@ from lkstream.errors import (
     NotPartitionOwnerError,
     OffsetOutOfRangeError,
     OffsetRegressionError,
+    PartitionLimitError,
     ProtocolVersionError,
     RebalanceInProgressError,
     RecordTooLargeError,
     StaleGenerationError,
+    StorageAccessError,
     StorageError,
+    TooManyOpenFilesError,
     TopicExistsError,
     UnknownAssignorError,
     UnknownMemberError,
     UnknownTopicError,
 )
 from lkstream.format.codec import Compression, Record
+from lkstream.security.tls import ClientTls
 from lkstream.storage.offsets import OffsetStore
 
 __version__ = "0.1.0"
@@ -61,11 +67,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "BackpressureError",
     "Broker",
     "BrokerClosedError",
     "BrokerConfig",
     "BrokerUnavailableError",
+    "ClientTls",
     "Compression",
     "Consumer",
     "CorruptRecordError",
@@ -82,6 +91,7 @@ __all__ = [
     "OffsetRegressionError",
     "OffsetStore",
     "Partition",
+    "PartitionLimitError",
     "Producer",
     "ProtocolVersionError",
     "RebalanceInProgressError",
@@ -89,7 +99,9 @@ __all__ = [
     "RecordTooLargeError",
     "RemoteBroker",
     "StaleGenerationError",
+    "StorageAccessError",
     "StorageError",
+    "TooManyOpenFilesError",
     "TopicDescription",
     "TopicExistsError",
     "UnknownAssignorError",

@@ -76,6 +76,21 @@ class BrokerConfig(BaseModel):
     )
     index_interval_bytes: int = Field(4096, ge=0, description="Bytes of segment data between sparse index entries.")
     partitions: int = Field(1, ge=1, le=10_000, description="Partitions of auto-created topics.")
+    max_partitions: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="Partitions of all topics together; a create beyond it is refused (PartitionLimitError).",
+    )
+    max_open_files: int = Field(
+        0,
+        ge=0,
+        description="Segment and index files kept open at once (an LRU shared by all partitions); "
+        "0: RLIMIT_NOFILE minus open_files_reserve.",
+    )
+    open_files_reserve: int = Field(
+        512, ge=0, description="Descriptors left to sockets and metadata files when max_open_files is 0."
+    )
     auto_create_topics: bool = Field(True, description="Create unknown topics on first produce.")
     retention_ms: int = Field(-1, ge=-1, description="Delete sealed segments older than this; -1 keeps forever.")
     retention_bytes: int = Field(
@@ -86,6 +101,18 @@ class BrokerConfig(BaseModel):
     retention_check_interval_ms: int = Field(60_000, ge=10, description="How often retention runs.")
     max_message_bytes: int = Field(1 * MiB, ge=1, le=256 * MiB, description="Largest key + value of one record.")
     max_batch_bytes: int = Field(16 * MiB, ge=1024, le=2**31 - 1, description="Largest record batch accepted.")
+    max_decompressed_bytes: int = Field(
+        64 * MiB,
+        ge=1024,
+        le=2**31 - 1,
+        description="Largest records section one compressed batch may inflate to (produce and decoded reads).",
+    )
+    max_compression_ratio: int = Field(
+        256,
+        ge=1,
+        le=1_000_000,
+        description="Largest inflated / compressed size of a batch a producer sends (compression bombs).",
+    )
     max_inflight_bytes: int = Field(256 * MiB, ge=1, description="Accepted, unacknowledged bytes before Backpressure.")
     hot_tail_bytes: int = Field(8 * MiB, ge=0, description="Newest batches kept in memory per partition.")
     checkpoint_interval_ms: int = Field(1000, ge=1, description="How often checkpoint.meta follows group commit.")
@@ -113,9 +140,10 @@ SERVER_ENV_PREFIX = "LKSTREAM_SERVER__"
 SERVER_SECTION = "server"
 
 #: ``LKSTREAM_*`` variables that are not configuration and that :func:`load_config` skips.
-#: ``LKSTREAM_CRASH_SEED`` seeds the crash tests (tests/crash). Add a name here, with its
-#: purpose, before any other tool uses the prefix.
-IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED"})
+#: ``LKSTREAM_CRASH_SEED`` seeds the crash tests (tests/crash); ``LKSTREAM_TOKEN`` and
+#: ``LKSTREAM_TLS_CA`` are the command line's client credentials (``--token``, ``--tls-ca``).
+#: Add a name here, with its purpose, before any other tool uses the prefix.
+IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED", "LKSTREAM_TOKEN", "LKSTREAM_TLS_CA"})
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})

@@ -10,6 +10,7 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     LkstreamError                      base; ``retriable`` says whether retrying can help
     ├── InvalidArgumentError           bad name, size, partition, option (nothing was written)
     │   ├── RecordTooLargeError        a record above ``max_message_bytes`` or a batch above ``max_batch_bytes``
+    │   ├── PartitionLimitError        a topic create would pass ``max_partitions`` (all topics together)
     │   └── UnknownAssignorError       assignor not range / roundrobin / cooperative-sticky
     ├── UnknownTopicError              topic does not exist (and auto-create is off)
     ├── TopicExistsError               create_topic on an existing topic
@@ -17,13 +18,17 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── CorruptRecordError             a batch failed its length, magic or CRC check
     ├── BackpressureError              in-flight bytes above ``max_inflight_bytes`` (retriable)
     ├── StorageError                   an OS-level I/O failure, with the path
-    │   └── DiskFullError              ENOSPC / EDQUOT (retriable once space is freed)
+    │   ├── DiskFullError              ENOSPC / EDQUOT (retriable once space is freed)
+    │   ├── TooManyOpenFilesError      EMFILE / ENFILE: the descriptor limit (retriable)
+    │   └── StorageAccessError         EROFS / EACCES / EPERM: the data directory is not writable
     ├── DataDirLockedError             another broker holds the data directory
     ├── BrokerClosedError              the broker was closed
     ├── BrokerUnavailableError         a remote client cannot reach the daemon (retriable)
     ├── ProtocolVersionError           client and daemon speak incompatible protocol versions
     ├── OutOfOrderSequenceError        an idempotent producer's batch skips or repeats sequence numbers
     ├── ProducerFencedError            an idempotent producer's epoch is older than the partition's
+    ├── AuthenticationError            missing or wrong credentials (never says which part was wrong)
+    ├── AuthorizationError             the principal lacks a permission: names principal, operation, resource
     └── GroupError                     a consumer-group call the coordinator refused (``group``)
         ├── UnknownMemberError         member id unknown (left or expired): join again
         │   └── FencedInstanceError    a static member's old id after a restart took its place
@@ -143,6 +148,42 @@ class DiskFullError(StorageError):
     retriable = True
 
 
+class TooManyOpenFilesError(StorageError):
+    """The process (EMFILE) or the system (ENFILE) ran out of file descriptors.
+
+    ``limit`` is the process's soft ``RLIMIT_NOFILE``. Retrying can help once
+    connections close; raising the limit (``ulimit -n``, systemd ``LimitNOFILE``) or
+    lowering ``max_open_files`` is the lasting fix.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, *, path: str | None = None, errno_: int | None = None, limit: int = -1) -> None:
+        super().__init__(message, path=path, errno_=errno_)
+        self.limit = limit
+
+
+class StorageAccessError(StorageError):
+    """The data directory (or a file in it) is read-only or not writable by the broker (EROFS, EACCES, EPERM).
+
+    Nothing was changed; an operator must fix the mount or the permissions of ``path``.
+    """
+
+
+class PartitionLimitError(InvalidArgumentError):
+    """Creating the topic would take the broker past ``max_partitions`` (all topics together)."""
+
+    def __init__(self, topic: str, requested: int, existing: int, limit: int) -> None:
+        super().__init__(
+            f"cannot create topic {topic!r} with {requested} partition(s): the broker has {existing} and "
+            f"max_partitions is {limit}; delete topics or raise max_partitions"
+        )
+        self.topic = topic
+        self.requested = requested
+        self.existing = existing
+        self.limit = limit
+
+
 class DataDirLockedError(LkstreamError):
     """Another broker process already owns the data directory."""
 
@@ -177,6 +218,35 @@ class ProtocolVersionError(LkstreamError):
         )
         self.client_version = client_version
         self.server_version = server_version
+
+
+# -- access control (lkstream.security) --------------------------------------------------------
+
+
+class AuthenticationError(LkstreamError):
+    """The caller could not be authenticated: no credentials, or credentials that do not verify.
+
+    The message never tells an unknown user from a wrong password or token.
+    """
+
+    def __init__(self, reason: str = "authentication failed") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AuthorizationError(LkstreamError):
+    """An authenticated principal lacks the permission a call needs (nothing was done)."""
+
+    def __init__(self, principal: str, operation: str, resource_type: str, resource: str) -> None:
+        target = "the cluster" if resource_type == "cluster" else f"{resource_type} {resource!r}"
+        super().__init__(
+            f"principal {principal!r} is not allowed to {operation} {target}: "
+            f"an ACL must allow {operation} on {resource_type} {resource!r} (lkstream acls add)"
+        )
+        self.principal = principal
+        self.operation = operation
+        self.resource_type = resource_type
+        self.resource = resource
 
 
 # -- consumer groups (lkstream.broker.groups) ---------------------------------------------------
@@ -335,14 +405,40 @@ def invariant(condition: bool, message: str) -> None:
 
 
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+_ACCESS_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _descriptor_limit() -> int:
+    import resource  # here: errors.py is imported everywhere, resource only matters on this path
+
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def os_error(action: str, path: str, exc: OSError) -> StorageError:
+    """The :class:`StorageError` (or subclass) for ``exc`` raised while trying to ``action`` ``path``."""
+    if exc.errno in _DISK_FULL_ERRNOS:
+        return DiskFullError(f"disk full while trying to {action}", path=path, errno_=exc.errno)
+    if exc.errno in _DESCRIPTOR_ERRNOS:
+        limit = _descriptor_limit()
+        return TooManyOpenFilesError(
+            f"cannot {action}: too many open files (RLIMIT_NOFILE is {limit}; raise it with ulimit -n or "
+            "LimitNOFILE, or lower max_open_files)",
+            path=path,
+            errno_=exc.errno,
+            limit=limit,
+        )
+    if exc.errno in _ACCESS_ERRNOS:
+        return StorageAccessError(
+            f"cannot {action}: the data directory is not writable ({exc.strerror})", path=path, errno_=exc.errno
+        )
+    return StorageError(f"cannot {action} ({exc.strerror})", path=path, errno_=exc.errno)
 
 
 @contextmanager
 def map_os_errors(action: str, path: str) -> Iterator[None]:
-    """Turn ``OSError`` raised inside the block into :class:`StorageError`."""
+    """Turn ``OSError`` raised inside the block into :class:`StorageError` (see :func:`os_error`)."""
     try:
         yield
     except OSError as exc:
-        if exc.errno in _DISK_FULL_ERRNOS:
-            raise DiskFullError(f"disk full while trying to {action}", path=path, errno_=exc.errno) from exc
-        raise StorageError(f"cannot {action} ({exc.strerror})", path=path, errno_=exc.errno) from exc
+        raise os_error(action, path, exc) from exc

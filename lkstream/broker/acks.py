@@ -59,11 +59,12 @@ class Acknowledgement:
         if exc_type is not None:
             self._release()
 
-    def append(self, target: Partition, batch: bytearray) -> AppendResult:
+    def append(self, target: Partition, batch: bytearray, *, owned: bool = False) -> AppendResult:
+        """Append ``batch`` to ``target`` (``owned``: see :meth:`Partition.append_batch`)."""
         if not self._sync:
-            return target.append_batch(batch)
+            return target.append_batch(batch, owned=owned)
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        result = target.append_batch(batch, functools.partial(_complete, future))
+        result = target.append_batch(batch, functools.partial(_complete, future), owned=owned)
         self._futures.append(future)
         return result
 

@@ -22,12 +22,13 @@ import contextlib
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from typing import Any
+from typing import Any, Final
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
+from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
@@ -37,11 +38,13 @@ from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
     InvalidArgumentError,
+    LkstreamError,
+    OffsetOutOfRangeError,
+    PartitionLimitError,
     RecordTooLargeError,
     UnknownTopicError,
     map_os_errors,
 )
-from lkstream.format.batch import check_producer_batch
 from lkstream.format.codec import Compression, Headers, Record, encode_batch
 from lkstream.format.produce import (
     BATCH_OVERHEAD,
@@ -50,8 +53,10 @@ from lkstream.format.produce import (
     normalise_records,
     record_sizes,
 )
+from lkstream.format.validate import Limits, validate_producer_batch
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
+from lkstream.storage.handles import FileBudget, derive_capacity
 from lkstream.storage.lock import DataDirLock
 from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
@@ -69,11 +74,25 @@ Value = bytes | bytearray | memoryview | str | None
 ProduceItem = tuple[Key, Value] | tuple[Key, Value, Headers]
 
 
+#: Kafka's "no topic id" (all zeros): what a description without a known id carries.
+NIL_TOPIC_ID: Final = uuid.UUID(int=0)
+
+
 @dataclass(frozen=True)
 class TopicDescription:
+    """A topic's settings and per-partition stats.
+
+    ``topic_id`` names this incarnation of the topic (``topic.json``, issue 12): it
+    never changes while the topic exists, and a topic deleted and created again
+    gets a new one (Kafka's topic id of Metadata v10+ and Fetch v13+). A
+    :class:`~lkstream.client.remote.RemoteBroker` reports the nil UUID, as Kafka
+    does for "unknown": the gRPC contract does not carry it yet.
+    """
+
     name: str
     settings: TopicSettings
     partitions: list[PartitionStats]
+    topic_id: uuid.UUID = NIL_TOPIC_ID
 
 
 @dataclass(frozen=True)
@@ -87,10 +106,11 @@ class BrokerStats:
 
 
 class _Topic:
-    def __init__(self, name: str, settings: TopicSettings, partitions: list[Partition]) -> None:
+    def __init__(self, name: str, settings: TopicSettings, partitions: list[Partition], topic_id: uuid.UUID) -> None:
         self.name = name
         self.settings = settings
         self.partitions = partitions
+        self.topic_id = topic_id
 
 
 class Broker(GroupCalls):
@@ -111,6 +131,8 @@ class Broker(GroupCalls):
         with map_os_errors("create data directory", self.persist_dir):
             os.makedirs(self.persist_dir, exist_ok=True)
         self._dir_lock = DataDirLock(self.persist_dir)
+        #: The one budget of open segment and index files, shared by every partition (issue 12).
+        self.files = FileBudget(derive_capacity(self.config.max_open_files, self.config.open_files_reserve))
         self._lock = threading.RLock()
         self._closed = False
         self._topics: dict[str, _Topic] = {}
@@ -118,6 +140,7 @@ class Broker(GroupCalls):
         self.topics_version = 0
         self._sticky = StickyPartitioner()
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
+        self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
         self.recoveries: list[LogRecovery] = []
         self._data_arrived = DataArrived()
@@ -133,6 +156,7 @@ class Broker(GroupCalls):
             self._open_existing_topics()
             self.offset_store = OffsetStore(self.persist_dir, clock=self._clock, sweep_tmp=True)
             self._producer_ids = ProducerIdAllocator(self.persist_dir)
+            self._reconcile_offsets()
         except BaseException:
             self._abandon_open()
             raise
@@ -142,6 +166,8 @@ class Broker(GroupCalls):
             self.offset_store,
             self.partitions_for,
             self._clock,
+            bounds=self.bounds,
+            topic_ids=self.topic_ids,
             in_other_coordinator=self._has_kafka_client_members,
         )
         # Kafka clients' groups (client-side assignment); a group name lives in one coordinator at a time.
@@ -161,6 +187,24 @@ class Broker(GroupCalls):
                 # A stray directory (lost+found, a hand-made folder) must not stop the broker;
                 # `lkstream verify` reports it.
                 log.warning("ignoring %s in %s: %s", name, self._store.root, exc)
+
+    def _reconcile_offsets(self) -> None:
+        """Committed offsets belong to topics that exist (issue 12, finding 6).
+
+        A delete that a crash cut short (after the rename, before the offsets were
+        forgotten) leaves offsets of a topic that is gone; they go now, before any
+        topic of that name can be created again. Offsets from before topic ids get the
+        current topic's id. Reads ignore other incarnations anyway: this only tidies.
+        """
+        topics = {name: t.topic_id for name, t in self._topics.items()}
+        counts = {name: len(t.partitions) for name, t in self._topics.items()}
+        try:
+            forgotten, stamped = self.offset_store.reconcile(topics, counts)
+        except LkstreamError as exc:  # a broken journal is verify's business; reads stay correct
+            log.warning("could not reconcile committed offsets with the topics: %s", exc)
+            return
+        if forgotten or stamped:
+            log.info("committed offsets: %d of deleted topics forgotten, %d stamped with topic ids", forgotten, stamped)
 
     def _abandon_open(self) -> None:
         """Undo a failed constructor: close what was opened and release the directory."""
@@ -193,16 +237,29 @@ class Broker(GroupCalls):
         )
 
     def _open_topic(self, name: str) -> _Topic:
-        settings = self._store.load(name, self._defaults())
-        log_config = self._log_config(settings)
-        partitions = [self._open_partition(name, pid, log_config) for pid in range(settings.partitions)]
-        topic = _Topic(name, settings, partitions)
+        settings, topic_id = self._store.load(name, self._defaults())
+        partitions: list[Partition] = []
+        try:
+            self._open_partitions(name, settings, partitions)
+        except BaseException:
+            for partition in partitions:
+                with contextlib.suppress(Exception):
+                    partition.close()
+            raise
+        topic = _Topic(name, settings, partitions, topic_id)
         self._topics[name] = topic
         self.topics_version += 1
         return topic
 
+    def _open_partitions(self, name: str, settings: TopicSettings, partitions: list[Partition]) -> None:
+        """Open ``settings.partitions`` partition logs of ``name`` into ``partitions`` (cleaned up by the caller)."""
+        log_config = self._log_config(settings)
+        partitions.extend(self._open_partition(name, pid, log_config) for pid in range(settings.partitions))
+
     def _open_partition(self, name: str, pid: int, log_config: LogConfig) -> Partition:
-        plog = PartitionLog(self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock)
+        plog = PartitionLog(
+            self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock, file_factory=self.files.file
+        )
         self.recoveries.append(plog.recovery)
         return Partition(
             name,
@@ -232,22 +289,54 @@ class Broker(GroupCalls):
         validate_topic(name)
         with self._lock:
             self._check_open()
-            self._store.create(name, settings)
-            self._open_topic(name)
+            self._create_locked(name, settings)
         self.groups.topics_changed()
 
+    def _create_locked(self, name: str, settings: TopicSettings) -> _Topic:
+        """Create and open a topic, all or nothing. Caller holds ``_lock``.
+
+        The directory appears in one rename (TopicStore.create); if opening it then fails
+        (no descriptors, a read-only disk), it is moved out again, so a failed create
+        leaves no half topic that describe says is missing and create says exists.
+        """
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        if existing + settings.partitions > self.config.max_partitions:
+            raise PartitionLimitError(name, settings.partitions, existing, self.config.max_partitions)
+        self._store.create(name, settings)
+        try:
+            return self._open_topic(name)
+        except BaseException as exc:
+            try:
+                self._store.delete(name)
+            except LkstreamError as undo:  # the next start opens it whole, or sweeps it
+                log.error("could not remove topic %r after its creation failed (%s): %s", name, exc, undo)
+            raise
+
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data."""
+        """Delete a topic and all its data, all or nothing.
+
+        The one rename into ``trash/`` is the commit point: if it fails (a read-only
+        disk), the topic stays whole and open and the error says why; once it is done,
+        the partitions close and the topic's committed offsets are forgotten. A crash
+        in between is finished by the next start (see docs/durability.md).
+        """
         with self._lock:
             self._check_open()
             topic = self._topic(name, create=False)
+            trashed = self._store.move_to_trash(name)
             del self._topics[name]
             self.topics_version += 1
             for partition in topic.partitions:
-                partition.close()
-            self._store.delete(name)
-            # A topic created later under the same name must not inherit old positions.
-            self.offset_store.forget_topic(name)
+                with contextlib.suppress(LkstreamError):  # its files are already in the trash
+                    partition.close()
+            # A topic created later under the same name must not inherit old positions. They are
+            # stored with this incarnation's id, so if forgetting them fails they are still never
+            # read for a new topic, and the next start forgets them (_reconcile_offsets).
+            try:
+                self.offset_store.forget_topic(name)
+            except LkstreamError as exc:
+                log.warning("topic %r deleted, but its committed offsets stay until the next start: %s", name, exc)
+            self._store.empty(trashed)
         self.groups.topics_changed()
 
     def create_partitions(self, name: str, count: int) -> None:
@@ -264,12 +353,23 @@ class Broker(GroupCalls):
                 raise InvalidArgumentError(
                     f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
                 )
+            existing = sum(len(t.partitions) for t in self._topics.values())
+            added = count - len(topic.partitions)
+            if existing + added > self.config.max_partitions:
+                raise PartitionLimitError(name, added, existing, self.config.max_partitions)
             settings = TopicSettings(count, topic.settings.retention_ms, topic.settings.retention_bytes)
-            fresh = [
-                self._open_partition(name, pid, self._log_config(settings))
-                for pid in range(len(topic.partitions), count)
-            ]
-            self._store.update(name, settings)
+            fresh: list[Partition] = []
+            try:
+                fresh.extend(
+                    self._open_partition(name, pid, self._log_config(settings))
+                    for pid in range(len(topic.partitions), count)
+                )
+                self._store.update(name, settings, topic.topic_id)
+            except BaseException:
+                for partition in fresh:  # topic.json still has the old count: the topic opens as before
+                    with contextlib.suppress(Exception):
+                        partition.close()
+                raise
             topic.settings = settings
             topic.partitions = [*topic.partitions, *fresh]
             self.topics_version += 1
@@ -281,7 +381,20 @@ class Broker(GroupCalls):
 
     def describe_topic(self, name: str) -> TopicDescription:
         topic = self._topic(name, create=False)
-        return TopicDescription(name, topic.settings, [p.stats() for p in topic.partitions])
+        return TopicDescription(name, topic.settings, [p.stats() for p in topic.partitions], topic.topic_id)
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        """The id of the topic's current incarnation (see :class:`TopicDescription`)."""
+        return self._topic(name, create=False).topic_id
+
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        """``{topic: id}`` of every topic."""
+        with self._lock:
+            return {name: t.topic_id for name, t in self._topics.items()}
+
+    def list_committed(self) -> dict[tuple[str, str, int], int]:
+        """Committed offsets of the topics that exist, ``{(group, topic, partition): offset}``."""
+        return self.offset_store.list_committed(topic_ids=self.topic_ids())
 
     def partition(self, topic: str, pid: int) -> Partition:
         """The :class:`Partition` ``pid`` of ``topic`` (InvalidArgument if it does not exist)."""
@@ -295,6 +408,17 @@ class Broker(GroupCalls):
     def partitions_for(self, topic: str) -> int:
         return len(self._topic(topic, create=False).partitions)
 
+    def bounds(self, topic: str, pid: int) -> tuple[int, int]:
+        """``(log_start_offset, high_watermark)`` of ``topic[pid]``."""
+        target = self.partition(topic, pid)
+        return target.log_start_offset, target.high_watermark
+
+    def check_commit(self, topic: str, pid: int, offset: int) -> None:
+        """Refuse a committed offset above ``topic[pid]``'s high watermark (:class:`OffsetOutOfRangeError`)."""
+        start, high = self.bounds(topic, pid)
+        if offset > high:
+            raise OffsetOutOfRangeError(topic, pid, offset, start, high)
+
     def _topic(self, name: str, *, create: bool) -> _Topic:
         topic = self._topics.get(name)
         if topic is not None:
@@ -307,8 +431,7 @@ class Broker(GroupCalls):
                 return topic
             if not (create and self.config.auto_create_topics):
                 raise UnknownTopicError(name)
-            self._store.create(name, self._defaults())
-            return self._open_topic(name)
+            return self._create_locked(name, self._defaults())
 
     # -- produce --------------------------------------------------------------------------------
 
@@ -371,7 +494,9 @@ class Broker(GroupCalls):
         self._check_open()
         if not isinstance(batch, bytearray):
             batch = bytearray(batch)
-        check_producer_batch(batch, self.config.max_batch_bytes)
+        # A batch from outside (gRPC record_batch, the Kafka listener) is checked completely:
+        # a correct CRC over wrong records would poison every read across it (issue 12).
+        validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
         target = self.partition(self._topic(topic, create=True).name, pid)
         with self._acknowledgement(len(batch)) as ack:
             result = ack.append(target, batch)
@@ -403,9 +528,16 @@ class Broker(GroupCalls):
         topic = self._topic(topic_name, create=True)
         if partition is not None:
             self.partition(topic.name, partition)
-        fast = self._produce_one_batch(topic, records, partition, codec)
-        if fast is not None:
-            return fast
+        encoded = encode_call(
+            records,
+            partitions=len(topic.partitions),
+            explicit=partition,
+            sticky=self._sticky,
+            codec=codec,
+            timestamp_ms=self._clock.now_ms(),
+        )
+        if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
+            return self._append_call(topic, encoded, codec)
         pairs, headers = normalise_records(records)
         if not pairs:
             return [], self._acknowledgement(0)
@@ -422,38 +554,23 @@ class Broker(GroupCalls):
                         compression=codec,
                         timestamp_ms=self._clock.now_ms(),
                     )
-                    base = ack.append(topic.partitions[pid], batch).base_offset
+                    base = ack.append(topic.partitions[pid], batch, owned=True).base_offset
                     for delta, i in enumerate(chunk):
                         results[i] = (pid, base + delta)
         return results, ack
 
-    def _produce_one_batch(
-        self, topic: _Topic, records: Sequence[ProduceItem], explicit: int | None, codec: Compression
-    ) -> tuple[list[tuple[int, int]], Acknowledgement] | None:
-        """The common case in O(1) Python work per record: one target partition, one batch.
-
-        Applies when every record is a ``(bytes | None, bytes)`` pair bound for
-        one partition (explicit, a single-partition topic, or all keys None) and
-        the batch fits ``max_batch_bytes``. Returns None to fall back to the
-        general path, which normalises, routes and splits.
-        """
-        if type(records) not in (list, tuple) or not records:
-            return None
-        count = len(topic.partitions)
-        try:
-            if explicit is None and count > 1 and any(r[0] is not None for r in records):
-                return None
-            batch = encode_batch(records, compression=codec, timestamp_ms=self._clock.now_ms())  # type: ignore[arg-type]
-        except (TypeError, ValueError, IndexError, KeyError):
-            return None  # InvalidArgumentError is a ValueError: the general path reports it precisely
-        if len(batch) > self.config.max_batch_bytes:
-            return None
-        if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
-            self._check_sizes(record_sizes(records))  # type: ignore[arg-type]  # fast path: the items encoded as (bytes | None, bytes) pairs
-        pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
-        with self._acknowledgement(len(batch)) as ack:
-            result = ack.append(topic.partitions[pid], batch)
-        return list(zip(repeat(pid), range(result.base_offset, result.last_offset + 1), strict=False)), ack
+    def _append_call(
+        self, topic: _Topic, encoded: EncodedCall, codec: Compression
+    ) -> tuple[list[tuple[int, int]], Acknowledgement]:
+        """Append the fast path's batches (each fits ``max_batch_bytes``); see :mod:`lkstream.broker.encoder`."""
+        total = 0
+        for (_, batch), pairs in zip(encoded.batches, encoded.pairs, strict=True):
+            total += len(batch)
+            if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
+                self._check_sizes(record_sizes(pairs))
+        with self._acknowledgement(total) as ack:
+            bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
+        return encoded.results(bases), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:
         limit = self.config.max_message_bytes

@@ -32,10 +32,20 @@ Observed as events happen:
 Serving surfaces (the gRPC daemon, the HTTP app) call those methods; this
 module is synchronous and thread-safe (no asyncio). Expose the registry with
 ``prometheus_client.generate_latest(metrics.registry)``.
+
+Label sets are bounded (issue 12, finding 4): a topic or group name becomes a label
+only after :mod:`lkstream.storage.names` accepted it; the per-group families
+(``lk_consumed_total``, ``lk_partition_committed_offset``, ``lk_consumer_lag_seconds``)
+hold at most ``max_label_sets`` label sets each (new ones beyond are dropped and
+counted in :attr:`BrokerMetrics.dropped_label_sets`); and a label set disappears
+with its object: at each scrape, those of a deleted topic or partition go, and those
+of a group the coordinator does not know (no member, no commit) go once they were
+not updated for ``label_idle_s``.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -48,6 +58,15 @@ from prometheus_client.registry import Collector
 
 from lkstream.broker.broker import Broker
 from lkstream.errors import LkstreamError
+from lkstream.storage.names import validate_group, validate_topic
+
+log = logging.getLogger("lkstream.metrics")
+
+#: Label sets each per-group family may hold; a broker's real (topic, group, partition) triples
+#: stay far below it, a client inventing group names cannot grow memory past it.
+DEFAULT_MAX_LABEL_SETS = 10_000
+#: A label set of a group nobody joined or committed for goes after this long without an update.
+DEFAULT_LABEL_IDLE_S = 600.0
 
 #: Latency buckets (seconds) shared by the produce, fetch and fsync histograms: from
 #: 100 us (a page-cache write) to 10 s (a stalled disk); the fsync alert's 1 s is a bound.
@@ -116,12 +135,20 @@ class BrokerMetrics:
         registry: CollectorRegistry | None = None,
         *,
         now: Callable[[], float] = time.time,
+        max_label_sets: int = DEFAULT_MAX_LABEL_SETS,
+        label_idle_s: float = DEFAULT_LABEL_IDLE_S,
     ) -> None:
         self.broker = broker
         self.registry = registry if registry is not None else CollectorRegistry()
         self._now = now
         self._lock = threading.Lock()
-        self._committed: dict[GroupKey, int] = {}
+        self.max_label_sets = max_label_sets
+        self.label_idle_s = label_idle_s
+        #: Label sets refused because a family was full (each refusal counts once).
+        self.dropped_label_sets = 0
+        # (topic, group, partition) -> [value, last update (now())]: bounded, pruned at each scrape.
+        self._committed: dict[GroupKey, list[float]] = {}
+        self._consumed: dict[GroupKey, list[float]] = {}
         # The event metrics live in a private registry that the collector re-exports without
         # their ``_created`` series, so the exposition holds exactly the documented names.
         self._events = CollectorRegistry()
@@ -149,12 +176,6 @@ class BrokerMetrics:
             ["code"],
             registry=self._events,
         )
-        self.consumed = Counter(
-            "lk_consumed",
-            "Records delivered to a consumer group.",
-            ["topic", "group", "partition"],
-            registry=self._events,
-        )
         self._collector = _BrokerCollector(self)
         self.registry.register(self._collector)
         broker.fsync_observers.append(self._observe_fsync)
@@ -171,14 +192,51 @@ class BrokerMetrics:
         self.request_errors.labels(code=code).inc()
 
     def record_consumed(self, topic: str, group: str, partition: int, count: int) -> None:
-        """``count`` records of ``topic[partition]`` were delivered to ``group``."""
+        """``count`` records of ``topic[partition]`` were delivered to ``group`` (names validated first)."""
+        key = _group_key(topic, group, partition)
         if count > 0:
-            self.consumed.labels(topic=topic, group=group, partition=str(partition)).inc(count)
+            with self._lock:
+                entry = self._entry_locked(self._consumed, key)
+                if entry is not None:
+                    entry[0] += count
 
     def record_committed(self, topic: str, group: str, partition: int, offset: int) -> None:
         """``group`` committed ``offset`` (the next it will read); the offset file wins when there is one."""
+        key = _group_key(topic, group, partition)
         with self._lock:
-            self._committed[(topic, group, partition)] = offset
+            entry = self._entry_locked(self._committed, key)
+            if entry is not None:
+                entry[0] = offset
+
+    def _entry_locked(self, family: dict[GroupKey, list[float]], key: GroupKey) -> list[float] | None:
+        entry = family.get(key)
+        if entry is None:
+            if len(family) >= self.max_label_sets:
+                if self.dropped_label_sets == 0:
+                    log.warning("metric label sets are full (%d): new groups are not labelled", self.max_label_sets)
+                self.dropped_label_sets += 1
+                return None
+            entry = family[key] = [0.0, 0.0]
+        entry[1] = self._now()
+        return entry
+
+    def label_sets(self) -> int:
+        """How many per-group label sets are held (consumed and committed)."""
+        with self._lock:
+            return len(self._consumed) + len(self._committed)
+
+    def prune(self, partitions: set[tuple[str, int]], live_groups: set[str]) -> None:
+        """Drop label sets of partitions that are gone, and of unknown groups idle for ``label_idle_s``."""
+        cutoff = self._now() - self.label_idle_s
+        with self._lock:
+            for family in (self._consumed, self._committed):
+                doomed = [
+                    key
+                    for key, (_, updated) in family.items()
+                    if (key[0], key[2]) not in partitions or (key[1] not in live_groups and updated < cutoff)
+                ]
+                for key in doomed:
+                    del family[key]
 
     def close(self) -> None:
         """Stop observing the broker's fsyncs. Idempotent."""
@@ -199,7 +257,11 @@ class BrokerMetrics:
 
     def recorded_commits(self) -> dict[GroupKey, int]:
         with self._lock:
-            return dict(self._committed)
+            return {key: int(entry[0]) for key, entry in self._committed.items()}
+
+    def consumed_counts(self) -> dict[GroupKey, float]:
+        with self._lock:
+            return {key: entry[0] for key, entry in self._consumed.items()}
 
     def now(self) -> float:
         return self._now()
@@ -226,6 +288,9 @@ class _BrokerCollector(Collector):
         )
         yield GaugeMetricFamily(
             "lk_segment_size_bytes", "Bytes of all segments of the partition.", labels=["topic", "partition"]
+        )
+        yield CounterMetricFamily(
+            "lk_consumed", "Records delivered to a consumer group.", labels=["topic", "group", "partition"]
         )
         yield GaugeMetricFamily(
             "lk_partition_committed_offset",
@@ -259,19 +324,22 @@ class _BrokerCollector(Collector):
             next_offset.add_metric(labels, view.next_offset)
             segment_bytes.add_metric(labels, view.size_bytes)
 
+        stored = broker.list_committed()
+        m.prune(set(partitions), {listing.group for listing in broker.list_groups()})
+        for (topic, group, pid), count in sorted(m.consumed_counts().items()):
+            families["lk_consumed"].add_metric([topic, group, str(pid)], count)
         committed = m.recorded_commits()
-        committed.update(
-            {
-                (topic, group, pid): offset
-                for (group, topic, pid), offset in broker.offset_store.list_committed().items()
-            }
-        )
+        committed.update({(topic, group, pid): offset for (group, topic, pid), offset in stored.items()})
         now = m.now()
         used: set[tuple[str, int, int]] = set()
+        shown = 0
         for (topic, group, pid), offset in sorted(committed.items()):
             found = partitions.get((topic, pid))
             if found is None:
                 continue  # a deleted topic or a partition this broker does not have
+            if shown >= m.max_label_sets:
+                break  # bounded like the event families; the offsets themselves stay in the store
+            shown += 1
             labels = [topic, group, str(pid)]
             committed_family.add_metric(labels, offset)
             lag.add_metric(labels, self._lag_seconds(found, offset, now, used))
@@ -338,3 +406,10 @@ class _BrokerCollector(Collector):
             with self._ts_lock:
                 self._timestamps[key] = ts_ms
         return max(0.0, now - ts_ms / 1000.0)
+
+
+def _group_key(topic: str, group: str, partition: int) -> GroupKey:
+    """A validated (topic, group, partition) label set: only names the broker accepts become labels."""
+    validate_topic(topic)
+    validate_group(group)
+    return (topic, group, partition)

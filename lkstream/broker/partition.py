@@ -97,18 +97,24 @@ class Partition:
     # -- writing ---------------------------------------------------------------------------------
 
     def append_batch(
-        self, batch: bytearray, on_durable: Callable[[BaseException | None], None] | None = None
+        self,
+        batch: bytearray,
+        on_durable: Callable[[BaseException | None], None] | None = None,
+        *,
+        owned: bool = False,
     ) -> AppendResult:
         """Append one record batch (validated, offset-stamped in place).
 
-        In ``sync`` mode ``on_durable`` runs on the group-commit thread once the
+        ``owned`` says the caller hands ``batch`` over and never touches it again
+        (the broker's own encoded batches): the hot tail then keeps it as is
+        instead of copying it. In ``sync`` mode ``on_durable`` runs on the group-commit thread once the
         batch is fsynced; the batch becomes visible to readers at that moment.
         In the other modes it is visible on return and ``on_durable`` is not used.
         """
         with self._lock:
             result = self.log.append(batch)
             if not result.duplicate:
-                self._appended_locked(batch, result)
+                self._appended_locked(batch, result, owned)
         if result.duplicate:
             # Outside the lock: the committer may run the callback at once, and it takes this lock.
             return self._answer_duplicate(result, on_durable)
@@ -127,10 +133,11 @@ class Partition:
             self._committer.written(self.log, result.size)
         return result
 
-    def _appended_locked(self, batch: bytearray, result: AppendResult) -> None:
-        # The tail keeps its own immutable copy: callers may reuse their buffer.
+    def _appended_locked(self, batch: bytearray, result: AppendResult, owned: bool) -> None:
+        # The tail keeps its own immutable copy unless the batch is handed over: callers may
+        # reuse their buffer.
         if len(batch) <= self._tail.max_bytes:
-            self._tail.add(result.base_offset, result.last_offset + 1, bytes(batch))
+            self._tail.add(result.base_offset, result.last_offset + 1, batch if owned else bytes(batch))
         else:
             self._tail.clear()  # too big to cache: keep the tail gap-free
         self.produced_records += result.last_offset - result.base_offset + 1

@@ -10,6 +10,8 @@
     lkstream dump | verify                        lkstream.cli.offline (read a data directory)
     lkstream bridge                               lkstream.cli.bridge  (copy topics into Kafka)
     lkstream groups list|describe|reset           lkstream.cli.groups  (consumer group admin)
+    lkstream users add|remove|list                lkstream.cli.users   (users, passwords, tokens)
+    lkstream acls add|remove|list                 lkstream.cli.acls    (access control lists)
 
 Importing this package registers every command on :data:`cli`; ``main`` is the
 ``lkstream`` script's entry point (``lkstream.cli:main``) and ``python -m lkstream.cli``.
@@ -17,10 +19,11 @@ Exit status: 0 success, 1 failure (an error from the broker or the daemon, a bad
 input line, corruption found), 2 usage (see :mod:`lkstream.cli.base`).
 """
 
-from lkstream.cli import bench, bridge, consume, daemon, groups, offline, produce, topics
+from lkstream.cli import acls, bench, bridge, consume, daemon, groups, offline, produce, topics, users
 from lkstream.cli.base import cli, main, render_bytes
 
 __all__ = [
+    "acls",
     "bench",
     "bridge",
     "cli",
@@ -32,4 +35,5 @@ __all__ = [
     "produce",
     "render_bytes",
     "topics",
+    "users",
 ]

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import click
 
+from lkstream.client.remote import RemoteBroker, connect
 from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError
 from lkstream.format.batch import TIMESTAMP_TYPE_MASK, BatchHeader
 from lkstream.format.codec import Compression, decode_batch
@@ -108,13 +109,50 @@ def broker_errors() -> Iterator[None]:
 
 # -- shared options ---------------------------------------------------------------------------------
 
-bootstrap_option: Final = click.option(
+_bootstrap_only: Final = click.option(
     "--bootstrap",
     metavar="HOST:PORT",
     default=DEFAULT_BOOTSTRAP,
     show_default=True,
     help="Address of the daemon's gRPC port.",
 )
+_CREDENTIALS_KEY: Final = "lkstream.credentials"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta.setdefault(_CREDENTIALS_KEY, {})[param.name] = value
+    return value
+
+
+_token_option: Final = click.option(
+    "--token",
+    metavar="TOKEN",
+    envvar="LKSTREAM_TOKEN",
+    expose_value=False,
+    callback=_remember,
+    help="Bearer token for a daemon with authentication on (default: $LKSTREAM_TOKEN).",
+)
+_tls_ca_option: Final = click.option(
+    "--tls-ca",
+    metavar="PEM",
+    envvar="LKSTREAM_TLS_CA",
+    type=click.Path(exists=True, dir_okay=False),
+    expose_value=False,
+    callback=_remember,
+    help="Connect with TLS, trusting this CA file (default: $LKSTREAM_TLS_CA).",
+)
+
+
+def bootstrap_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--bootstrap HOST:PORT`` plus its credentials, ``--token`` and ``--tls-ca`` (see :func:`connect_daemon`)."""
+    return _bootstrap_only(_token_option(_tls_ca_option(command)))
+
+
+def connect_daemon(bootstrap: str) -> RemoteBroker:
+    """``lkstream.connect(bootstrap)`` with the command's ``--token`` and ``--tls-ca``."""
+    ctx = click.get_current_context(silent=True)
+    credentials = ctx.meta.get(_CREDENTIALS_KEY, {}) if ctx is not None else {}
+    return connect(bootstrap, token=credentials.get("token"), tls=credentials.get("tls_ca"))
 
 
 def data_dir_option(help_text: str, *, must_exist: bool = True) -> Callable[[Any], Any]:

@@ -42,11 +42,12 @@ from lkstream.cli.base import (
     broker_errors,
     check_one_target,
     cli,
+    connect_daemon,
     count_of,
     data_dir_option,
     progress,
 )
-from lkstream.client.remote import RemoteBroker, connect
+from lkstream.client.remote import RemoteBroker
 from lkstream.format.codec import Record, decode_batch
 from lkstream.storage.reader import DataDirReader
 
@@ -352,7 +353,7 @@ def consume(
     # A bar only when it cannot mix with the records: stdout goes elsewhere than the terminal.
     bar_total = max_messages if not sys.stdout.isatty() else None
     with broker_errors():
-        broker = connect(bootstrap) if data_dir is None else None
+        broker = connect_daemon(bootstrap) if data_dir is None else None
         source: _Source = _Remote(broker) if broker is not None else _Offline(DataDirReader(data_dir or ""))
         try:
             bar = progress(f"consume {topic}", bar_total) if bar_total else nullcontext(_ignore)

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 import click
 
 from lkstream.broker.groups.types import GroupDescription, GroupState, PartitionLag, TopicPartition
-from lkstream.cli.base import bootstrap_option, broker_errors, cli, count_of, print_table
-from lkstream.client.remote import RemoteBroker, connect
+from lkstream.cli.base import bootstrap_option, broker_errors, cli, connect_daemon, count_of, print_table
+from lkstream.client.remote import RemoteBroker
 
 _MEMBER_HEADERS = ("MEMBER", "INSTANCE", "CLIENT", "HOST", "PARTITIONS")
 _LAG_HEADERS = ("TOPIC", "PARTITION", "COMMITTED", "HIGH_WATERMARK", "LAG", "LAG_SECONDS", "OWNER")
@@ -40,7 +40,7 @@ _LAG_HEADERS = ("TOPIC", "PARTITION", "COMMITTED", "HIGH_WATERMARK", "LAG", "LAG
 @contextmanager
 def _remote(bootstrap: str) -> Iterator[RemoteBroker]:
     with broker_errors():
-        broker = connect(bootstrap)
+        broker = connect_daemon(bootstrap)
         try:
             yield broker
         finally:

@@ -44,12 +44,12 @@ from lkstream.cli.base import (
     broker_errors,
     check_one_target,
     cli,
+    connect_daemon,
     count_of,
     data_dir_option,
     error_code,
     progress,
 )
-from lkstream.client.remote import connect
 from lkstream.errors import DataDirLockedError, LkstreamError
 from lkstream.storage.reader import DataDirReader
 
@@ -161,7 +161,7 @@ def _ignore(amount: float) -> None:
 def open_target(bootstrap: str, data_dir: str | None) -> _Target:
     """A daemon client for ``bootstrap``, or an embedded broker on ``data_dir`` (which takes its LOCK)."""
     if data_dir is None:
-        return connect(bootstrap)
+        return connect_daemon(bootstrap)
     try:
         return Broker(persist_dir=data_dir)
     except DataDirLockedError:

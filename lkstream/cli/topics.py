@@ -33,10 +33,11 @@ from lkstream.cli.base import (
     bootstrap_option,
     broker_errors,
     cli,
+    connect_daemon,
     data_dir_option,
     print_table,
 )
-from lkstream.client.remote import RemoteBroker, connect
+from lkstream.client.remote import RemoteBroker
 from lkstream.storage.reader import DataDirReader
 from lkstream.storage.topics import TOPIC_META
 
@@ -59,7 +60,7 @@ _HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS
 @contextmanager
 def _remote(bootstrap: str) -> Iterator[RemoteBroker]:
     with broker_errors():
-        broker = connect(bootstrap)
+        broker = connect_daemon(bootstrap)
         try:
             yield broker
         finally:

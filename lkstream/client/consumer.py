@@ -210,10 +210,13 @@ class _EmbeddedSource:
         return self.broker.wait_for_data_sync(positions, timeout)
 
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:
-        return self.offset_store.read_committed(group, topic, partition)
+        # Only this incarnation's offset: a topic deleted and created again starts afresh.
+        return self.offset_store.read_committed(group, topic, partition, topic_id=self.broker.topic_id(topic))
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
-        self.offset_store.commit(group, topic, partition, offset)
+        # A private store knows nothing of the log: the broker refuses offsets past its end here.
+        self.broker.check_commit(topic, partition, offset)
+        self.offset_store.commit(group, topic, partition, offset, topic_id=self.broker.topic_id(topic))
 
 
 def _supports_groups(source: object) -> bool:
@@ -330,7 +333,6 @@ class Consumer:
         self._subscription: dict[str, bool] = {}  # topic -> from_committed
         self._manual = False
         self._last_result: HeartbeatResult | None = None
-        self._applying = False  # inside _apply_group_*: callbacks may commit, never re-apply
         self._sync_wake = threading.Event()
         self._async_wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
@@ -517,22 +519,18 @@ class Consumer:
         if ins.fatal is not None:
             raise ins.fatal
         lost, revoke, release, assign = self._plan(ins)
-        self._applying = True
-        try:
-            if lost:
-                self._forget(lost)
-                _call_sync(self.on_revoked, lost)
-            if revoke:
-                self._commit_revoking(revoke)
-                _call_sync(self.on_revoked, revoke)
-                self._forget(revoke)
-            if release:
-                membership.release(release)
-            if assign:
-                self._start_assigned(assign)
-                _call_sync(self.on_assigned, assign)
-        finally:
-            self._applying = False
+        if lost:
+            self._forget(lost)
+            _call_sync(self.on_revoked, lost)
+        if revoke:
+            self._commit_revoking(revoke)
+            _call_sync(self.on_revoked, revoke)
+            self._forget(revoke)
+        if release:
+            membership.release(release)
+        if assign:
+            self._start_assigned(assign)
+            _call_sync(self.on_assigned, assign)
 
     async def _apply_group_async(self) -> None:
         membership = self._membership
@@ -544,23 +542,19 @@ class Consumer:
         if ins.fatal is not None:
             raise ins.fatal
         lost, revoke, release, assign = self._plan(ins)
-        self._applying = True
-        try:
-            if lost:
-                self._forget(lost)
-                await _call_async(self.on_revoked, lost)
-            if revoke:
-                # A commit is an fsync or a round trip: off the event loop.
-                await asyncio.to_thread(self._commit_revoking, revoke)
-                await _call_async(self.on_revoked, revoke)
-                self._forget(revoke)
-            if release:
-                membership.release(release)
-            if assign:
-                await asyncio.to_thread(self._start_assigned, assign)
-                await _call_async(self.on_assigned, assign)
-        finally:
-            self._applying = False
+        if lost:
+            self._forget(lost)
+            await _call_async(self.on_revoked, lost)
+        if revoke:
+            # A commit is an fsync or a round trip: off the event loop.
+            await asyncio.to_thread(self._commit_revoking, revoke)
+            await _call_async(self.on_revoked, revoke)
+            self._forget(revoke)
+        if release:
+            membership.release(release)
+        if assign:
+            await asyncio.to_thread(self._start_assigned, assign)
+            await _call_async(self.on_assigned, assign)
 
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
@@ -804,6 +798,9 @@ class Consumer:
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Durably commit ``offsets`` (default: the current positions) for the group.
 
+        Never applies a rebalance: partitions the coordinator asked this member to revoke
+        are still its own until the next :meth:`poll` or :meth:`consume` releases them,
+        so their handled records are committed too ("commit before revoke").
         A group member's commit is fenced; it raises when the member lost the
         partitions (:class:`~lkstream.errors.UnknownMemberError`,
         :class:`~lkstream.errors.NotPartitionOwnerError`) or the offset would
@@ -811,16 +808,12 @@ class Consumer:
         """
         if self.group is None:
             raise InvalidArgumentError("commit needs a consumer group (group=...)")
-        self._apply_group_sync_if_idle()
+        # No group instructions are applied here (issue 12, finding 12): a pending revocation is
+        # applied by the next poll()/consume(), as in Kafka's clients. Applying it first would drop
+        # the positions the application just handled and hand those records to the next owner again.
         to_commit = self._pending_offsets(dict(self._positions) if offsets is None else offsets)
         self._commit(to_commit, strict=True)
         self._last_commit = time.monotonic()
-
-    def _apply_group_sync_if_idle(self) -> None:
-        # A manual commit from a consume() handler or from on_revoked/on_assigned must not apply
-        # instructions re-entrantly; poll/consume apply them themselves.
-        if self._async_wake is None and not self._applying:
-            self._apply_group_sync()
 
     def _auto_commit(self) -> None:
         """Commit the positions; a refused commit is logged and dropped (the next owner re-reads)."""

@@ -26,7 +26,6 @@ import concurrent.futures
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lkstream.errors import BackpressureError, BrokerClosedError, InvalidArgumentError
@@ -63,11 +62,17 @@ class ProduceTarget(Protocol):
     ) -> list[tuple[int, int]]: ...
 
 
-@dataclass
 class _Buffer:
-    records: list[tuple[bytes | None, bytes | None, Headers]] = field(default_factory=list)
-    futures: list[Any] = field(default_factory=list)
-    nbytes: int = 0
+    """The records of one produce call being gathered for one slot, with their futures."""
+
+    __slots__ = ("futures", "nbytes", "records", "slot")
+
+    def __init__(self, slot: _Key) -> None:
+        self.slot = slot
+        # Items exactly as produce_many takes them: (key, value), or (key, value, headers) when it has any.
+        self.records: list[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Headers]] = []
+        self.futures: list[Any] = []
+        self.nbytes = 0
 
 
 class Producer:
@@ -121,31 +126,44 @@ class Producer:
         headers: object,
         partition: object,
         future: Any,
-    ) -> tuple[_Key, _Buffer, bool, bool]:
-        """Validate one record and add it, with its future, to its buffer. Caller holds ``_lock``.
+    ) -> tuple[_Buffer, bool] | None:
+        """Validate one record and add it, with its future, to its buffer.
 
-        Returns the buffer's slot, the buffer, whether the record is its first
-        (start the linger timer) and whether the buffer is now full (send it).
+        Returns None when nothing else is to be done (the common case, kept
+        cheap: this runs once per record), else the buffer and whether it is
+        full (send it now) rather than new (start its linger timer).
         """
         if self._closed:
             raise BrokerClosedError("producer is closed")
-        if not isinstance(topic, str):
-            raise InvalidArgumentError(f"topic must be a str, got {type(topic).__name__}")
-        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)):
-            raise InvalidArgumentError(f"partition must be an int or None, got {partition!r}")
-        k, v = to_bytes(key, "key"), to_bytes(value, "value")
-        h: Headers = () if headers is None else check_headers(headers)
-        size = len(k or b"") + len(v or b"") + sum(len(n) + len(x or b"") for n, x in h) + RECORD_OVERHEAD
-        if self._buffered + size > self.buffer_bytes:
-            raise BackpressureError(self._buffered + size, self.buffer_bytes)
-        self._buffered += size
-        slot: _Key = (topic, partition)
-        buffer = buffers.setdefault(slot, _Buffer())
-        first = not buffer.records
-        buffer.records.append((k, v, h))
-        buffer.futures.append(future)
-        buffer.nbytes += size
-        return slot, buffer, first, buffer.nbytes >= self.batch_bytes
+        if type(topic) is not str or (partition is not None and type(partition) is not int):
+            _check_target(topic, partition)
+        if type(value) is not bytes:
+            value = to_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = to_bytes(key, "key")
+        size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (0 if key is None else len(key))
+        checked: Headers = () if headers is None else check_headers(headers)
+        if checked:
+            size += sum(len(n) + len(x or b"") for n, x in checked)
+            record: Any = (key, value, checked)
+        else:
+            record = (key, value)
+        slot: _Key = (topic, partition)  # type: ignore[assignment]  # checked above: (str, int | None)
+        with self._lock:
+            buffered = self._buffered + size
+            if buffered > self.buffer_bytes:
+                raise BackpressureError(buffered, self.buffer_bytes)
+            self._buffered = buffered
+            buffer = buffers.get(slot)
+            first = buffer is None
+            if buffer is None:
+                buffer = buffers[slot] = _Buffer(slot)
+            buffer.records.append(record)
+            buffer.futures.append(future)
+            buffer.nbytes += size
+            if buffer.nbytes >= self.batch_bytes:
+                return buffer, True
+            return (buffer, False) if first else None
 
     def send(
         self,
@@ -162,14 +180,15 @@ class Producer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
-        with self._lock:
-            slot, buffer, first, full = self._admit(
-                self._abuffers, topic, value, key=key, headers=headers, partition=partition, future=future
-            )
-        if full:
-            self._start(self._abuffers, slot, buffer)
-        elif first:
-            loop.call_later(self.linger_s, self._start, self._abuffers, slot, buffer)
+        action = self._admit(self._abuffers, topic, value, key=key, headers=headers, partition=partition, future=future)
+        if action is not None:
+            buffer, full = action
+            if full:
+                self._start(self._abuffers, buffer)
+            elif self.linger_s:
+                loop.call_later(self.linger_s, self._start, self._abuffers, buffer)
+            else:
+                loop.call_soon(self._start, self._abuffers, buffer)
         return future
 
     def send_sync(
@@ -185,25 +204,28 @@ class Producer:
         A full buffer is sent in the calling thread; otherwise a timer thread sends it after ``linger_ms``.
         """
         future: concurrent.futures.Future[Result] = concurrent.futures.Future()
+        action = self._admit(self._sbuffers, topic, value, key=key, headers=headers, partition=partition, future=future)
+        if action is None:
+            return future
+        buffer, full = action
         with self._lock:
-            slot, buffer, first, full = self._admit(
-                self._sbuffers, topic, value, key=key, headers=headers, partition=partition, future=future
-            )
             if full:
-                self._seal(self._sbuffers, slot, buffer)
-            elif first:
-                timer = threading.Timer(self.linger_s, self._linger_sync, (slot, buffer))
+                sealed = self._seal(self._sbuffers, buffer)
+            else:
+                sealed = False
+                timer = threading.Timer(self.linger_s, self._linger_sync, (buffer,))
                 timer.daemon = True
                 self._timers.add(timer)
                 timer.start()
-        if full:
-            self._send_sync(slot)
+        if sealed:
+            self._send_sync(buffer.slot)
         return future
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def _seal(self, buffers: dict[_Key, _Buffer], slot: _Key, buffer: _Buffer) -> bool:
-        """Move ``buffer`` (if still the slot's filling one) to the ready queue; call with ``_lock`` held."""
+    def _seal(self, buffers: dict[_Key, _Buffer], buffer: _Buffer) -> bool:
+        """Move ``buffer`` (if still its slot's filling one) to the ready queue; call with ``_lock`` held."""
+        slot = buffer.slot
         if buffers.get(slot) is not buffer:
             return False  # already sealed (full, or flushed)
         del buffers[slot]
@@ -220,11 +242,11 @@ class Producer:
         with self._lock:
             self._buffered -= nbytes
 
-    def _start(self, buffers: dict[_Key, _Buffer], slot: _Key, buffer: _Buffer) -> None:
+    def _start(self, buffers: dict[_Key, _Buffer], buffer: _Buffer) -> None:
         with self._lock:
-            if not self._seal(buffers, slot, buffer):
+            if not self._seal(buffers, buffer):
                 return
-        task = asyncio.get_running_loop().create_task(self._send(slot))
+        task = asyncio.get_running_loop().create_task(self._send(buffer.slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -236,7 +258,7 @@ class Producer:
                 return
             try:
                 results = await self.broker.produce_many(
-                    slot[0], _items(buffer), partition=slot[1], compression=self.compression
+                    slot[0], buffer.records, partition=slot[1], compression=self.compression
                 )
             except BaseException as exc:
                 for future in buffer.futures:
@@ -251,12 +273,12 @@ class Producer:
             finally:
                 self._release(buffer.nbytes)
 
-    def _linger_sync(self, slot: _Key, buffer: _Buffer) -> None:
+    def _linger_sync(self, buffer: _Buffer) -> None:
         with self._lock:
             self._timers.discard(threading.current_thread())  # type: ignore[arg-type,unused-ignore]
-            sealed = self._seal(self._sbuffers, slot, buffer)
+            sealed = self._seal(self._sbuffers, buffer)
         if sealed:
-            self._send_sync(slot)
+            self._send_sync(buffer.slot)
 
     def _send_sync(self, slot: _Key) -> None:
         with self._lock:
@@ -267,7 +289,7 @@ class Producer:
                 return
             try:
                 results = self.broker.produce_many_sync(
-                    slot[0], _items(buffer), partition=slot[1], compression=self.compression
+                    slot[0], buffer.records, partition=slot[1], compression=self.compression
                 )
             except Exception as exc:
                 for future in buffer.futures:
@@ -284,8 +306,8 @@ class Producer:
         """Send everything buffered by :meth:`send` now and wait until it is acknowledged (or failed)."""
         with self._lock:
             filling = list(self._abuffers.items())
-        for slot, buffer in filling:
-            self._start(self._abuffers, slot, buffer)
+        for _, buffer in filling:
+            self._start(self._abuffers, buffer)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -293,7 +315,7 @@ class Producer:
         """Send everything buffered by :meth:`send_sync` now, in this thread, and wait for it."""
         with self._lock:
             filling = list(self._sbuffers.items())
-            sealed = [slot for slot, buffer in filling if self._seal(self._sbuffers, slot, buffer)]
+            sealed = [slot for slot, buffer in filling if self._seal(self._sbuffers, buffer)]
             timers = list(self._timers)
         for slot in sealed:
             self._send_sync(slot)
@@ -325,7 +347,8 @@ class Producer:
         self.close_sync()
 
 
-def _items(buffer: _Buffer) -> list[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Headers]]:
-    if any(h for _, _, h in buffer.records):
-        return list(buffer.records)
-    return [(k, v) for k, v, _ in buffer.records]
+def _check_target(topic: object, partition: object) -> None:
+    if not isinstance(topic, str):
+        raise InvalidArgumentError(f"topic must be a str, got {type(topic).__name__}")
+    if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)):
+        raise InvalidArgumentError(f"partition must be an int or None, got {partition!r}")

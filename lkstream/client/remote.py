@@ -35,6 +35,14 @@ daemon may or may not have appended it. Re-sending it yourself gives
 at-least-once delivery, i.e. possible duplicates. When every attempt fails, the
 error names the address and the number of attempts.
 
+Security: ``tls=`` (True for the system's CAs, a CA file path, or a
+:class:`~lkstream.security.tls.ClientTls` with a client certificate) makes every
+channel TLS; ``token=`` sends ``authorization: Bearer <token>`` with every call. A
+token is never sent in plaintext beyond this host: with a non-loopback address it
+needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
+(from ``connect`` already), a missing permission
+:class:`~lkstream.errors.AuthorizationError` naming it.
+
 Thread-safety: the blocking methods may be called from any thread. The async
 methods use one ``grpc.aio`` channel per event loop.
 """
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import queue
 import random
 import time
@@ -64,6 +73,8 @@ from lkstream.errors import (
 )
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
+from lkstream.security.access import AUTHORIZATION_KEY
+from lkstream.security.tls import ClientTls, client_tls
 from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -126,9 +137,16 @@ class RemoteBroker(RemoteGroupCalls):
         compression: Compression | str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         protocol_version: int = PROTOCOL_VERSION,
+        token: str | None = None,
+        tls: bool | str | ClientTls | None = None,
     ) -> None:
         if retries < 0 or retry_backoff_ms < 0:
             raise InvalidArgumentError("retries and retry_backoff_ms must be non-negative")
+        self._tls = client_tls(tls)
+        if token is not None and self._tls is None and not _is_loopback_address(address):
+            raise InvalidArgumentError(
+                f"refusing to send a token in plaintext to {address}: connect with tls=... (or use a loopback address)"
+            )
         self.address = address
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout_s is None else connect_timeout_s
@@ -137,13 +155,22 @@ class RemoteBroker(RemoteGroupCalls):
         self._random = random.Random(retry_seed)
         self.batch_bytes = batch_bytes
         self.compression = Compression.parse(compression)
-        self._options = [
+        self._options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             *_RECONNECT_OPTIONS,
         ]
-        self._metadata = ((VERSION_METADATA_KEY, str(protocol_version)),)
-        self._channel = grpc.insecure_channel(address, options=self._options)
+        if self._tls is not None and self._tls.server_name:
+            self._options.append(("grpc.ssl_target_name_override", self._tls.server_name))
+        self._credentials = _channel_credentials(self._tls)
+        self._metadata: tuple[tuple[str, str], ...] = ((VERSION_METADATA_KEY, str(protocol_version)),)
+        if token is not None:
+            self._metadata += ((AUTHORIZATION_KEY, f"Bearer {token}"),)
+        self._channel = (
+            grpc.insecure_channel(address, options=self._options)
+            if self._credentials is None
+            else grpc.secure_channel(address, self._credentials, options=self._options)
+        )
         self._stub = pb_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
         self._aio: dict[asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, Any]] = {}
         self._partitions: dict[str, int] = {}
@@ -195,6 +222,11 @@ class RemoteBroker(RemoteGroupCalls):
             call: Any = exc
             details = (call.details() if hasattr(call, "details") else "") or ""
             error = BrokerUnavailableError(self.address, f"gave up after {attempts} attempts: {details}")
+        if isinstance(error, BrokerUnavailableError) and self._tls is None and "socket closed" in str(error).lower():
+            # What a TLS port does to a plaintext client: say so, it is the likely cause.
+            error = BrokerUnavailableError(
+                self.address, f"{error.args[0]} (does the daemon use TLS? connect with tls=)"
+            )
         return error
 
     def _call(
@@ -230,7 +262,11 @@ class RemoteBroker(RemoteGroupCalls):
         loop = asyncio.get_running_loop()
         entry = self._aio.get(loop)
         if entry is None:
-            channel = grpc.aio.insecure_channel(self.address, options=self._options)
+            channel = (
+                grpc.aio.insecure_channel(self.address, options=self._options)
+                if self._credentials is None
+                else grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
+            )
             entry = (channel, pb_grpc.BrokerStub(channel))  # type: ignore[no-untyped-call]
             self._aio[loop] = entry
         return entry[1]
@@ -576,6 +612,26 @@ class RemoteBroker(RemoteGroupCalls):
         if channel is not None:
             await channel[0].close()
         self.close()
+
+
+def _channel_credentials(tls: ClientTls | None) -> grpc.ChannelCredentials | None:
+    if tls is None:
+        return None
+    pem = tls.pem()
+    return grpc.ssl_channel_credentials(
+        root_certificates=pem.root_certificates, private_key=pem.private_key, certificate_chain=pem.certificate_chain
+    )
+
+
+def _is_loopback_address(address: str) -> bool:
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    host = host.removeprefix("ipv4:").removeprefix("ipv6:").strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _close_soon(loop: asyncio.AbstractEventLoop, close: Callable[[], Any]) -> None:

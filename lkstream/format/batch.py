@@ -42,7 +42,7 @@ from typing import Final
 
 import crc32c
 
-from lkstream.errors import CorruptRecordError, InvalidArgumentError, RecordTooLargeError
+from lkstream.errors import CorruptRecordError
 
 # One line per field; the struct and the offsets below must agree (checked at import).
 HEADER: Final = struct.Struct(
@@ -190,28 +190,6 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | No
     actual = compute_crc(memoryview(buf)[pos : pos + header.size])
     if actual != header.crc:
         raise CorruptRecordError(f"CRC-32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
-    return header
-
-
-def check_producer_batch(batch: bytes | bytearray | memoryview, max_bytes: int) -> BatchHeader:
-    """Validate one batch handed in by a producer: exactly one whole, valid, non-control batch."""
-    if len(batch) > max_bytes:
-        raise RecordTooLargeError(len(batch), max_bytes, what="record batch")
-    try:
-        header = check_batch(batch)
-    except CorruptRecordError as exc:
-        raise InvalidArgumentError(f"rejected producer batch: {exc.reason}") from exc
-    if header.size != len(batch):
-        raise InvalidArgumentError(f"rejected producer batch: {len(batch)} bytes given, header says {header.size}")
-    if header.last_offset_delta != header.records_count - 1:
-        # Gaps inside a batch exist only in compacted Kafka logs; accepting them from a
-        # producer would let a batch claim offsets that no record holds.
-        raise InvalidArgumentError(
-            f"rejected producer batch: last_offset_delta {header.last_offset_delta} "
-            f"does not match records_count {header.records_count}"
-        )
-    if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
-        raise InvalidArgumentError("rejected producer batch: control and transactional batches are not supported")
     return header
 
 

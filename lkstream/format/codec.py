@@ -7,6 +7,7 @@ decoding run in aiokafka's C extension, so a Python loop touches each record onc
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from enum import IntEnum
@@ -15,7 +16,16 @@ from typing import Final, NamedTuple
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from lkstream.errors import CorruptRecordError, InvalidArgumentError
-from lkstream.format.batch import MAGIC, check_batch, read_length_prefix
+from lkstream.format.batch import (
+    ATTRIBUTES_AT,
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    MAGIC,
+    check_batch,
+    parse_header,
+    read_length_prefix,
+)
+from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_records
 
 Headers = Sequence[tuple[str, bytes | None]]
 KeyValue = tuple[bytes | None, bytes | None]
@@ -23,6 +33,10 @@ KeyValue = tuple[bytes | None, bytes | None]
 _NO_HEADERS: Final[list[tuple[str, bytes | None]]] = []
 # A builder needs an upper bound; batch size limits are enforced by the broker.
 _UNBOUNDED: Final = 2**31 - 1
+# Offset, timestamp, topic and partition references of one decoded Record, roughly.
+_RECORD_FIXED_BYTES: Final = 64
+#: How many bytes of records one :func:`decode_batches` call decodes at most (plus one batch).
+DEFAULT_MAX_DECODED_BYTES: Final = 64 * 1024 * 1024
 
 
 class Compression(IntEnum):
@@ -109,8 +123,37 @@ def encode_batch(
     return built
 
 
-def decode_batch(batch: bytes, topic: str, partition: int, min_offset: int = 0) -> list[Record]:
-    """Decode one validated batch into records with offset >= ``min_offset``."""
+def decode_batch(
+    batch: bytes,
+    topic: str,
+    partition: int,
+    min_offset: int = 0,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> list[Record]:
+    """Decode one CRC-checked batch into records with offset >= ``min_offset``.
+
+    The records are inflated (at most ``max_decompressed_bytes``) and walked by
+    :func:`lkstream.format.validate.check_records` first, so a batch that does not hold
+    what its header says (one written before produce-time validation existed, or a
+    compression bomb) raises :class:`CorruptRecordError` instead of being handed out
+    in part, or inflated without bound.
+    """
+    return _decode(batch, topic, partition, min_offset, max_decompressed_bytes)[0]
+
+
+def _decode(
+    batch: bytes, topic: str, partition: int, min_offset: int, max_decompressed_bytes: int
+) -> tuple[list[Record], int]:
+    """:func:`decode_batch`, plus about how many bytes the records take in memory."""
+    header = parse_header(batch)
+    section = check_records(batch, header, max_decompressed_bytes)
+    size = len(section) + header.records_count * _RECORD_FIXED_BYTES
+    if header.compression:
+        # The C codec inflates without a bound: hand it the records we inflated, as a plain batch.
+        plain = bytearray(batch[:HEADER_SIZE])
+        struct.pack_into(">h", plain, ATTRIBUTES_AT, header.attributes & ~COMPRESSION_MASK)
+        plain += section
+        batch = bytes(plain)
     decoded = DefaultRecordBatch(batch)
     ts_type = decoded.timestamp_type
     new = tuple.__new__  # skips NamedTuple's Python-level __new__: ~25% faster per record
@@ -138,7 +181,7 @@ def decode_batch(batch: bytes, topic: str, partition: int, min_offset: int = 0) 
         raise CorruptRecordError(f"undecodable records: {exc}") from exc
     if records and records[0].offset < min_offset:
         records = [r for r in records if r.offset >= min_offset]
-    return records
+    return records, size
 
 
 def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes]]:
@@ -146,7 +189,7 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, by
 
     A trailing partial batch (a fetch cut at ``max_bytes``) is skipped, as Kafka
     consumers do; a complete batch that fails validation raises
-    :class:`CorruptRecordError`.
+    :class:`CorruptRecordError` when it is reached (the batches before it were yielded).
     """
     view = memoryview(data)
     pos, end = 0, len(view)
@@ -165,16 +208,34 @@ def decode_batches(
     partition: int,
     min_offset: int = 0,
     max_records: int | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_DECODED_BYTES,
 ) -> list[Record]:
     """Decode the whole batches in ``data`` (concatenated, as stored), at most ``max_records`` records.
 
     Stops decoding once ``max_records`` are reached, so asking for one record
-    costs one batch, not a whole fetch.
+    costs one batch, not a whole fetch; and after the batch that brings the decoded
+    records to ``max_bytes``, so the output stays bounded whatever ``data`` holds
+    (compressed batches inflate: 16 MiB of them could otherwise decode to gigabytes).
+    Callers continue from the offset after the last record returned.
+
+    A damaged batch never hides the good records before it (issue 12, finding 2):
+    decoding stops there and returns what came before; the next read, which starts
+    at the damaged batch, raises :class:`CorruptRecordError` naming it.
     """
     out: list[Record] = []
-    for _, batch in iter_batches(data):
-        out.extend(decode_batch(batch, topic, partition, min_offset))
-        if max_records is not None and len(out) >= max_records:
-            del out[max_records:]
-            break
+    decoded = 0
+    try:
+        for _, batch in iter_batches(data):
+            records, size = _decode(batch, topic, partition, min_offset, DEFAULT_MAX_DECOMPRESSED_BYTES)
+            out.extend(records)
+            decoded += size
+            if max_records is not None and len(out) >= max_records:
+                del out[max_records:]
+                break
+            if decoded >= max_bytes:
+                break
+    except CorruptRecordError:
+        if not out:
+            raise
     return out

@@ -40,9 +40,10 @@ class ListenerSettings:
     idle_timeout_s: float = 600.0  # Kafka's connections.max.idle.ms
     authorizer: Authorizer = field(default_factory=AllowAll)
     sasl: SaslAuthenticator | None = None
-    #: The topic-id switch: serve Metadata v10-12 and KIP-848's ConsumerGroupHeartbeat. Off until
-    #: topic ids are persisted (lkstream.kafka.topic_ids explains why); tests turn it on.
-    topic_ids: bool = False
+    #: The topic-id switch: serve Metadata v10-12 and KIP-848's ConsumerGroupHeartbeat, which name
+    #: topics by their persisted ids (lkstream.kafka.topic_ids). Off: every API stays below its
+    #: topic-id versions, as before topic ids were persisted.
+    topic_ids: bool = True
 
 
 @dataclass

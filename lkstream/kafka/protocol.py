@@ -66,9 +66,9 @@ class ApiKey:
     CONSUMER_GROUP_HEARTBEAT: Final = 68
 
 
-#: ``api_key: (min_version, max_version)`` answered in ApiVersions. The caps stay below the
-#: versions that need topic ids (Fetch 13, Produce 13, Metadata 10, DeleteTopics 6,
-#: CreateTopics 7) until topic ids are persisted; see docs/kafka.md. Produce 9-12 and Fetch 12
+#: ``api_key: (min_version, max_version)`` answered in ApiVersions without the topic-id overlay
+#: below: every API stays under the versions that name topics by id (Fetch 13, Produce 13,
+#: Metadata 10, DeleteTopics 6, CreateTopics 7); see docs/kafka.md. Produce 9-12 and Fetch 12
 #: are flexible versions, encoded by hand like the older ones (lkstream.kafka.hot).
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 12),
@@ -96,10 +96,10 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 }
 
 
-#: What a listener with ``ListenerSettings.topic_ids`` adds: Metadata with topic ids (v10-12) and
-#: KIP-848's ConsumerGroupHeartbeat, whose assignments name topics by id. Off until LKSTREAM
-#: persists topic ids (see lkstream.kafka.topic_ids); Produce and Fetch stay below their
-#: topic-id versions either way.
+#: What a listener with ``ListenerSettings.topic_ids`` (the default) adds: Metadata with topic ids
+#: (v10-12) and KIP-848's ConsumerGroupHeartbeat, whose assignments name topics by id. Produce and
+#: Fetch stay below their topic-id versions (13) either way: their hand-written codecs address
+#: topics by name.
 TOPIC_ID_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.METADATA: (0, 12),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),

@@ -1,32 +1,24 @@
-"""Kafka topic ids (UUIDs) for LKSTREAM topics, behind the listener's topic-id switch.
+"""Kafka topic ids (UUIDs) of LKSTREAM topics, for the topic-id protocol versions.
 
-Kafka gives every topic incarnation a random id; newer protocol versions name topics by id
-(Metadata v10+ reports them, KIP-848's ConsumerGroupHeartbeat assigns partitions by id, Fetch and
-Produce v13+ address topics by id). A client that sees a topic's id change knows the topic was
-deleted and recreated under the same name.
-
-LKSTREAM does not persist topic ids yet (persisted ids, ``TopicDescription.topic_id``, are the
-hardening work's), so ``ListenerSettings.topic_ids`` is off by default and every API stays
-below its topic-id versions. With the switch on, an id is the persisted one when the broker has
-it, else derived from the name (UUID v5): stable across restarts, but the same for a topic
-recreated under the same name, which is what the name-based versions promise and not what
-Kafka's ids promise. That is why the switch stays off until persisted ids are merged.
+Kafka gives every topic incarnation an id; newer protocol versions name topics by it (Metadata
+v10+ reports it and accepts it in place of a name, KIP-848's ConsumerGroupHeartbeat assigns
+partitions by it). A client that sees a topic's id change knows the topic was deleted and created
+again under the same name. LKSTREAM persists one per incarnation (``topic.json``,
+:meth:`lkstream.Broker.topic_ids`), so the ids served here are the same on every connection and
+after restarts, and a recreated topic gets a new one, as in Kafka.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lkstream.broker.broker import Broker
 
-#: Namespace of name-derived ids (fixed: the same name gives the same id on every node and restart).
-NAME_NAMESPACE: Final = uuid.UUID("6f1c2a3e-8d47-5b6a-9c0e-1f2d3c4b5a69")
-
 
 class TopicIds:
-    """Topic name <-> id for one broker, recomputed whenever a topic is created or deleted.
+    """Topic name <-> id for one broker, reloaded whenever a topic is created or deleted.
 
     Not thread-safe: used from the listener's event loop only.
     """
@@ -38,27 +30,21 @@ class TopicIds:
         self._by_id: dict[uuid.UUID, str] = {}
 
     def id_of(self, name: str) -> uuid.UUID:
+        """The topic's id; the nil UUID (Kafka's "no id") for a topic that does not exist."""
         self._refresh()
-        found = self._by_name.get(name)
-        return found if found is not None else _derived(name)
+        return self._by_name.get(name, NIL)
 
     def name_of(self, topic_id: uuid.UUID) -> str | None:
-        """The topic with this id, or None (unknown, or deleted)."""
+        """The topic with this id, or None (unknown, or an earlier incarnation that was deleted)."""
         self._refresh()
         return self._by_id.get(topic_id)
 
     def _refresh(self) -> None:
         version = self._broker.topics_version
-        if version == self._version:
-            return
-        by_name = {}
-        for name in self._broker.list_topics():
-            persisted = getattr(self._broker.describe_topic(name), "topic_id", None)
-            by_name[name] = persisted if isinstance(persisted, uuid.UUID) else _derived(name)
-        self._by_name = by_name
-        self._by_id = {topic_id: name for name, topic_id in by_name.items()}
-        self._version = version
+        if version != self._version:
+            self._by_name = self._broker.topic_ids()
+            self._by_id = {topic_id: name for name, topic_id in self._by_name.items()}
+            self._version = version
 
 
-def _derived(name: str) -> uuid.UUID:
-    return uuid.uuid5(NAME_NAMESPACE, name)
+NIL = uuid.UUID(int=0)

@@ -9,6 +9,7 @@ Heartbeat long poll waits on the group's change signal without blocking the loop
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -22,6 +23,7 @@ from lkstream.broker.groups.coordinator import (
 from lkstream.broker.groups.types import TopicPartition
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import InvalidArgumentError
+from lkstream.security.acl import ResourceType
 from lkstream.server.guard import guard
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.messages import from_topic_partitions, to_topic_partitions
@@ -34,6 +36,8 @@ class GroupRpcs:
 
     broker: Broker
     metrics: BrokerMetrics
+    #: The names the calling principal may describe (BrokerService.visible).
+    visible: Callable[[ResourceType, list[str]], list[str]]
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Context) -> pb.JoinGroupResponse:
         async with guard(context, self.metrics):
@@ -155,7 +159,9 @@ class GroupRpcs:
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: Context) -> pb.ListGroupsResponse:
         async with guard(context, self.metrics):
-            listings = self.broker.list_groups()
+            every = self.broker.list_groups()
+            allowed = set(self.visible(ResourceType.GROUP, [g.group for g in every]))
+            listings = [g for g in every if g.group in allowed]
             return pb.ListGroupsResponse(
                 groups=[pb.GroupListing(group=g.group, state=str(g.state), members=g.members) for g in listings]
             )

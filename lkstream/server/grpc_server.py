@@ -47,8 +47,11 @@ from lkstream.errors import (
     UnknownTopicError,
 )
 from lkstream.format.batch import span_of_whole_batches
-from lkstream.format.codec import Record, decode_batches
+from lkstream.format.codec import Record, decode_batch, decode_batches, iter_batches
+from lkstream.security.access import Access
+from lkstream.security.acl import Operation, ResourceType
 from lkstream.server.group_rpcs import GroupRpcs
+from lkstream.server.grpc_access import call_principal
 from lkstream.server.guard import guard
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
@@ -65,6 +68,8 @@ log = logging.getLogger("lkstream.server")
 SERVICE_NAME = "lkstream.Broker"
 #: Longest long-poll wait a Fetch may ask for (``FetchRequest.max_wait_ms``).
 MAX_FETCH_WAIT_MS = 60_000
+#: Bytes a repeated message field adds around each element: a tag and a length varint of at most 5.
+_FIELD_FRAMING = 6
 
 
 def _package_version() -> str:
@@ -117,9 +122,13 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
     adds: an RPC this class does not define answers UNIMPLEMENTED.
     """
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics, max_fetch_bytes: int) -> None:
+    def __init__(
+        self, broker: Broker, metrics: BrokerMetrics, max_fetch_bytes: int, access: Access | None = None
+    ) -> None:
         self.broker = broker
         self.metrics = metrics
+        #: Asked only to filter listings; the access interceptor checks every call before it gets here.
+        self.access = access or Access.disabled()
         self.max_fetch_bytes = max_fetch_bytes
         self.stopping = asyncio.Event()
         self._sticky = StickyPartitioner()
@@ -190,6 +199,8 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
 
     async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         topic, pid, offset = request.topic, request.partition, request.offset
+        if request.group:
+            validate_group(request.group)  # it becomes a metric label: only a valid name may
         result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
         if request.max_wait_ms and result.high_watermark <= offset and not self.stopping.is_set():
             # Long poll: woken by the append (or shutdown), never by polling.
@@ -202,10 +213,32 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
             if request.group:
                 self.metrics.record_consumed(topic, request.group, pid, span_of_whole_batches(result.data, offset)[0])
         else:
-            response.records.extend(_record(r) for r in decode_batches(result.data, topic, pid, offset))
+            response.records.extend(self._decoded_records(result.data, topic, pid, offset))
             if request.group:
                 self.metrics.record_consumed(topic, request.group, pid, len(response.records))
         return response
+
+    def _decoded_records(self, data: bytes, topic: str, pid: int, offset: int) -> list[pb.Record]:
+        """Decoded records of ``data`` whose encoding fits the response budget (at least one record).
+
+        Decoded records can be much larger than their batches (small records carry more
+        protobuf framing than v2 record framing, and compressed batches inflate), so the
+        response is cut by its own encoded size, never by ``max_bytes`` of raw batches
+        alone: an answer above the transport's message limit would fail on every retry and
+        leave the reader stuck (issue 12, finding 10). The reader continues from the
+        offset after the last record it got.
+        """
+        budget = self.max_fetch_bytes
+        out: list[pb.Record] = []
+        used = 0
+        for record in decode_batches(data, topic, pid, offset, max_bytes=budget):
+            message = _record(record)
+            size = message.ByteSize() + _FIELD_FRAMING
+            if out and used + size > budget:
+                break
+            out.append(message)
+            used += size
+        return out
 
     async def Subscribe(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -214,8 +247,11 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
         async with guard(context, self.metrics):
             topic, pid = request.topic, request.partition
             async for result, offset in self._follow(request):
-                for record in decode_batches(result.data, topic, pid, offset):
-                    yield _record(record)
+                # One batch decoded at a time (memory: one inflated batch at most); a damaged batch
+                # ends the stream with DATA_LOSS after the records in front of it.
+                for _, batch in iter_batches(result.data):
+                    for record in decode_batch(batch, topic, pid, offset):
+                        yield _record(record)
 
     async def SubscribeBatches(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -236,6 +272,8 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
         headers without decoding. Waits are woken by the append or by shutdown.
         """
         topic, pid, offset, group = request.topic, request.partition, request.offset, request.group
+        if group:
+            validate_group(group)  # it becomes a metric label: only a valid name may
         partition = self.broker.partition(topic, pid)
         start, high = partition.log_start_offset, partition.high_watermark
         if not start <= offset <= high:
@@ -316,13 +354,20 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
                 self.broker.delete_topic(request.delete_topic.name)
                 return pb.AdminResponse()
             if action == "list_topics":
-                return pb.AdminResponse(topics=self.broker.list_topics())
+                return pb.AdminResponse(topics=self.visible(ResourceType.TOPIC, self.broker.list_topics()))
             if action == "describe_topic":
                 d = request.describe_topic
                 self._ensure_topic(d.name, create=d.create_if_missing)
                 return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(d.name)))
             raise InvalidArgumentError("an admin request needs one action")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def visible(self, resource_type: ResourceType, names: list[str]) -> list[str]:
+        """The names of ``names`` the calling principal may describe (all of them without authentication)."""
+        if not self.access.enabled:
+            return names
+        principal = call_principal()
+        return [name for name in names if self.access.allows(principal, Operation.DESCRIBE, resource_type, name)]
 
     async def Handshake(
         self, request: pb.HandshakeRequest, context: grpc.aio.ServicerContext[Any, Any]

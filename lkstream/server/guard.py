@@ -59,8 +59,13 @@ class guard(contextlib.AbstractAsyncContextManager[None]):
         return False
 
     async def _fail(self, exc: LkstreamError) -> NoReturn:
-        code = status_for(exc)
-        if code is grpc.StatusCode.INTERNAL:
-            log.error("request failed: %s", exc)
-        self._metrics.count_error(code.name)
-        await _abort(self._context, exc)
+        await fail(self._context, self._metrics, exc)
+
+
+async def fail(context: grpc.aio.ServicerContext[Any, Any], metrics: BrokerMetrics, exc: LkstreamError) -> NoReturn:
+    """End the call with ``exc``'s status and fields, counted by status code (also used by the access check)."""
+    code = status_for(exc)
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("request failed: %s", exc)
+    metrics.count_error(code.name)
+    await _abort(context, exc)

@@ -113,6 +113,8 @@ Code = grpc.StatusCode
 #: HTTP status of each gRPC status an LkstreamError travels as (``status_for``).
 HTTP_STATUS_BY_GRPC: Final[dict[grpc.StatusCode, int]] = {
     Code.INVALID_ARGUMENT: 400,
+    Code.UNAUTHENTICATED: 401,
+    Code.PERMISSION_DENIED: 403,
     Code.NOT_FOUND: 404,
     Code.ALREADY_EXISTS: 409,
     Code.FAILED_PRECONDITION: 409,
@@ -775,7 +777,8 @@ class HttpApi:
         commits = {
             (t.topic, t.partition): part["next_fetch_offset"]
             for t, (part, _) in zip(targets, reads, strict=True)
-            if t.committed is None or part["next_fetch_offset"] > t.committed
+            # (a stored offset past the log end is impossible; the coordinator lets a commit replace it)
+            if t.committed is None or part["next_fetch_offset"] > t.committed or t.committed > part["high_watermark"]
         }
         if not commits:
             return

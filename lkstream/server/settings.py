@@ -1,7 +1,8 @@
 """Settings of the daemon's network surfaces (kept apart from :class:`BrokerConfig`).
 
-``ServerSettings`` holds what only the daemon needs: listen addresses and
-request size limits. It validates the ``server:`` section that
+``ServerSettings`` holds what only the daemon needs: listen addresses,
+request size limits and access control (TLS files, authentication, the users and
+ACL files, super users; docs/security.md). It validates the ``server:`` section that
 :func:`lkstream.config.load_config` merges from the YAML file,
 ``LKSTREAM_SERVER__*`` environment variables and ``server.<key>`` overrides
 (command-line flags); :func:`load_settings` is the daemon's one way to read its
@@ -10,14 +11,17 @@ configuration. Errors name the key and the source its value came from.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lkstream.config import SERVER_SECTION, BrokerConfig, LoadedConfig, load_config
 from lkstream.errors import InvalidArgumentError
+from lkstream.security.access import Access
+from lkstream.security.tls import ServerTls
 
 #: Room for the protobuf framing around a maximal record batch.
 REQUEST_HEADROOM_BYTES = 1024 * 1024
@@ -44,6 +48,88 @@ class ServerSettings(BaseModel):
         None, description="Host that Metadata and FindCoordinator tell Kafka clients; default kafka_host."
     )
 
+    # -- access control (lkstream.security; docs/security.md) --------------------------------------
+    tls_cert_file: str | None = Field(None, description="PEM certificate chain: serve TLS on every listener.")
+    tls_key_file: str | None = Field(None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: str | None = Field(
+        None, description="PEM CA bundle: require client certificates that chain to it (mutual TLS)."
+    )
+    auth: bool = Field(False, description="Require authentication on every listener; ACLs then default to deny.")
+    users_file: str | None = Field(
+        None, description="Users and credentials; default {persist_dir}/security/users.json."
+    )
+    acl_file: str | None = Field(None, description="ACL entries; default {persist_dir}/security/acls.json.")
+    super_users: list[str] = Field(
+        default_factory=list, description="Users allowed everything (comma-separated in env)."
+    )
+    security_reload_interval_ms: int = Field(
+        1000, ge=0, le=600_000, description="How often the users and ACL files are checked for changes."
+    )
+    http_allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host header values the HTTP API accepts besides loopback names."
+    )
+    http_allowed_origins: list[str] = Field(
+        default_factory=list, description="Browser Origins allowed to call the HTTP API (none by default)."
+    )
+
+    @field_validator("super_users", "http_allowed_hosts", "http_allowed_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # LKSTREAM_SERVER__SUPER_USERS=alice,bob arrives as one string.
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> ServerSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file (client certificates need TLS)")
+        return self
+
+    @property
+    def tls(self) -> ServerTls | None:
+        """The listeners' TLS files, or None for plaintext."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return ServerTls(self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)
+
+    def security_files(self, broker: BrokerConfig) -> tuple[str, str]:
+        """``(users_file, acl_file)``: as set, or under ``{persist_dir}/security/``."""
+        base = os.path.join(broker.persist_dir, "security")
+        return self.users_file or os.path.join(base, "users.json"), self.acl_file or os.path.join(base, "acls.json")
+
+    def access(self, broker: BrokerConfig) -> Access:
+        """The daemon's one :class:`Access`: disabled, or from the users and ACL files when ``auth`` is on."""
+        if not self.auth:
+            return Access.disabled()
+        users_file, acl_file = self.security_files(broker)
+        return Access.from_files(
+            users_file, acl_file, self.super_users, check_interval_s=self.security_reload_interval_ms / 1000.0
+        )
+
+    def listeners(self) -> list[tuple[str, str]]:
+        """``(host setting, host)`` of every listener (the Kafka listener adds its own here)."""
+        return [("grpc_host", self.grpc_host), ("http_host", self.http_host)]
+
+    def check_exposure(self) -> None:
+        """Refuse a non-loopback listener unless TLS and authentication are both on (one error line)."""
+        exposed = [f"{SERVER_SECTION}.{key}={host}" for key, host in self.listeners() if not is_loopback(host)]
+        missing = [
+            name
+            for name, on in (
+                (f"{SERVER_SECTION}.tls_cert_file and {SERVER_SECTION}.tls_key_file", self.tls is not None),
+                (f"{SERVER_SECTION}.auth: true", self.auth),
+            )
+            if not on
+        ]
+        if exposed and missing:
+            raise InvalidArgumentError(
+                f"refusing to listen beyond this host ({', '.join(exposed)}) without TLS and authentication: "
+                f"set {' and '.join(missing)}, or bind 127.0.0.1"
+            )
+
     def message_limit(self, broker: BrokerConfig) -> int:
         """The gRPC message size limit, derived from the broker's batch limit unless set."""
         if self.max_request_bytes is not None:
@@ -51,21 +137,40 @@ class ServerSettings(BaseModel):
         return broker.max_batch_bytes + REQUEST_HEADROOM_BYTES
 
 
-def server_settings(loaded: LoadedConfig) -> ServerSettings:
-    """Validate ``loaded.server``; raise :class:`InvalidArgumentError` naming each bad key and its source."""
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
     try:
-        return ServerSettings.model_validate(loaded.server)
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to anything
+
+
+def server_settings(loaded: LoadedConfig, *, check_exposure: bool = True) -> ServerSettings:
+    """Validate ``loaded.server``; raise :class:`InvalidArgumentError` naming each bad key and its source.
+
+    Also refuses a non-loopback listener without TLS and authentication (:meth:`ServerSettings.check_exposure`),
+    unless ``check_exposure`` is False (tools that only read the file locations).
+    """
+    try:
+        settings = ServerSettings.model_validate(loaded.server)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             key = f"{SERVER_SECTION}.{'.'.join(str(p) for p in err['loc'])}"
             where = loaded.sources.get(key, "default")
-            if err["type"] == "extra_forbidden":
+            if not err["loc"]:  # a check across keys: its message names them
+                problems.append(f"{SERVER_SECTION}: {err['msg'].removeprefix('Value error, ')}")
+            elif err["type"] == "extra_forbidden":
                 known = ", ".join(ServerSettings.model_fields)
                 problems.append(f"unknown key {key!r} (from {where}); known {SERVER_SECTION} keys are {known}")
             else:
                 problems.append(f"{key}: {err['msg']} (got {err['input']!r}, from {where})")
         raise InvalidArgumentError(f"invalid configuration: {'; '.join(problems)}") from None
+    if check_exposure:
+        settings.check_exposure()
+    return settings
 
 
 def load_settings(

@@ -134,18 +134,19 @@ def fsync_dir(path: str) -> None:
             os.close(fd)
 
 
-def atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes, *, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
     tmp file, fsync, rename over the target, fsync the directory: after a crash
     the file holds either the old or the new content, never a mix. The only
     function that writes metadata files; stray ``*.tmp`` files are swept on open.
+    ``mode`` is the new file's permission bits (0o600 for credentials), less the umask.
     """
     # Unique per writer, so two writers of one file never share (or clobber) a tmp file.
     tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
     try:
         with map_os_errors("write", tmp):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
             try:
                 view = memoryview(data)
                 while view:

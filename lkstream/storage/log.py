@@ -142,6 +142,9 @@ class PartitionLog:
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_written: Checkpoint | None = None
         self.unflushed_bytes = 0
+        # Whether anything was appended since open: a log that only served reads closes without
+        # an fsync or a checkpoint (its files are as recovery left them), so idle partitions stop fast.
+        self._appended = False
         with map_os_errors("create partition directory", directory):
             os.makedirs(directory, exist_ok=True)
         self.recovery = self._open()
@@ -190,7 +193,10 @@ class PartitionLog:
             )
         if problem:
             log.warning("%s[%d]: %s", self.topic, self.partition, problem)
-        up_to_date = (
+        # A new, empty log has nothing to protect: no fsync, no checkpoint (creating a topic of
+        # thousands of partitions would otherwise cost four fsyncs each).
+        empty = checkpoint is None and not problem and len(self._segments) == 1 and active.size == 0
+        up_to_date = empty or (
             checkpoint is not None
             and not problem
             and (checkpoint.recovery_point == active.size and checkpoint.next_offset == active.next_offset)
@@ -296,6 +302,7 @@ class PartitionLog:
             if fields is not None:
                 self.producers.record(fields, base, stamped.last_offset)
             self.unflushed_bytes += len(batch)
+            self._appended = True
         return AppendResult(base, stamped.last_offset, len(batch))
 
     def _roll(self) -> Segment:
@@ -543,6 +550,8 @@ class PartitionLog:
         """Final fsync and checkpoint. Caller holds the lock and has marked the log closed."""
         if self._failed is not None:
             return  # nothing written after a failed fsync may be called durable
+        if not self._appended:
+            return  # unchanged since open, where recovery fsynced and checkpointed what it found
         active = self._segments[-1]
         self._flush_index(active, fsync=True)
         if active.size != self._durable_position:

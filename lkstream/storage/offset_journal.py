@@ -6,9 +6,12 @@ Layout of ``offsets/`` (see ``docs/format.md``, section "Offsets journal")::
     commits.log                          8-byte magic, then records:
                                          u32 BE length | u32 BE crc32c(payload) | payload
 
-A payload is JSON ``{"ms": T, "e": [[group, topic, pid, offset_or_null], ...]}``;
+A payload is JSON ``{"ms": T, "e": [[group, topic, pid, offset_or_null(, topic_id)], ...]}``;
 the entries of one record are one commit, applied together or not at all
-(``null`` deletes the key). The state is: the snapshot files, then every
+(``null`` deletes the key). ``topic_id`` (32 hex digits, since issue 12) names the
+incarnation of the topic the offset belongs to (``topic.json``'s ``topic_id``);
+entries written before it have four elements and belong to whatever topic of that
+name exists (the broker stamps them at open). The state is: the snapshot files, then every
 journal record replayed in order.
 
 Writing (:class:`Journal`, one per directory per process, guarded by an
@@ -79,16 +82,16 @@ SUFFIX = ".offset"
 
 Key = tuple[str, str, int]
 #: One change: (group, topic, partition, offset), offset None deletes the key.
-Entry = tuple[str, str, int, int | None]
-#: A key's state: (offset, committed_ms), or the error its unreadable snapshot file raises.
-Value = tuple[int, int] | CorruptRecordError
+Entry = tuple[str, str, int, int | None, str | None]
+#: A key's state: (offset, committed_ms, topic id hex or None), or the error its unreadable snapshot file raises.
+Value = tuple[int, int, str | None] | CorruptRecordError
 DurableCallback = Callable[[BaseException | None], None]
 FileFactory = Callable[[str], StorageFile]
 
 
 def encode_record(ms: int, entries: Iterable[Entry]) -> bytes:
     """One journal record: length, CRC-32C of the payload, JSON payload."""
-    payload = json.dumps({"ms": ms, "e": [list(e) for e in entries]}, separators=(",", ":")).encode()
+    payload = json.dumps({"ms": ms, "e": [_entry_json(e) for e in entries]}, separators=(",", ":")).encode()
     return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
@@ -130,9 +133,12 @@ def _parse_payload(payload: bytes, path: str, position: int) -> tuple[int, list[
         raise bad("payload is not {'ms': int, 'e': [...]}")
     entries: list[Entry] = []
     for item in doc["e"]:
-        if not (isinstance(item, list) and len(item) == 4):
-            raise bad(f"entry {item!r} is not [group, topic, partition, offset]")
-        group, topic, pid, offset = item
+        if not (isinstance(item, list) and len(item) in (4, 5)):
+            raise bad(f"entry {item!r} is not [group, topic, partition, offset(, topic_id)]")
+        group, topic, pid, offset = item[:4]
+        topic_id = item[4] if len(item) == 5 else None
+        if not (topic_id is None or is_topic_id(topic_id)):
+            raise bad(f"entry {item!r} has a bad topic id")
         try:
             validate_group(group)
             validate_topic(topic)
@@ -140,7 +146,7 @@ def _parse_payload(payload: bytes, path: str, position: int) -> tuple[int, list[
             raise bad(str(exc)) from exc
         if not _is_count(pid) or not (offset is None or _is_count(offset)):
             raise bad(f"entry {item!r} has a bad partition or offset")
-        entries.append((group, topic, pid, offset))
+        entries.append((group, topic, pid, offset, topic_id))
     return doc["ms"], entries
 
 
@@ -174,12 +180,22 @@ def scan_records(data: bytes, path: str, base: int = 0) -> tuple[list[tuple[int,
     return records, pos
 
 
+def _entry_json(entry: Entry) -> list[object]:
+    """An entry as its JSON list: four elements without a topic id (as before issue 12), five with one."""
+    return list(entry) if entry[4] is not None else list(entry[:4])
+
+
+def is_topic_id(value: object) -> bool:
+    """Whether ``value`` is a topic id as stored: 32 lower-case hex digits."""
+    return isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+
+
 def apply_entries(values: dict[Key, Value], ms: int, entries: Iterable[Entry]) -> None:
-    for group, topic, pid, offset in entries:
+    for group, topic, pid, offset, topic_id in entries:
         if offset is None:
             values.pop((group, topic, pid), None)
         else:
-            values[(group, topic, pid)] = (offset, ms)
+            values[(group, topic, pid)] = (offset, ms, topic_id)
 
 
 def parse_offset_file_name(name: str) -> Key | None:
@@ -220,7 +236,10 @@ def read_offset_file(path: str) -> Value | None:
     if not _is_count(offset):
         return CorruptRecordError(f"committed offset {offset!r} is not a non-negative integer", path=path)
     ms = doc.get("committed_ms", 0) if isinstance(doc, dict) else 0
-    return (offset, ms if _is_count(ms) else 0)
+    topic_id = doc.get("topic_id") if isinstance(doc, dict) else None
+    if not (topic_id is None or is_topic_id(topic_id)):
+        return CorruptRecordError(f"topic id {topic_id!r} is not 32 hex digits", path=path)
+    return (offset, ms if _is_count(ms) else 0, topic_id)
 
 
 def load_snapshot(directory: str) -> dict[Key, Value]:
@@ -331,7 +350,7 @@ class Journal:
             records, end = scan_records(data[base:], self.path, base)
             for ms, entries in records:
                 apply_entries(self.values, ms, entries)
-                self._dirty.update((g, t, p) for g, t, p, _ in entries)
+                self._dirty.update(e[:3] for e in entries)
             if base + end < file.size():
                 log.warning(
                     "offsets journal %s: truncating a torn tail of %d bytes", self.path, file.size() - base - end
@@ -405,7 +424,7 @@ class Journal:
             while self._pending and self._pending[0][0] <= target:
                 _, ms, entries = self._pending.popleft()
                 apply_entries(self.values, ms, entries)
-                self._dirty.update((g, t, p) for g, t, p, _ in entries)
+                self._dirty.update(e[:3] for e in entries)
             while self._async and self._async[0][0] <= target:
                 done.append((self._async.popleft()[1], None))
             if self._file.size() >= self._compact_at and not self.closed:
@@ -433,7 +452,7 @@ class Journal:
         """Keys (durable or pending) that ``match`` selects; call with the lock held."""
         keys = dict.fromkeys(k for k in self.values if match(k))
         for _, _, entries in self._pending:
-            keys.update(dict.fromkeys((g, t, p) for g, t, p, o in entries if o is not None and match((g, t, p))))
+            keys.update(dict.fromkeys(e[:3] for e in entries if e[3] is not None and match(e[:3])))
         return list(keys)
 
     @property
@@ -464,7 +483,7 @@ class Journal:
             while self._pending:
                 _, ms, entries = self._pending.popleft()
                 apply_entries(self.values, ms, entries)
-                self._dirty.update((g, t, p) for g, t, p, _ in entries)
+                self._dirty.update(e[:3] for e in entries)
         if self._file.size() == len(JOURNAL_MAGIC) and not self._dirty:
             return
         self._write_snapshot(sorted(self._dirty))
@@ -491,7 +510,10 @@ class Journal:
                 if isinstance(value, CorruptRecordError):
                     continue  # never changed since it was loaded: leave the damaged file for verify
                 tmp = f"{path}.{os.getpid()}-compact.tmp"
-                body = json.dumps({"offset": value[0], "committed_ms": value[1]}).encode() + b"\n"
+                doc: dict[str, object] = {"offset": value[0], "committed_ms": value[1]}
+                if value[2] is not None:
+                    doc["topic_id"] = value[2]
+                body = json.dumps(doc).encode() + b"\n"
                 with map_os_errors("write", tmp):
                     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                     try:

@@ -17,11 +17,19 @@ that process shares the writer, so reads are dictionary lookups. A store in
 another process, or one opened ``read_only=True`` with no writer in this
 process, is a read-only view that follows the journal on every read.
 This module does not check that offsets move forward: that is the coordinator's job.
+
+Incarnations (issue 12, finding 6): a commit may carry the topic's id
+(``topic_id``, from ``topic.json``), stored with the offset. Reads given the
+current id ignore offsets of another incarnation, so a topic deleted and created
+again under the same name never inherits its predecessor's offsets, even when a
+crash cut the delete short before the old offsets were forgotten;
+:meth:`OffsetStore.reconcile`, run by the broker at open, then removes them.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Mapping
 
 from lkstream.errors import CorruptRecordError, DataDirLockedError, InvalidArgumentError, map_os_errors
@@ -41,9 +49,11 @@ from lkstream.storage.offset_journal import (
 )
 from lkstream.storage.offset_journal import parse_offset_file_name as _parse_name
 
-__all__ = ["JOURNAL_NAME", "OFFSETS_DIR", "SUFFIX", "OffsetStore", "parse_offset_file_name"]
+__all__ = ["JOURNAL_NAME", "OFFSETS_DIR", "SUFFIX", "OffsetStore", "TopicIds", "parse_offset_file_name"]
 
 OFFSETS_DIR = "offsets"
+#: The current incarnation (``topic.json``'s ``topic_id``) of each topic that exists.
+TopicIds = Mapping[str, uuid.UUID]
 
 
 class OffsetStore:
@@ -100,17 +110,29 @@ class OffsetStore:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
-        """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
-        self.commit_many(group, {(topic, partition): offset})
+    def commit(self, group: str, topic: str, partition: int, offset: int, *, topic_id: uuid.UUID | None = None) -> None:
+        """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``.
 
-    def commit_many(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        ``topic_id`` ties the offset to one incarnation of the topic (see the module docstring).
+        """
+        self.commit_many(group, {(topic, partition): offset}, topic_ids=None if topic_id is None else {topic: topic_id})
+
+    def commit_many(
+        self, group: str, offsets: Mapping[tuple[str, int], int], *, topic_ids: TopicIds | None = None
+    ) -> None:
         """Durably and atomically commit ``{(topic, partition): offset}`` of ``group``; return once fsynced."""
         journal = self._writer()
-        end = journal.append(self._clock.now_ms(), _entries(group, offsets))
+        end = journal.append(self._clock.now_ms(), _entries(group, offsets, topic_ids))
         journal.wait_durable(end)
 
-    def submit(self, group: str, offsets: Mapping[tuple[str, int], int], on_durable: DurableCallback) -> None:
+    def submit(
+        self,
+        group: str,
+        offsets: Mapping[tuple[str, int], int],
+        on_durable: DurableCallback,
+        *,
+        topic_ids: TopicIds | None = None,
+    ) -> None:
         """Like :meth:`commit_many` but returns once written to the OS, without waiting for the disk.
 
         ``on_durable(None)`` runs on a background thread once the commit is
@@ -120,7 +142,7 @@ class OffsetStore:
         raise here, and then the callback is never called.
         """
         journal = self._writer()
-        journal.append(self._clock.now_ms(), _entries(group, offsets), on_durable)
+        journal.append(self._clock.now_ms(), _entries(group, offsets, topic_ids), on_durable)
 
     def forget_topic(self, topic: str) -> int:
         """Durably remove every group's committed offsets of ``topic`` (it was deleted); return how many."""
@@ -138,11 +160,39 @@ class OffsetStore:
             keys = journal.keys_where(match)
             if not keys:
                 return 0
-            entries: list[Entry] = [(g, t, p, None) for g, t, p in keys]
+            entries: list[Entry] = [(g, t, p, None, None) for g, t, p in keys]
             # Appended under the same lock that listed the keys, so no key is missed.
             end = journal.append(self._clock.now_ms(), entries)
         journal.wait_durable(end)
         return len(keys)
+
+    def reconcile(self, topic_ids: TopicIds, partitions: Mapping[str, int]) -> tuple[int, int]:
+        """Make every committed offset belong to a topic that exists: ``(forgotten, stamped)``.
+
+        Forgets the offsets of topics not in ``topic_ids`` (deleted, even by a delete
+        that a crash cut short), of partitions past ``partitions[topic]``, and of another
+        incarnation of the topic; stamps offsets written without a topic id (before issue
+        12) with the id of the topic that exists. One journal record, durable on return.
+        """
+        journal = self._writer()
+        with journal.lock:
+            entries: list[Entry] = []
+            forgotten = stamped = 0
+            for (group, topic, pid), value in list(journal.values.items()):
+                if isinstance(value, CorruptRecordError):
+                    continue  # left for verify; never read as a committed offset
+                current = topic_ids.get(topic)
+                if current is None or pid >= partitions.get(topic, 0) or value[2] not in (None, current.hex):
+                    entries.append((group, topic, pid, None, None))
+                    forgotten += 1
+                elif value[2] is None:
+                    entries.append((group, topic, pid, value[0], current.hex))
+                    stamped += 1
+            if not entries:
+                return 0, 0
+            end = journal.append(self._clock.now_ms(), entries)
+        journal.wait_durable(end)
+        return forgotten, stamped
 
     def compact(self) -> None:
         """Write the journal's changes to the ``.offset`` files and start an empty journal now."""
@@ -181,21 +231,35 @@ class OffsetStore:
         assert self._follower is not None
         return self._follower.refresh()
 
-    def list_committed(self) -> dict[tuple[str, str, int], int]:
+    def list_committed(self, *, topic_ids: TopicIds | None = None) -> dict[tuple[str, str, int], int]:
         """Every readable commit as ``{(group, topic, partition): offset}``.
 
-        Unreadable snapshot files are skipped here; ``lkstream verify`` reports them.
+        With ``topic_ids``, only the offsets of those topics' current incarnations
+        (offsets without a topic id count as current). Unreadable snapshot files are
+        skipped here; ``lkstream verify`` reports them.
         """
         values = self._values()
-        return {key: value[0] for key, value in list(values.items()) if not isinstance(value, CorruptRecordError)}
+        return {
+            key: value[0]
+            for key, value in list(values.items())
+            if not isinstance(value, CorruptRecordError) and (topic_ids is None or _current(value, topic_ids, key[1]))
+        }
 
-    def read_committed(self, group: str, topic: str, partition: int) -> int | None:
-        """The committed offset, or ``None`` if the group never committed this partition."""
+    def read_committed(
+        self, group: str, topic: str, partition: int, *, topic_id: uuid.UUID | None = None
+    ) -> int | None:
+        """The committed offset, or ``None`` if the group never committed this partition.
+
+        With ``topic_id``, an offset committed for another incarnation of the topic (a
+        deleted one of the same name) is ``None`` too.
+        """
         _validate_key(group, topic, partition)
         value = self._values().get((group, topic, partition))
         if isinstance(value, CorruptRecordError):
             raise value
-        return None if value is None else value[0]
+        if value is None or (topic_id is not None and value[2] not in (None, topic_id.hex)):
+            return None
+        return value[0]
 
 
 def _validate_key(group: str, topic: str, partition: int) -> None:
@@ -205,7 +269,12 @@ def _validate_key(group: str, topic: str, partition: int) -> None:
         raise InvalidArgumentError(f"invalid partition {partition!r}")
 
 
-def _entries(group: str, offsets: Mapping[tuple[str, int], int]) -> list[Entry]:
+def _current(value: tuple[int, int, str | None], topic_ids: TopicIds, topic: str) -> bool:
+    current = topic_ids.get(topic)
+    return current is not None and value[2] in (None, current.hex)
+
+
+def _entries(group: str, offsets: Mapping[tuple[str, int], int], topic_ids: TopicIds | None) -> list[Entry]:
     """Validate every key and offset before anything is written."""
     if not isinstance(offsets, Mapping) or not offsets:
         raise InvalidArgumentError(
@@ -219,7 +288,8 @@ def _entries(group: str, offsets: Mapping[tuple[str, int], int]) -> list[Entry]:
         _validate_key(group, topic, partition)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidArgumentError(f"invalid offset {offset!r}: must be a non-negative integer")
-        entries.append((group, topic, partition, offset))
+        topic_id = None if topic_ids is None else topic_ids.get(topic)
+        entries.append((group, topic, partition, offset, None if topic_id is None else topic_id.hex))
     return entries
 
 

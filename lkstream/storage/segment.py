@@ -37,7 +37,7 @@ log = logging.getLogger("lkstream.storage")
 
 SEGMENT_SUFFIX: Final = ".seg"
 INDEX_SUFFIX: Final = ".idx"
-_NAME: Final = re.compile(r"^(\d{20})\.(seg|idx)$")
+_NAME: Final = re.compile(r"(\d{20})\.(seg|idx)")
 # How much to read at once while walking batch headers during recovery.
 _SCAN_CHUNK: Final = 1 << 20
 
@@ -49,7 +49,7 @@ def format_segment_name(base_offset: int, suffix: str = SEGMENT_SUFFIX) -> str:
 
 def parse_segment_name(name: str) -> tuple[int, str] | None:
     """``("00000000000000000042.seg")`` -> ``(42, ".seg")``; ``None`` for anything else."""
-    match = _NAME.match(name)
+    match = _NAME.fullmatch(name)
     if match is None:
         return None
     return int(match.group(1)), "." + match.group(2)
@@ -141,8 +141,9 @@ class Segment:
         """Whole, CRC-checked batches from ``position``, up to ``max_bytes`` (at least one batch).
 
         ``end`` is the readable end of the segment (the high watermark's position).
-        A batch that fails its checks raises :class:`CorruptRecordError` with its
-        position; it is never returned.
+        A batch that fails its checks is never returned: the valid batches before it
+        are, and a read that starts at it raises :class:`CorruptRecordError` with its
+        position, so damage never hides the good records in front of it.
         """
         if position >= end:
             return b""
@@ -159,6 +160,8 @@ class Segment:
                     raise CorruptRecordError(f"batch base offset {base_offset} does not continue at {expected}")
                 expected = check_batch(data, pos, min(len(data), pos + size)).next_offset
             except CorruptRecordError as exc:
+                if pos > 0:
+                    break  # serve the valid batches before it; the next read starts at the damage
                 raise CorruptRecordError(exc.reason, path=self.path, position=position + pos) from None
             pos += size
         return data if pos == len(data) else data[:pos]

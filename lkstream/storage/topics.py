@@ -1,8 +1,15 @@
 """Topic directories: ``topics/{topic}/topic.json`` plus one ``part{pid}/`` per partition.
 
-``topic.json`` (written atomically) holds the topic's own settings::
+``topic.json`` (written atomically) holds the topic's own settings and its id::
 
-    {"partitions": 3, "retention_ms": -1, "retention_bytes": -1}
+    {"partitions": 3, "retention_ms": -1, "retention_bytes": -1, "topic_id": "<32 hex digits>"}
+
+``topic_id`` (a UUID, since issue 12) names this incarnation of the topic: it is
+written with the topic, in the same rename that makes the topic exist, and a
+topic deleted and created again under the same name gets a new one. Committed
+offsets carry it (:mod:`lkstream.storage.offsets`), and Kafka clients see it in
+Metadata v10+ and Fetch v13+. A ``topic.json`` written before it existed gets one
+the first time the topic is opened.
 
 A topic directory without ``topic.json`` (restored from a backup of segments
 only) is adopted: its partition count is the number of ``part{pid}``
@@ -22,7 +29,7 @@ import shutil
 import uuid
 from dataclasses import asdict, dataclass
 
-from lkstream.errors import InvalidArgumentError, TopicExistsError, UnknownTopicError, map_os_errors
+from lkstream.errors import InvalidArgumentError, StorageError, TopicExistsError, UnknownTopicError, map_os_errors
 from lkstream.storage.files import atomic_write, fsync_dir
 from lkstream.storage.names import parse_partition_dir, partition_dir_name, validate_topic
 
@@ -72,17 +79,23 @@ class TopicStore:
     def list(self) -> list[str]:
         return sorted(name for name in os.listdir(self.root) if os.path.isdir(os.path.join(self.root, name)))
 
-    def load(self, topic: str, defaults: TopicSettings) -> TopicSettings:
+    def load(self, topic: str, defaults: TopicSettings) -> tuple[TopicSettings, uuid.UUID]:
+        """The topic's settings and id (an id is made and written if ``topic.json`` has none)."""
         directory = self.topic_dir(topic)
         meta = os.path.join(directory, TOPIC_META)
         try:
             with open(meta, "rb") as f:
                 raw = json.loads(f.read())
-            return TopicSettings(
+            settings = TopicSettings(
                 partitions=raw["partitions"],
                 retention_ms=raw.get("retention_ms", defaults.retention_ms),
                 retention_bytes=raw.get("retention_bytes", defaults.retention_bytes),
             )
+            topic_id = _parse_id(raw.get("topic_id"))
+            if topic_id is None:  # written before topic ids existed
+                topic_id = uuid.uuid4()
+                self._write_meta(topic, settings, topic_id)
+            return settings, topic_id
         except FileNotFoundError:
             if not os.path.isdir(directory):
                 raise UnknownTopicError(topic) from None
@@ -93,10 +106,12 @@ class TopicStore:
         if count == 0:
             raise UnknownTopicError(topic)
         settings = TopicSettings(count, defaults.retention_ms, defaults.retention_bytes)
-        self._write_meta(topic, settings)
-        return settings
+        topic_id = uuid.uuid4()
+        self._write_meta(topic, settings, topic_id)
+        return settings, topic_id
 
-    def create(self, topic: str, settings: TopicSettings) -> None:
+    def create(self, topic: str, settings: TopicSettings) -> uuid.UUID:
+        """Create the topic's directories and ``topic.json`` in one rename; return its new id."""
         directory = self.topic_dir(topic)
         if os.path.exists(directory):
             raise TopicExistsError(topic)
@@ -104,32 +119,71 @@ class TopicStore:
         # a topic without topic.json or with missing partition directories (the next open
         # would adopt it with too few partitions, or fail). trash/ is emptied on open.
         staging = os.path.join(self.trash, f"new-{uuid.uuid4().hex}")
-        with map_os_errors("create topic", directory):
-            os.makedirs(staging)
-            for pid in range(settings.partitions):
-                os.makedirs(os.path.join(staging, partition_dir_name(pid)))
-        atomic_write(os.path.join(staging, TOPIC_META), json.dumps(asdict(settings)).encode())
-        with map_os_errors("create topic", directory):
-            os.rename(staging, directory)
-        fsync_dir(self.root)
+        try:
+            with map_os_errors("create topic", directory):
+                os.makedirs(staging)
+                for pid in range(settings.partitions):
+                    os.makedirs(os.path.join(staging, partition_dir_name(pid)))
+            topic_id = uuid.uuid4()
+            atomic_write(os.path.join(staging, TOPIC_META), _meta_json(settings, topic_id))
+            with map_os_errors("create topic", directory):
+                os.rename(staging, directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # a failed create leaves nothing, not even in trash/
+            raise
+        try:
+            fsync_dir(self.root)
+        except StorageError as exc:  # the rename is done: the topic exists (a power loss may undo it)
+            log.warning("could not fsync %s after creating %r: %s", self.root, topic, exc)
+        return topic_id
 
-    def update(self, topic: str, settings: TopicSettings) -> None:
-        self._write_meta(topic, settings)
+    def update(self, topic: str, settings: TopicSettings, topic_id: uuid.UUID) -> None:
+        self._write_meta(topic, settings, topic_id)
 
-    def _write_meta(self, topic: str, settings: TopicSettings) -> None:
-        atomic_write(os.path.join(self.topic_dir(topic), TOPIC_META), json.dumps(asdict(settings)).encode())
+    def _write_meta(self, topic: str, settings: TopicSettings, topic_id: uuid.UUID) -> None:
+        atomic_write(os.path.join(self.topic_dir(topic), TOPIC_META), _meta_json(settings, topic_id))
 
     def delete(self, topic: str) -> None:
         """Move the topic into the trash atomically, then remove it."""
+        self.empty(self.move_to_trash(topic))
+
+    def move_to_trash(self, topic: str) -> str:
+        """Take the topic out of ``topics/`` in one durable rename; return where it went.
+
+        The commit point of a delete: if it raises, the topic is untouched.
+        """
         directory = self.topic_dir(topic)
         if not os.path.isdir(directory):
             raise UnknownTopicError(topic)
         doomed = os.path.join(self.trash, f"{topic}-{uuid.uuid4().hex}")
         with map_os_errors("delete topic", directory):
             os.rename(directory, doomed)
+        try:
             fsync_dir(self.root)
-        shutil.rmtree(doomed, ignore_errors=True)
+        except StorageError as exc:  # the rename is done: the delete stands (a power loss may undo it)
+            log.warning("could not fsync %s after deleting %r: %s", self.root, topic, exc)
+        return doomed
+
+    def empty(self, trashed: str) -> None:
+        """Remove a trashed directory; what is left (an I/O error) goes at the next open."""
+        shutil.rmtree(trashed, ignore_errors=True)
 
     def _empty_trash(self) -> None:
-        for name in os.listdir(self.trash):
+        with map_os_errors("empty the trash", self.trash):
+            names = os.listdir(self.trash)
+        for name in names:
             shutil.rmtree(os.path.join(self.trash, name), ignore_errors=True)
+
+
+def _meta_json(settings: TopicSettings, topic_id: uuid.UUID) -> bytes:
+    return json.dumps({**asdict(settings), "topic_id": topic_id.hex}).encode()
+
+
+def _parse_id(raw: object) -> uuid.UUID | None:
+    """A stored topic id (32 hex digits), or None when missing or not one."""
+    if not isinstance(raw, str) or len(raw) != 32:
+        return None
+    try:
+        return uuid.UUID(hex=raw)
+    except ValueError:
+        return None

@@ -46,11 +46,12 @@ from typing import Literal
 
 from lkstream.errors import CorruptRecordError, StorageError, map_os_errors
 from lkstream.format.batch import BatchHeader
+from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_records
 from lkstream.storage.checkpoint import CHECKPOINT_NAME
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import ENTRY_SIZE
 from lkstream.storage.names import partition_dir_name, validate_topic
-from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, scan_records
+from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, is_topic_id, scan_records
 from lkstream.storage.offsets import OFFSETS_DIR, parse_offset_file_name
 from lkstream.storage.producers import SNAPSHOT_NAME
 from lkstream.storage.reader import (
@@ -113,7 +114,9 @@ class VerifyReport:
         return sum(p.severity == "warning" for p in self.problems)
 
 
-def verify_data_dir(path: str, *, max_problems_per_file: int = 20) -> VerifyReport:
+def verify_data_dir(
+    path: str, *, max_problems_per_file: int = 20, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> VerifyReport:
     """Check every segment, index, checkpoint, ``topic.json`` and offset file under ``path``.
 
     What counts as an error (corruption) and what as a warning (a state the
@@ -122,7 +125,7 @@ def verify_data_dir(path: str, *, max_problems_per_file: int = 20) -> VerifyRepo
     :class:`_Verifier`. Raises :class:`InvalidArgumentError` if ``path`` is not
     a data directory. Reads only, like everything in this module.
     """
-    return _Verifier(DataDirReader(path), max_problems_per_file).run()
+    return _Verifier(DataDirReader(path), max_problems_per_file, max_decompressed_bytes).run()
 
 
 @dataclass
@@ -155,8 +158,9 @@ class _Active:
 class _Verifier:
     """One run of :func:`verify_data_dir`. Problems are collected in discovery order."""
 
-    def __init__(self, reader: DataDirReader, max_problems_per_file: int) -> None:
+    def __init__(self, reader: DataDirReader, max_problems_per_file: int, max_decompressed_bytes: int) -> None:
         self.reader = reader
+        self._max_decompressed_bytes = max_decompressed_bytes
         self.report = VerifyReport(reader.path, lock_holder=reader.lock_holder())
         self._cap = max_problems_per_file
         self._per_file: dict[tuple[str, Severity], int] = {}
@@ -217,6 +221,8 @@ class _Verifier:
             self._add("error", meta, f"unreadable ({exc}): the broker adopts the topic from its partition directories")
             return
         count = raw.get("partitions") if isinstance(raw, dict) else None
+        if isinstance(raw, dict) and not is_topic_id(raw.get("topic_id")):
+            self._add("warning", meta, "has no topic_id (written before topic ids): the broker adds one at open")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             self._add("error", meta, f"partitions is {count!r}, not a positive integer")
             return
@@ -336,8 +342,10 @@ class _Verifier:
         scan = _SegmentScan(size, seg.base_offset, size)
         first_tail: ScanProblem | None = None
         after_tail: list[BatchHeader] = []
-        for item in scan_segment(file, expected_offset=seg.base_offset):
+        for item in scan_segment(file, expected_offset=seg.base_offset, with_data=True):
             header = item.header
+            if isinstance(item, ScannedBatch):
+                self._check_records(seg, item)
             if first_tail is not None:  # inside what recovery truncates: only look for valid batches
                 if isinstance(item, ScannedBatch):
                     after_tail.append(item.header)
@@ -366,6 +374,24 @@ class _Verifier:
         if first_tail is not None:
             self._report_tail(seg, scan, first_tail, after_tail)
         return scan
+
+    def _check_records(self, seg: SegmentFiles, item: ScannedBatch) -> None:
+        """The records inside a CRC-valid batch: what produce-time validation checks (issue 12).
+
+        A batch whose frame and CRC are right but whose records are not is never a torn
+        write, so it is an error wherever it lies; reads stop before it.
+        """
+        assert item.data is not None
+        try:
+            check_records(item.data, item.header, self._max_decompressed_bytes)
+        except CorruptRecordError as exc:
+            self._add(
+                "error",
+                seg.seg_path,
+                f"{exc.reason} (offsets {item.header.base_offset}..{item.header.last_offset}; reads stop before "
+                "this batch: skip it by moving consumers past it)",
+                item.position,
+            )
 
     def _report_tail(
         self, seg: SegmentFiles, scan: _SegmentScan, problem: ScanProblem, after: list[BatchHeader]
@@ -456,6 +482,8 @@ class _Verifier:
             self._add("error", path, f"damaged ({pr.checkpoint_problem}): recovery validates the whole active segment")
             return
         if cp is None:
+            if scan.size == 0 and len(pr.segments) == 1:
+                return  # a new partition nothing was appended to writes none: nothing to protect
             self._add("warning", path, "missing: recovery validates the whole active segment")
             return
         if cp.active_base != last.base_offset:
@@ -552,7 +580,7 @@ class _Verifier:
                 base + end,
             )
         for _, entries in records:
-            for group, topic, pid, offset in entries:
+            for group, topic, pid, offset, _ in entries:
                 changes[(group, topic, pid)] = offset
         return changes
 

@@ -20,6 +20,8 @@ from typing import Final
 import grpc
 
 from lkstream.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BackpressureError,
     BrokerClosedError,
     BrokerUnavailableError,
@@ -36,12 +38,15 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
     OffsetRegressionError,
     OutOfOrderSequenceError,
+    PartitionLimitError,
     ProducerFencedError,
     ProtocolVersionError,
     RebalanceInProgressError,
     RecordTooLargeError,
     StaleGenerationError,
+    StorageAccessError,
     StorageError,
+    TooManyOpenFilesError,
     TopicExistsError,
     UnknownMemberError,
     UnknownTopicError,
@@ -60,13 +65,17 @@ Code = grpc.StatusCode
 #: Most specific class first: the first ``isinstance`` match wins.
 ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (RecordTooLargeError, Code.INVALID_ARGUMENT),
+    (PartitionLimitError, Code.INVALID_ARGUMENT),
     (InvalidArgumentError, Code.INVALID_ARGUMENT),
     (UnknownTopicError, Code.NOT_FOUND),
     (TopicExistsError, Code.ALREADY_EXISTS),
     (OffsetOutOfRangeError, Code.OUT_OF_RANGE),
     (BackpressureError, Code.RESOURCE_EXHAUSTED),
     (DiskFullError, Code.RESOURCE_EXHAUSTED),
+    (TooManyOpenFilesError, Code.RESOURCE_EXHAUSTED),
     (CorruptRecordError, Code.DATA_LOSS),
+    # Not INTERNAL: the broker works, its directory does not accept writes; the message names the path.
+    (StorageAccessError, Code.FAILED_PRECONDITION),
     (StorageError, Code.INTERNAL),
     (BrokerClosedError, Code.UNAVAILABLE),
     (BrokerUnavailableError, Code.UNAVAILABLE),
@@ -75,6 +84,8 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     # Idempotent producers (pre-encoded batches with a producer id): the batch was not appended.
     (OutOfOrderSequenceError, Code.FAILED_PRECONDITION),
     (ProducerFencedError, Code.FAILED_PRECONDITION),
+    (AuthenticationError, Code.UNAUTHENTICATED),
+    (AuthorizationError, Code.PERMISSION_DENIED),
     # Consumer groups: retriable refusals are ABORTED, "this member must rejoin" NOT_FOUND.
     (FencedInstanceError, Code.FAILED_PRECONDITION),
     (UnknownMemberError, Code.NOT_FOUND),
@@ -100,6 +111,8 @@ _FALLBACK: Final[dict[grpc.StatusCode, type[LkstreamError]]] = {
     Code.UNAVAILABLE: BrokerUnavailableError,
     Code.DEADLINE_EXCEEDED: BrokerUnavailableError,
     Code.FAILED_PRECONDITION: ProtocolVersionError,
+    Code.UNAUTHENTICATED: AuthenticationError,
+    Code.PERMISSION_DENIED: AuthorizationError,
 }
 
 # Attributes copied across the wire when present on the error.
@@ -127,6 +140,13 @@ _FIELDS: Final = (
     "members",
     "committed",
     "partitions",
+    "principal",
+    "operation",
+    "resource_type",
+    "resource",
+    "errno",
+    "requested",
+    "existing",
 )
 
 

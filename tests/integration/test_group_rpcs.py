@@ -76,6 +76,7 @@ def test_commits_are_fenced_and_never_move_backward(daemon: DaemonProcess) -> No
     with lkstream.connect(daemon.address) as broker:
         broker.create_topic("fenced", 2)
         broker.produce_many_sync("fenced", [(None, b"x")] * 10, partition=0)
+        broker.produce_many_sync("fenced", [(None, b"x")] * 3, partition=1)  # commits stay within the log
         a = broker.join_group("g", ["fenced"])
         generation = settle(broker, "g", [a.member_id])[a.member_id].generation
         broker.commit_offsets("g", {("fenced", 0): 5}, member_id=a.member_id, generation=generation)

@@ -56,8 +56,8 @@ def test_java_kafka_clients_produce_consume_resume_and_administer(kafka_bootstra
     assert "javat" not in kafka_broker.list_topics()
 
 
-def test_java_kafka_clients_with_the_kip848_consumer_protocol(topic_id_bootstrap: str, kafka_broker: Broker) -> None:
-    run_matrix(topic_id_bootstrap, "consumer")
+def test_java_kafka_clients_with_the_kip848_consumer_protocol(kafka_bootstrap: str, kafka_broker: Broker) -> None:
+    run_matrix(kafka_bootstrap, "consumer")
     # The group lived in LKSTREAM's own coordinator (ConsumerGroupHeartbeat), not the classic one.
     assert kafka_broker.classic_groups.snapshot("javag") is None
     assert kafka_broker.describe_group("javag").generation > 0

@@ -1,7 +1,7 @@
 """KIP-848's consumer protocol (``group.protocol=consumer``) on LKSTREAM's group coordinator.
 
-Served only with the listener's topic-id switch on (``ListenerSettings(topic_ids=True)``): its
-assignments name topics by id. These tests turn it on; by default the API is not offered.
+Served with the listener's topic-id switch on (``ListenerSettings.topic_ids``, the default): its
+assignments name topics by their persisted ids.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from confluent_kafka import Consumer, Producer
 
 from lkstream import Broker
 from lkstream.kafka.protocol import ApiKey
-from lkstream.kafka.topic_ids import NAME_NAMESPACE
 from tests.kafka_wire.test_fuzz import exchange, request
 
 DEADLINE_S = 30.0
@@ -60,21 +59,21 @@ def owned(consumer: Consumer) -> set[int]:
 
 
 def test_two_kip848_members_split_the_partitions_and_a_restart_resumes_from_the_commits(
-    topic_id_bootstrap: str, kafka_broker: Broker
+    kafka_bootstrap: str, kafka_broker: Broker
 ) -> None:
     kafka_broker.create_topic("k848", PARTITIONS)
-    produce(topic_id_bootstrap, 0, 100)
-    a = member(topic_id_bootstrap)
+    produce(kafka_bootstrap, 0, 100)
+    a = member(kafka_bootstrap)
     a.subscribe(["k848"])
     seen: list[list[int]] = [[], []]
     poll_until([a], lambda: len(seen[0]) == 100, seen[:1])
     assert owned(a) == set(range(PARTITIONS))
 
-    b = member(topic_id_bootstrap)
+    b = member(kafka_bootstrap)
     b.subscribe(["k848"])
     poll_until([a, b], lambda: owned(a) and owned(b) and owned(a) | owned(b) == set(range(PARTITIONS)), seen)
     assert not owned(a) & owned(b)  # never one partition in two members
-    produce(topic_id_bootstrap, 100, 40)
+    produce(kafka_bootstrap, 100, 40)
     poll_until([a, b], lambda: len(set(seen[0]) | set(seen[1])) == 140, seen)
     assert sorted(seen[1]) == sorted({s for s in seen[1] if s >= 100})  # b read only records after its join
     described = kafka_broker.describe_group("g848")
@@ -83,8 +82,8 @@ def test_two_kip848_members_split_the_partitions_and_a_restart_resumes_from_the_
     b.close()
     assert kafka_broker.describe_group("g848").members == ()  # both left
 
-    produce(topic_id_bootstrap, 140, 20)
-    again = member(topic_id_bootstrap)
+    produce(kafka_bootstrap, 140, 20)
+    again = member(kafka_bootstrap)
     again.subscribe(["k848"])
     resumed: list[list[int]] = [[]]
     poll_until([again], lambda: len(resumed[0]) >= 20, resumed)
@@ -102,19 +101,19 @@ def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
 
 
 def test_without_the_topic_id_switch_neither_kip848_nor_topic_id_metadata_is_offered(
-    kafka_bootstrap: str, topic_id_bootstrap: str
+    name_only_bootstrap: str, kafka_bootstrap: str
 ) -> None:
-    plain, with_ids = api_versions(kafka_bootstrap), api_versions(topic_id_bootstrap)
+    plain, with_ids = api_versions(name_only_bootstrap), api_versions(kafka_bootstrap)
     assert ApiKey.CONSUMER_GROUP_HEARTBEAT not in plain and plain[ApiKey.METADATA] == (0, 9)
     assert with_ids[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1) and with_ids[ApiKey.METADATA] == (0, 12)
     assert plain[ApiKey.FETCH] == with_ids[ApiKey.FETCH] == (4, 12)  # below the topic-id Fetch either way
 
 
 def test_a_kip848_join_to_a_group_of_live_classic_kafka_members_is_refused(
-    topic_id_bootstrap: str, kafka_broker: Broker
+    kafka_bootstrap: str, kafka_broker: Broker
 ) -> None:
     kafka_broker.create_topic("k848", PARTITIONS)
-    classic = Consumer({"bootstrap.servers": topic_id_bootstrap, "group.id": "g848", "auto.offset.reset": "earliest"})
+    classic = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "g848", "auto.offset.reset": "earliest"})
     classic.subscribe(["k848"])
     deadline = time.monotonic() + DEADLINE_S
     while not classic.assignment() and time.monotonic() < deadline:
@@ -154,23 +153,23 @@ def heartbeat(bootstrap: str, **fields: object) -> object:
 
 
 def test_heartbeats_join_assign_by_topic_id_refuse_strangers_and_leave(
-    topic_id_bootstrap: str, kafka_broker: Broker
+    kafka_bootstrap: str, kafka_broker: Broker
 ) -> None:
     import uuid
 
     from kio.schema.errors import ErrorCode
 
     kafka_broker.create_topic("k848", PARTITIONS)
-    joined = heartbeat(topic_id_bootstrap, member_id=str(uuid.uuid4()))
+    joined = heartbeat(kafka_bootstrap, member_id=str(uuid.uuid4()))
     assert joined.error_code == ErrorCode.none and joined.member_epoch >= 1  # type: ignore[attr-defined]
     (entry,) = joined.assignment.topic_partitions  # type: ignore[attr-defined]
-    assert entry.topic_id == uuid.uuid5(NAME_NAMESPACE, "k848")  # name-derived: no persisted ids yet
+    assert entry.topic_id == kafka_broker.topic_id("k848")  # the persisted id of this incarnation
     assert sorted(entry.partitions) == list(range(PARTITIONS))
-    stranger = heartbeat(topic_id_bootstrap, member_id="nobody", member_epoch=3, subscribed_topic_names=None)
+    stranger = heartbeat(kafka_bootstrap, member_id="nobody", member_epoch=3, subscribed_topic_names=None)
     assert stranger.error_code == ErrorCode.unknown_member_id  # type: ignore[attr-defined]
-    vague = heartbeat(topic_id_bootstrap, group_id="other", member_id="m", subscribed_topic_names=None)
+    vague = heartbeat(kafka_bootstrap, group_id="other", member_id="m", subscribed_topic_names=None)
     assert vague.error_code == ErrorCode.invalid_request  # type: ignore[attr-defined]  # a join names its topics
-    odd = heartbeat(topic_id_bootstrap, group_id="other", member_id="m", server_assignor="bogus")
+    odd = heartbeat(kafka_bootstrap, group_id="other", member_id="m", server_assignor="bogus")
     assert odd.error_code == ErrorCode.unsupported_assignor  # type: ignore[attr-defined]
-    left = heartbeat(topic_id_bootstrap, member_id=joined.member_id, member_epoch=-1)  # type: ignore[attr-defined]
+    left = heartbeat(kafka_bootstrap, member_id=joined.member_id, member_epoch=-1)  # type: ignore[attr-defined]
     assert left.error_code == ErrorCode.none and kafka_broker.describe_group("gw").members == ()  # type: ignore[attr-defined]

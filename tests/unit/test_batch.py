@@ -15,7 +15,6 @@ from lkstream.format.batch import (
     LOG_OVERHEAD,
     MAGIC,
     check_batch,
-    check_producer_batch,
     compute_crc,
     parse_header,
     read_length_prefix,
@@ -23,36 +22,24 @@ from lkstream.format.batch import (
     stamp_base_offset,
 )
 from lkstream.format.codec import encode_batch
+from lkstream.format.validate import validate_producer_batch as check_producer_batch
 
-from .support import FIXED_TS, make_batch
+from .support import FIXED_TS, make_batch, zigzag_varint
 
 # -- a batch built by hand from the Kafka v2 specification ----------------------------------------
-
-
-def _zigzag_varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        byte = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _spec_record(offset_delta: int, key: bytes, value: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
     body = bytearray()
     body += b"\x00"  # attributes
-    body += _zigzag_varint(0)  # timestamp delta
-    body += _zigzag_varint(offset_delta)
-    body += _zigzag_varint(len(key)) + key
-    body += _zigzag_varint(len(value)) + value
-    body += _zigzag_varint(len(headers))
+    body += zigzag_varint(0)  # timestamp delta
+    body += zigzag_varint(offset_delta)
+    body += zigzag_varint(len(key)) + key
+    body += zigzag_varint(len(value)) + value
+    body += zigzag_varint(len(headers))
     for hk, hv in headers:
-        body += _zigzag_varint(len(hk)) + hk + _zigzag_varint(len(hv)) + hv
-    return _zigzag_varint(len(body)) + bytes(body)
+        body += zigzag_varint(len(hk)) + hk + zigzag_varint(len(hv)) + hv
+    return zigzag_varint(len(body)) + bytes(body)
 
 
 def _spec_batch(base_offset: int, timestamp: int, records: bytes, count: int) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -51,9 +52,34 @@ def test_map_os_errors_turns_enospc_into_disk_full_with_the_path() -> None:
 
 def test_map_os_errors_turns_other_os_errors_into_storage_error() -> None:
     with pytest.raises(E.StorageError) as info, E.map_os_errors("read", "/d/x"):
-        raise PermissionError(errno.EACCES, "Permission denied")
+        raise OSError(errno.EIO, "Input/output error")
     assert type(info.value) is E.StorageError
-    assert str(info.value) == "cannot read (Permission denied): /d/x"
+    assert str(info.value) == "cannot read (Input/output error): /d/x"
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.EPERM])
+def test_map_os_errors_names_a_directory_that_is_not_writable(code: int) -> None:
+    """Issue 12, finding 1: a read-only disk is a clear, non-internal error with the path."""
+    with pytest.raises(E.StorageAccessError) as info, E.map_os_errors("delete topic", "/d/topics/t"):
+        raise OSError(code, os.strerror(code))
+    assert info.value.path == "/d/topics/t" and info.value.errno == code
+    assert "not writable" in str(info.value) and "/d/topics/t" in str(info.value)
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE])
+def test_map_os_errors_names_the_descriptor_limit(code: int) -> None:
+    """Issue 12, finding 1: EMFILE is RESOURCE_EXHAUSTED naming RLIMIT_NOFILE, never INTERNAL."""
+    import resource
+
+    from lkstream.wire.contract import status_for
+
+    with pytest.raises(E.TooManyOpenFilesError) as info, E.map_os_errors("open", "/d/x.seg"):
+        raise OSError(code, os.strerror(code))
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert info.value.limit == limit and f"RLIMIT_NOFILE is {limit}" in str(info.value)
+    assert info.value.retriable
+    assert status_for(info.value).name == "RESOURCE_EXHAUSTED"
+    assert status_for(E.StorageAccessError("x", path="/d")).name == "FAILED_PRECONDITION"
 
 
 def test_map_os_errors_lets_other_exceptions_through() -> None:

@@ -248,7 +248,7 @@ def test_partition_log_writes_exactly_the_golden_files(tmp_path: Path) -> None:
     directory = tmp_path / "topics" / "market.ticks" / "part0"
     log = PartitionLog(str(directory), "market.ticks", 0)
     try:
-        assert (directory / CHECKPOINT_NAME).read_bytes().hex() == EMPTY_CHECKPOINT_HEX
+        assert not (directory / CHECKPOINT_NAME).exists()  # a new, empty log has nothing to protect
         result = log.append(bytearray(encode_batch(RECORDS, timestamp_ms=TIMESTAMP_MS)))
         assert (result.base_offset, result.last_offset, result.size) == (0, 1, BATCH_SIZE)
     finally:
@@ -276,3 +276,19 @@ def test_partition_log_stamps_the_next_offset_into_a_second_batch(tmp_path: Path
         assert check_batch(second).crc == BATCH_CRC
     finally:
         log.close()
+
+
+def test_a_log_that_only_served_reads_closes_without_writing(tmp_path: Path) -> None:
+    """Idle partitions close fast: no fsync and no checkpoint when nothing was appended since open."""
+    directory = tmp_path / "part0"
+    PartitionLog(str(directory), "t", 0).close()
+    assert not (directory / CHECKPOINT_NAME).exists()  # new and empty: nothing to protect
+    log = PartitionLog(str(directory), "t", 0)
+    log.append(bytearray(_golden()))
+    log.close()
+    written = (directory / CHECKPOINT_NAME).stat().st_mtime_ns
+    reopened = PartitionLog(str(directory), "t", 0)
+    assert reopened.read(0, 1 << 20).data.hex() == BATCH_HEX
+    reopened.close()
+    assert (directory / CHECKPOINT_NAME).stat().st_mtime_ns == written
+    assert (directory / CHECKPOINT_NAME).read_bytes().hex() == CHECKPOINT_HEX

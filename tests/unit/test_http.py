@@ -235,6 +235,12 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "OffsetRegressionError": (409, "offset_regression"),
         "OutOfOrderSequenceError": (409, "out_of_order_sequence"),
         "ProducerFencedError": (409, "producer_fenced"),
+        "AuthenticationError": (401, "authentication"),
+        "AuthorizationError": (403, "authorization"),
+        # issue 12: through the gRPC table (RESOURCE_EXHAUSTED, FAILED_PRECONDITION, INVALID_ARGUMENT)
+        "TooManyOpenFilesError": (429, "too_many_open_files"),
+        "StorageAccessError": (409, "storage_access"),
+        "PartitionLimitError": (400, "partition_limit"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:

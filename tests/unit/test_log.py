@@ -491,8 +491,7 @@ def test_flush_writes_checkpoint_once_the_interval_passed(open_log: Opener, cloc
     plog = open_log(checkpoint_interval_ms=1000)
     _append(plog, 2)
     plog.flush()
-    checkpoint = read_checkpoint(log_dir)
-    assert checkpoint is not None and checkpoint.next_offset == 0
+    assert read_checkpoint(log_dir) is None  # a new log writes none at open, and the interval has not passed
     clock.advance(1000)
     _append(plog, 2)
     plog.flush()

@@ -273,3 +273,63 @@ def test_a_group_members_commits_show_as_committed_offset_and_lag(group_broker: 
     finally:
         consumer.close()
         metrics.close()
+
+
+# -- issue 12, finding 4: names are validated, label sets bounded and dropped with their object ----
+
+
+def _label_sets(metrics: BrokerMetrics, name: str) -> list[dict[str, str]]:
+    samples, _ = scrape(metrics)
+    return [labels for labels, _ in samples.get(name, [])]
+
+
+def test_consumed_rejects_an_invalid_group_or_topic_name(metrics: BrokerMetrics) -> None:
+    from lkstream.errors import InvalidArgumentError
+
+    for topic, group in (("orders", "x" * 16_000), ("orders", "g\n"), ("bad topic", "g")):
+        with pytest.raises(InvalidArgumentError):
+            metrics.record_consumed(topic, group, 0, 1)
+        with pytest.raises(InvalidArgumentError):
+            metrics.record_committed(topic, group, 0, 1)
+    assert _label_sets(metrics, "lk_consumed_total") == []
+
+
+def test_group_label_sets_are_bounded(group_broker: Broker) -> None:
+    group_broker.produce_many_sync("orders", [(None, b"v")])
+    metrics = BrokerMetrics(group_broker, max_label_sets=50)
+    try:
+        for n in range(200):
+            metrics.record_consumed("orders", f"g{n}", 0, 1)
+            metrics.record_committed("orders", f"g{n}", 0, 1)
+        assert len(_label_sets(metrics, "lk_consumed_total")) == 50
+        assert len(_label_sets(metrics, "lk_partition_committed_offset")) == 50
+        assert metrics.dropped_label_sets == 300
+    finally:
+        metrics.close()
+
+
+def test_label_sets_disappear_with_their_topic(group_broker: Broker, metrics: BrokerMetrics) -> None:
+    group_broker.produce_many_sync("doomed", [(None, b"v")])
+    group_broker.commit_offsets("billing", {("doomed", 0): 1})
+    metrics.record_consumed("doomed", "billing", 0, 1)
+    metrics.record_committed("doomed", "billing", 0, 1)
+    assert _label_sets(metrics, "lk_consumed_total")
+    group_broker.delete_topic("doomed")
+    for name in ("lk_consumed_total", "lk_partition_committed_offset", "lk_produced_total"):
+        assert [s for s in _label_sets(metrics, name) if s.get("topic") == "doomed"] == [], name
+    assert metrics.label_sets() == 0
+
+
+def test_label_sets_of_an_unknown_group_expire_once_idle(group_broker: Broker) -> None:
+    group_broker.produce_many_sync("orders", [(None, b"v")])
+    now = [1000.0]
+    metrics = BrokerMetrics(group_broker, now=lambda: now[0], label_idle_s=60.0)
+    try:
+        metrics.record_consumed("orders", "ad-hoc", 0, 1)  # a Fetch naming a group nobody joined
+        group_broker.commit_offsets("kept", {("orders", 0): 1})
+        metrics.record_consumed("orders", "kept", 0, 1)
+        assert len(_label_sets(metrics, "lk_consumed_total")) == 2
+        now[0] += 61.0
+        assert [s["group"] for s in _label_sets(metrics, "lk_consumed_total")] == ["kept"]
+    finally:
+        metrics.close()

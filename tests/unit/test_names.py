@@ -81,3 +81,58 @@ def test_partition_dir_names_round_trip(pid: int) -> None:
 )
 def test_parse_partition_dir_rejects_anything_else(name: str) -> None:
     assert parse_partition_dir(name) is None
+
+
+# Finding 11 of issue 12: ``$`` also matches before a trailing newline, so "orders\n" passed the old
+# ``re.match(r"^...$")`` and coexisted with "orders". Every name rule is a full match.
+@pytest.mark.parametrize("name", ["orders\n", "orders\r\n", "\norders", "orders\n\n"], ids=repr)
+def test_validate_topic_rejects_a_trailing_or_leading_newline(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid topic name"):
+        validate_topic(name)
+
+
+@pytest.mark.parametrize("name", ["strategy-v1\n", "\nstrategy-v1"], ids=repr)
+def test_validate_group_rejects_a_trailing_or_leading_newline(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid group id"):
+        validate_group(name)
+
+
+def test_parse_partition_dir_rejects_a_trailing_newline() -> None:
+    assert parse_partition_dir("part1\n") is None
+
+
+def test_parse_segment_name_rejects_a_trailing_newline() -> None:
+    from lkstream.storage.segment import parse_segment_name
+
+    assert parse_segment_name("00000000000000000042.seg") == (42, ".seg")
+    assert parse_segment_name("00000000000000000042.seg\n") is None
+
+
+@pytest.mark.parametrize("name", ["host-1", "a.b_c", "x" * 249])
+def test_validate_instance_id_accepts_kafka_legal_names(name: str) -> None:
+    from lkstream.storage.names import validate_instance_id
+
+    assert validate_instance_id(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "x" * 250, "a b", "host\n", "é", None, 3], ids=repr)
+def test_validate_instance_id_rejects_anything_else(name: object) -> None:
+    from lkstream.storage.names import validate_instance_id
+
+    with pytest.raises(InvalidArgumentError, match="invalid instance id"):
+        validate_instance_id(name)
+
+
+@pytest.mark.parametrize("name", ["", "consumer-1", "my app 1.0", "x" * 255])
+def test_validate_client_id_accepts_printable_ascii(name: str) -> None:
+    from lkstream.storage.names import validate_client_id
+
+    assert validate_client_id(name) == name
+
+
+@pytest.mark.parametrize("name", ["x" * 256, "tab\t", "line\n", "nul\x00", "\x7f", "é"], ids=repr)
+def test_validate_client_id_rejects_control_and_non_ascii_characters(name: str) -> None:
+    from lkstream.storage.names import validate_client_id
+
+    with pytest.raises(InvalidArgumentError, match="invalid client id"):
+        validate_client_id(name)

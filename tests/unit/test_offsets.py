@@ -91,7 +91,9 @@ def test_commit_many_is_one_journal_record(store: OffsetStore, tmp_path: Path) -
     store.commit_many("g", {("t", 0): 5, ("t", 1): 6, ("u", 0): 7})
     data = journal_path(tmp_path).read_bytes()
     assert data.startswith(JOURNAL_MAGIC)
-    assert data[len(JOURNAL_MAGIC) :] == encode_record(1_000, [("g", "t", 0, 5), ("g", "t", 1, 6), ("g", "u", 0, 7)])
+    assert data[len(JOURNAL_MAGIC) :] == encode_record(
+        1_000, [("g", "t", 0, 5, None), ("g", "t", 1, 6, None), ("g", "u", 0, 7, None)]
+    )
     assert store.list_committed() == {("g", "t", 0): 5, ("g", "t", 1): 6, ("g", "u", 0): 7}
 
 
@@ -249,7 +251,7 @@ def test_torn_tail_is_truncated_on_open(tmp_path: Path) -> None:
     crash(store)
     path = journal_path(tmp_path)
     good = path.stat().st_size
-    torn = encode_record(5, [("g", "t", 0, 3)])
+    torn = encode_record(5, [("g", "t", 0, 3, None)])
     with open(path, "ab") as f:
         f.write(torn[: len(torn) - 4])
     # A read-only view stops at the torn record and leaves the file alone.
@@ -294,7 +296,7 @@ def test_read_only_view_follows_the_writer_and_its_compactions(tmp_path: Path) -
     follower = JournalFollower(str(tmp_path / "offsets"))
     assert follower.refresh() == {}
     writer.commit("g", "t", 0, 1)
-    assert follower.refresh() == {("g", "t", 0): (1, 1_000)}
+    assert follower.refresh() == {("g", "t", 0): (1, 1_000, None)}
     for i in range(2, 40):  # several compactions replace the journal meanwhile
         writer.commit("g", "t", i % 2, i)
         seen = {k: v for k, v in follower.refresh().items() if not isinstance(v, CorruptRecordError)}
@@ -472,7 +474,7 @@ def test_garbage_offset_file_raises_corrupt_record(tmp_path: Path, content: byte
 def test_journal_record_golden_vector() -> None:
     """The example of docs/format.md, section "Offsets journal"."""
     record = encode_record(
-        1_700_000_000_000, [("strategy-v1", "market.ticks", 0, 2), ("strategy-v1", "market.ticks", 1, None)]
+        1_700_000_000_000, [("strategy-v1", "market.ticks", 0, 2, None), ("strategy-v1", "market.ticks", 1, None, None)]
     )
     assert JOURNAL_MAGIC.hex() == "4c4b4f4a00000001"
     assert record[:8].hex() == "00000063b77cba69"
@@ -496,7 +498,7 @@ def test_verify_replays_the_journal_and_reports_its_damage(tmp_path: Path) -> No
     assert [(p.severity, os.path.basename(p.path)) for p in report.problems] == [("warning", JOURNAL_NAME)]
     assert "'gone'" in report.problems[0].message
     with open(journal_path(tmp_path), "ab") as f:
-        f.write(encode_record(1, [("h", "gone", 0, 5)])[:-3])
+        f.write(encode_record(1, [("h", "gone", 0, 5, None)])[:-3])
     torn = verify_data_dir(str(tmp_path)).problems
     assert any(p.severity == "warning" and "torn tail" in p.message for p in torn)
     data = bytearray(journal_path(tmp_path).read_bytes())

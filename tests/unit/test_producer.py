@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lkstream import BackpressureError, Broker, Producer
+from lkstream import BackpressureError, Broker, InvalidArgumentError, Producer
 from lkstream.format.codec import iter_batches
+from lkstream.format.produce import RECORD_OVERHEAD
 
 
 @pytest.fixture
@@ -90,3 +91,55 @@ def test_sync_face_lingers_and_flushes(broker: Broker) -> None:
         producer.flush_sync()
         assert [f.result(timeout=0) for f in more] == [(0, 20), (0, 21), (0, 22)]
     assert _batch_count(broker, "s", 0) == 2
+
+
+async def test_linger_zero_sends_on_the_next_loop_turn_without_waiting_for_more(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=0)
+    first = producer.send("t", b"a", partition=0)
+    assert await asyncio.wait_for(first, timeout=5) == (0, 0)
+    second = producer.send("t", b"b", key="k", partition=0)
+    assert await asyncio.wait_for(second, timeout=5) == (0, 1)
+    assert [(r.key, r.value) for r in broker.read_from("t", 0, 0)] == [(None, b"a"), (b"k", b"b")]
+    await producer.close()
+
+
+async def test_records_with_and_without_headers_share_a_call_in_order(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=60_000)
+    futures = [
+        producer.send("t", b"plain", partition=0),
+        producer.send("t", b"tagged", headers=[("h", b"1")], partition=0),
+        producer.send("t", "text", key="k", partition=0),
+    ]
+    await producer.flush()
+    assert [f.result() for f in futures] == [(0, 0), (0, 1), (0, 2)]
+    records = broker.read_from("t", 0, 0)
+    assert [(r.key, r.value, tuple(r.headers)) for r in records] == [
+        (None, b"plain", ()),
+        (None, b"tagged", (("h", b"1"),)),
+        (b"k", b"text", ()),
+    ]
+    await producer.close()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ((7, b"v", None, None), "topic"),
+        (("t", b"v", None, True), "partition"),  # True == 1: must not slip into partition 1's buffer
+        (("t", b"v", None, "1"), "partition"),
+        (("t", 3.5, None, None), "value"),
+        (("t", b"v", 3.5, None), "key"),
+    ],
+)
+async def test_send_rejects_bad_arguments_even_when_a_buffer_is_filling(
+    broker: Broker, call: tuple[object, object, object, object], message: str
+) -> None:
+    producer = Producer(broker, linger_ms=60_000)
+    pending = producer.send("t", b"ok", partition=1)
+    topic, value, key, partition = call
+    with pytest.raises(InvalidArgumentError, match=message):
+        producer.send(topic, value, key, partition=partition)  # type: ignore[arg-type]
+    assert producer.buffered_bytes == len(b"ok") + RECORD_OVERHEAD
+    await producer.flush()
+    assert pending.result() == (1, 0)
+    await producer.close()

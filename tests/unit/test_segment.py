@@ -139,8 +139,10 @@ def test_read_rejects_batch_with_bad_crc_naming_path_and_position() -> None:
     seg = _segment()
     positions = _fill(seg, 3)
     seg.file.data[positions[1] + 70] ^= 0x01  # type: ignore[attr-defined]
+    # The valid batch before the damage is served (issue 12, finding 2); reading the damaged one fails.
+    assert seg.read(0, 10**6, seg.size) == seg.read(0, 1, positions[1])
     with pytest.raises(CorruptRecordError) as info:
-        seg.read(0, 10**6, seg.size)
+        seg.read(positions[1], 10**6, seg.size)
     assert info.value.path == "/d/seg"
     assert info.value.position == positions[1]
     assert "CRC" in info.value.reason

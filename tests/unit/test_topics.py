@@ -16,15 +16,16 @@ DEFAULTS = TopicSettings(1, -1, -1)
 
 def test_create_makes_partition_dirs_and_topic_json(tmp_path: Path) -> None:
     store = TopicStore(str(tmp_path))
-    store.create("orders", TopicSettings(3, 1000, 2000))
+    topic_id = store.create("orders", TopicSettings(3, 1000, 2000))
     topic_dir = tmp_path / "topics" / "orders"
     assert sorted(os.listdir(topic_dir)) == ["part0", "part1", "part2", TOPIC_META]
     assert json.loads((topic_dir / TOPIC_META).read_bytes()) == {
         "partitions": 3,
         "retention_ms": 1000,
         "retention_bytes": 2000,
+        "topic_id": topic_id.hex,
     }
-    assert store.load("orders", DEFAULTS) == TopicSettings(3, 1000, 2000)
+    assert store.load("orders", DEFAULTS) == (TopicSettings(3, 1000, 2000), topic_id)
     assert store.list() == ["orders"]
 
 
@@ -44,7 +45,7 @@ def test_topic_without_topic_json_is_adopted_from_its_partition_dirs(tmp_path: P
     store = TopicStore(str(tmp_path))
     for pid in (0, 1, 3):
         os.makedirs(tmp_path / "topics" / "restored" / f"part{pid}")
-    settings = store.load("restored", TopicSettings(1, 500, -1))
+    settings, _ = store.load("restored", TopicSettings(1, 500, -1))
     assert settings == TopicSettings(4, 500, -1)
     assert (tmp_path / "topics" / "restored" / TOPIC_META).exists()
 
@@ -53,7 +54,7 @@ def test_garbage_topic_json_falls_back_to_adoption(tmp_path: Path) -> None:
     store = TopicStore(str(tmp_path))
     store.create("t", TopicSettings(2))
     (tmp_path / "topics" / "t" / TOPIC_META).write_bytes(b"{not json")
-    assert store.load("t", DEFAULTS).partitions == 2
+    assert store.load("t", DEFAULTS)[0].partitions == 2
 
 
 def test_delete_removes_the_topic_and_leaves_the_trash_empty(tmp_path: Path) -> None:

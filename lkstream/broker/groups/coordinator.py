@@ -51,11 +51,14 @@ Fenced, monotonic commits
 -------------------------
 ``commit(group, member_id, generation, offsets)`` is applied iff the member is
 live, ``generation`` is the one it last received, and it owns every partition
-(partitions it is revoking still count: "commit before revoke"). Commits
+(partitions it is revoking still count: "commit before revoke"), and every
+offset is at most its partition's high watermark (:class:`OffsetOutOfRangeError`
+otherwise: an offset past the log would wedge the group). Commits
 without a member id are the standalone consumer's (manual ``assign``): allowed
 only while the group has no live member. A commit never moves an offset
 backward (:class:`OffsetRegressionError`); equal offsets are accepted
-(idempotent retries). ``reset_offsets`` is the operator's way to rewind and is
+(idempotent retries). A stored offset above the high watermark (written before
+that check existed) may be replaced by any valid commit. ``reset_offsets`` is the operator's way to rewind and is
 refused while the group has live members.
 
 Commits of one group are serialised by a per-group lock held across the check
@@ -102,9 +105,15 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import InvalidArgumentError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
-from lkstream.storage.names import validate_group, validate_topic
+from lkstream.storage.names import (
+    validate_client_id,
+    validate_group,
+    validate_instance_id,
+    validate_member_id,
+    validate_topic,
+)
 from lkstream.storage.offsets import OffsetStore
 
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
@@ -203,6 +212,8 @@ class GroupCoordinator:
         clock: Clock | None = None,
         *,
         member_id_factory: Callable[[str], str] | None = None,
+        bounds: Callable[[str, int], tuple[int, int]] | None = None,
+        topic_ids: Callable[[], Mapping[str, uuid.UUID]] | None = None,
         in_other_coordinator: Callable[[str], bool] = lambda _group: False,
     ) -> None:
         self._store = offset_store
@@ -210,6 +221,11 @@ class GroupCoordinator:
         # belongs to one coordinator at a time (the classic one refuses the other direction).
         self._in_other = in_other_coordinator
         self._partitions_for = partitions_for
+        # The current incarnation of every topic: offsets are stored with it and read back only for it,
+        # so a topic created again under a deleted one's name never inherits its offsets.
+        self._topic_ids = topic_ids
+        # (log start, high watermark) of a partition; None skips the check (a coordinator without a log).
+        self._bounds = bounds
         self._clock = clock or SystemClock()
         self._new_member_id = member_id_factory or (
             lambda client_id: f"{client_id[:64] or 'member'}-{uuid.uuid4().hex}"
@@ -246,8 +262,14 @@ class GroupCoordinator:
         get_assignor(assignor)
         _check_int("session_timeout_ms", session_timeout_ms, 1)
         _check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
-        if instance_id is not None and (not isinstance(instance_id, str) or not 0 < len(instance_id) <= 249):
-            raise InvalidArgumentError(f"invalid instance id {instance_id!r}: use 1-249 characters")
+        if instance_id is not None:
+            validate_instance_id(instance_id)
+        if member_id is not None:
+            validate_member_id(member_id)
+        if new_member_id is not None:
+            validate_member_id(new_member_id)
+        validate_client_id(client_id)
+        validate_client_id(client_host)
         if member_id is None and self._in_other(group):
             # Asked before taking our lock: the classic coordinator calls us under its own lock.
             raise InconsistentGroupProtocolError(group, assignor, "a Kafka client group (classic protocol)")
@@ -437,11 +459,15 @@ class GroupCoordinator:
                     if not_owned:
                         raise NotPartitionOwnerError(group, member_id, not_owned)
             # Outside the coordinator lock (fsyncs take milliseconds), inside the group's commit lock.
+            highs = self._check_below_high_watermarks(checked)
+            ids = self._ids()
             for (topic, pid), offset in checked.items():
-                committed = self._store.read_committed(group, topic, pid)
-                if committed is not None and offset < committed:
+                committed = self._store.read_committed(group, topic, pid, topic_id=_id_of(ids, topic))
+                # An offset above the log's end (written before this check existed) is impossible:
+                # the next valid commit may replace it, so such a group is never wedged.
+                if committed is not None and offset < committed <= highs.get((topic, pid), committed):
                     raise OffsetRegressionError(group, topic, pid, offset, committed)
-            self._store_offsets(group, checked)
+            self._store_offsets(group, checked, ids)
 
     def commit_unfenced(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit for a group this coordinator does not fence (Kafka clients' classic groups, fenced by
@@ -449,20 +475,43 @@ class GroupCoordinator:
         backward (a Kafka consumer may seek back and commit). Refused while LKSTREAM members live in it."""
         self._store_without_members(group, offsets, "commit from a Kafka client")
 
-    def _store_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    def _ids(self) -> Mapping[str, uuid.UUID] | None:
+        return None if self._topic_ids is None else self._topic_ids()
+
+    def _check_below_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Refuse offsets above a partition's high watermark; return the high watermarks.
+
+        A committed offset is the next offset the group reads, so the high watermark itself
+        is the largest valid one. Every commit that enters the broker (embedded consumer,
+        gRPC, HTTP, the Kafka protocol) passes here, so none can wedge a group.
+        """
+        if self._bounds is None:
+            return {}
+        highs = {}
+        for (topic, pid), offset in offsets.items():
+            start, high = self._bounds(topic, pid)
+            if offset > high:
+                raise OffsetOutOfRangeError(topic, pid, offset, start, high)
+            highs[(topic, pid)] = high
+        return highs
+
+    def _store_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int], ids: Mapping[str, uuid.UUID] | None
+    ) -> None:
         # One journal record: the partitions of one commit land together, with a shared fsync.
-        self._store.commit_many(group, dict(offsets))
+        self._store.commit_many(group, dict(offsets), topic_ids=ids)
 
     def fetch_committed(
         self, group: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, int]:
         """Committed offsets of ``group`` (all of them, or those of ``partitions`` that have one)."""
         validate_group(group)
+        ids = self._ids()
         if partitions is None:
-            return {(t, p): o for (gr, t, p), o in self._store.list_committed().items() if gr == group}
+            return {(t, p): o for (gr, t, p), o in self._store.list_committed(topic_ids=ids).items() if gr == group}
         found = {}
         for topic, pid in partitions:
-            offset = self._store.read_committed(group, topic, pid)
+            offset = self._store.read_committed(group, topic, pid, topic_id=_id_of(ids, topic))
             if offset is not None:
                 found[(topic, pid)] = offset
         return found
@@ -487,7 +536,8 @@ class GroupCoordinator:
                 if g is not None and g.members:
                     raise GroupNotEmptyError(group, len(g.members), action)
                 self._check_partitions_exist(checked)
-            self._store_offsets(group, checked)
+            self._check_below_high_watermarks(checked)
+            self._store_offsets(group, checked, self._ids())
 
     def _commit_lock(self, group: str) -> threading.Lock:
         with self._lock:
@@ -518,7 +568,7 @@ class GroupCoordinator:
                 return GroupDescription(group, self._state_locked(g), g.generation, g.assignor, members)
             generation = g.generation if g is not None else 0
             known = g is not None and g.generation > 0
-        if known or any(gr == group for gr, _, _ in self._store.list_committed()):
+        if known or any(gr == group for gr, _, _ in self._store.list_committed(topic_ids=self._ids())):
             return GroupDescription(group, GroupState.EMPTY, generation, None, ())
         return GroupDescription(group, GroupState.DEAD, generation, None, ())
 
@@ -531,7 +581,7 @@ class GroupCoordinator:
                 for g in self._groups.values()
                 if g.members or g.generation > 0
             }
-        for group, _, _ in self._store.list_committed():
+        for group, _, _ in self._store.list_committed(topic_ids=self._ids()):
             listed.setdefault(group, GroupListing(group, GroupState.EMPTY, 0))
         return [listed[name] for name in sorted(listed)]
 
@@ -544,8 +594,7 @@ class GroupCoordinator:
 
     def _live_member_locked(self, group: str, member_id: str) -> tuple[_GroupState, _Member]:
         validate_group(group)
-        if not isinstance(member_id, str) or not member_id:
-            raise InvalidArgumentError(f"invalid member id {member_id!r}")
+        validate_member_id(member_id)
         g = self._groups.get(group)
         if g is None or member_id not in g.members:
             if g is None:
@@ -682,3 +731,10 @@ class GroupCoordinator:
             default=math.inf,
         )
         return removed
+
+
+def _id_of(ids: Mapping[str, uuid.UUID] | None, topic: str) -> uuid.UUID | None:
+    """The topic's current id; a topic that is gone gets the nil id, which no stored offset has."""
+    if ids is None:
+        return None
+    return ids.get(topic, uuid.UUID(int=0))

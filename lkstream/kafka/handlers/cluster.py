@@ -19,10 +19,10 @@ from lkstream.kafka.context import CLUSTER_ID, NODE_ID, RequestContext
 from lkstream.kafka.errors import error_code
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import CLUSTER_RESOURCE
+from lkstream.kafka.topic_ids import NIL
 from lkstream.storage.names import validate_topic
 
 _UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
-_ZERO_ID = uuid.UUID(int=0)  # Kafka's "no topic id"
 #: DescribeConfigs resource types (Kafka's ConfigResource.Type).
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -106,7 +106,7 @@ def _build_metadata(
                 topic_cls,
                 error_code=code,
                 name=name,
-                topic_id=ctx.server.topic_ids.id_of(name) if code == 0 else _ZERO_ID,
+                topic_id=ctx.server.topic_ids.id_of(name) if code == 0 else NIL,
                 is_internal=False,
                 partitions=partitions,
                 topic_authorized_operations=_UNKNOWN_OPERATIONS,

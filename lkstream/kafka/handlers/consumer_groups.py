@@ -25,7 +25,7 @@ Such groups are LKSTREAM groups: ``lkstream groups`` lists them, their commits a
 coordinator (owner and generation), and an LKSTREAM :class:`~lkstream.Consumer` with the same
 assignor may even share the group with Kafka clients. Partitions travel by topic id
 (:mod:`lkstream.kafka.topic_ids`), which is why this API is served only with the listener's
-topic-id switch on.
+topic-id switch on (the default).
 """
 
 from __future__ import annotations

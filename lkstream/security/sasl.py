@@ -1,0 +1,194 @@
+"""Sans-io SASL servers: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677).
+
+No sockets here: a surface (the Kafka listener's SaslHandshake/SaslAuthenticate, or any
+other) creates one server per connection with :meth:`SaslServerFactory.new` and feeds
+it the client's bytes::
+
+    server = factory.new("SCRAM-SHA-256")
+    while not server.complete:
+        reply = server.step(client_bytes)      # raises AuthenticationError on failure
+        send(reply)
+    principal = server.principal
+
+Failures raise :class:`~lkstream.errors.AuthenticationError` with one message for a
+wrong password, an unknown user and a bad proof alike. For an unknown user SCRAM goes
+through the whole exchange with a decoy salt (stable per name) and fails at the
+proof, as RFC 5802 section 5.1 suggests, so the first message does not reveal which
+names exist. PLAIN sends the password itself: offer it only over TLS.
+
+The SCRAM state machine, nonce handling, username escaping and constant-time proof
+check are ``scramp``'s; this module adds the credential lookup, the refusals
+(channel binding, an authorization id other than the user, Kafka's ``tokenauth``
+extension) and the principal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
+
+import scramp
+
+from lkstream.errors import AuthenticationError, InvalidArgumentError
+from lkstream.security.credentials import DEFAULT_ITERATIONS, SCRAM_MECHANISMS, ScramCredential, UserDirectory
+from lkstream.security.principal import Principal
+
+PLAIN: Final = "PLAIN"
+#: Every mechanism this module serves.
+MECHANISMS: Final = (PLAIN, *SCRAM_MECHANISMS)
+_FAILED: Final = "authentication failed: unknown user or wrong password"
+_MAX_MESSAGE_BYTES: Final = 4096
+
+
+class SaslServer(Protocol):
+    """One SASL exchange, server side (the Kafka listener's pluggable interface)."""
+
+    mechanism: str
+
+    def step(self, client_bytes: bytes) -> bytes:
+        """Consume the client's next message; return the server's answer. Raises AuthenticationError."""
+        ...
+
+    @property
+    def complete(self) -> bool:
+        """True once the client is authenticated (:attr:`principal` is set)."""
+        ...
+
+    @property
+    def principal(self) -> Principal | None: ...
+
+
+def _text(client_bytes: bytes) -> str:
+    if len(client_bytes) > _MAX_MESSAGE_BYTES:
+        raise AuthenticationError("authentication failed: SASL message too long")
+    try:
+        return client_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AuthenticationError("authentication failed: SASL message is not UTF-8") from None
+
+
+class _Exchange:
+    """What every SASL server here shares: the principal, once authenticated."""
+
+    _principal: Principal | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self._principal is not None
+
+    @property
+    def principal(self) -> Principal | None:
+        return self._principal
+
+
+class PlainServer(_Exchange):
+    """SASL PLAIN: one message ``authzid NUL authcid NUL password``, checked against the stored SCRAM keys."""
+
+    mechanism = PLAIN
+
+    def __init__(self, users: Callable[[], UserDirectory]) -> None:
+        self._users = users
+        self._done = False
+
+    def step(self, client_bytes: bytes) -> bytes:
+        if self._done:
+            raise AuthenticationError("authentication failed: the PLAIN exchange is over")
+        self._done = True
+        parts = _text(client_bytes).split("\0")
+        if len(parts) != 3 or not parts[1] or not parts[2]:
+            raise AuthenticationError("authentication failed: malformed PLAIN message")
+        authzid, user, password = parts
+        if authzid and authzid != user:
+            raise AuthenticationError("authentication failed: acting as another user is not supported")
+        principal = self._users().verify_password(user, password)
+        if principal is None:
+            raise AuthenticationError(_FAILED)
+        self._principal = principal
+        return b""
+
+
+class ScramServer(_Exchange):
+    """SASL SCRAM-SHA-256 or SCRAM-SHA-512: client-first -> server-first, client-final -> server-final."""
+
+    def __init__(
+        self, mechanism: str, users: Callable[[], UserDirectory], decoy_key: bytes, nonce: str | None = None
+    ) -> None:
+        if mechanism not in SCRAM_MECHANISMS:
+            raise InvalidArgumentError(f"unknown SCRAM mechanism {mechanism!r}")
+        self.mechanism = mechanism
+        self._users = users
+        self._decoy_key = decoy_key
+        self._server = scramp.ScramMechanism(mechanism).make_server(self._lookup, s_nonce=nonce)
+        self._user: str | None = None
+        self._known = False
+        self._stage = 0
+
+    def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        self._user = user
+        found = self._users().scram_credential(self.mechanism, user)
+        self._known = found is not None
+        credential = found or self._decoy(user)
+        return credential.salt, credential.stored_key, credential.server_key, credential.iterations
+
+    def _decoy(self, user: str) -> ScramCredential:
+        # A stable salt per unknown name (so asking twice looks like a real user) and keys nothing matches.
+        salt = hmac.new(self._decoy_key, user.encode(), hashlib.sha256).digest()[:16]
+        size = hashlib.new(self.mechanism.removeprefix("SCRAM-").replace("-", "").lower()).digest_size
+        return ScramCredential(salt, secrets.token_bytes(size), secrets.token_bytes(size), DEFAULT_ITERATIONS)
+
+    def step(self, client_bytes: bytes) -> bytes:
+        message = _text(client_bytes)
+        self._stage += 1
+        try:
+            if self._stage == 1:
+                _check_client_first(message)
+                self._server.set_client_first(message)
+                return str(self._server.get_server_first()).encode()
+            if self._stage == 2:
+                self._server.set_client_final(message)
+                if not self._known or self._user is None:
+                    raise AuthenticationError(_FAILED)
+                final = str(self._server.get_server_final()).encode()
+                self._principal = Principal(self._user, self.mechanism)
+                return final
+        except scramp.ScramException:
+            raise AuthenticationError(_FAILED) from None
+        raise AuthenticationError(f"authentication failed: the {self.mechanism} exchange is over")
+
+
+def _check_client_first(message: str) -> None:
+    """Refuse what this server does not offer: channel binding, another authzid, Kafka token auth."""
+    parts = message.split(",", 3)
+    if len(parts) < 4 or parts[0] not in ("n", "y"):
+        raise AuthenticationError("authentication failed: channel binding is not supported (use n,,)")
+    authzid, bare = parts[1], parts[2] + "," + parts[3]
+    user = parts[2].removeprefix("n=")
+    if authzid and authzid != f"a={user}":
+        raise AuthenticationError("authentication failed: acting as another user is not supported")
+    if "tokenauth=" in bare:
+        raise AuthenticationError("authentication failed: delegation tokens are not supported")
+
+
+class SaslServerFactory:
+    """Makes one SASL server per connection for the ``mechanisms`` it offers."""
+
+    def __init__(self, users: Callable[[], UserDirectory], mechanisms: Sequence[str] = MECHANISMS) -> None:
+        unknown = set(mechanisms) - set(MECHANISMS)
+        if unknown:
+            raise InvalidArgumentError(f"unknown SASL mechanism(s) {sorted(unknown)}: use {', '.join(MECHANISMS)}")
+        self.mechanisms = tuple(mechanisms)
+        self._users = users
+        self._decoy_key = secrets.token_bytes(32)
+
+    def new(self, mechanism: str) -> SaslServer:
+        """A server for ``mechanism``; :class:`AuthenticationError` if it is not offered."""
+        if mechanism not in self.mechanisms:
+            raise AuthenticationError(
+                f"SASL mechanism {mechanism!r} is not enabled: this server offers {', '.join(self.mechanisms)}"
+            )
+        if mechanism == PLAIN:
+            return PlainServer(self._users)
+        return ScramServer(mechanism, self._users, self._decoy_key)

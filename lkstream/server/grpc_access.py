@@ -1,0 +1,165 @@
+"""Access control on the gRPC port: TLS credentials and the one interceptor that authenticates and authorizes.
+
+With ``server.auth: true`` the daemon's gRPC server gets an :class:`AccessInterceptor`.
+For every call it
+
+1. lets ``grpc.health.v1.Health`` through untouched (probes carry no credentials);
+2. authenticates the ``authorization: Bearer <token>`` metadata into a principal
+   (UNAUTHENTICATED otherwise), for every other method, server reflection included;
+3. for ``lkstream.Broker`` methods, asks :data:`~lkstream.server.rpc_permissions.RPC_NEEDS`
+   what the request needs and the daemon's :class:`~lkstream.security.access.Access`
+   whether the principal has it (PERMISSION_DENIED naming the missing operation and
+   resource otherwise); a method with no rule is refused;
+4. runs the servicer with the principal in :data:`CALL_PRINCIPAL`, so listings can
+   hold only what the caller may describe (:func:`call_principal`).
+
+Refusals travel like every other error (status, class name and fields in trailing
+metadata; counted in ``lk_request_errors_total{code}``). Without ``auth`` there is no
+interceptor and no per-call cost. TLS is independent: :func:`server_credentials`
+builds gRPC's credentials from the same files as every other listener.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import grpc
+
+from lkstream.broker.broker import Broker
+from lkstream.broker.metrics import BrokerMetrics
+from lkstream.errors import AuthorizationError, LkstreamError
+from lkstream.security.access import AUTHORIZATION_KEY, Access
+from lkstream.security.principal import ANONYMOUS, Principal
+from lkstream.security.tls import ServerTls
+from lkstream.server.guard import fail
+from lkstream.server.rpc_permissions import RPC_NEEDS
+
+log = logging.getLogger("lkstream.server")
+
+BROKER_SERVICE: Final = "lkstream.Broker"
+#: Services served to anyone, with or without credentials.
+OPEN_SERVICES: Final = frozenset({"grpc.health.v1.Health"})
+
+#: The authenticated principal of the call being served (ANONYMOUS without authentication).
+CALL_PRINCIPAL: Final[contextvars.ContextVar[Principal]] = contextvars.ContextVar(
+    "lkstream_call_principal", default=ANONYMOUS
+)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+if TYPE_CHECKING:  # generic only in the type stubs
+    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
+else:
+    Handler = grpc.RpcMethodHandler
+
+
+def call_principal() -> Principal:
+    """The principal of the RPC this coroutine serves."""
+    return CALL_PRINCIPAL.get()
+
+
+def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    """gRPC server credentials from the TLS files (client certificates required when a client CA is set)."""
+    tls.check()
+    pem = tls.pem()
+    return grpc.ssl_server_credentials(
+        [(pem.private_key, pem.certificate_chain)],
+        root_certificates=pem.client_ca,
+        require_client_auth=pem.require_client_certificate,
+    )
+
+
+def _split(method: str) -> tuple[str, str]:
+    service, _, name = method.lstrip("/").partition("/")
+    return service, name
+
+
+class AccessInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticate every call and authorize every ``lkstream.Broker`` call (see the module docstring)."""
+
+    def __init__(self, access: Access, broker: Broker, metrics: BrokerMetrics) -> None:
+        self.access = access
+        self.broker = broker
+        self.metrics = metrics
+        self._wrapped: dict[str, Handler] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        method: str = details.method
+        if _split(method)[0] in OPEN_SERVICES:
+            return await continuation(details)
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(details)
+            if handler is None:
+                return None  # UNIMPLEMENTED, as without the interceptor
+            wrapped = self._wrap(method, handler)
+            self._wrapped[method] = wrapped
+        return wrapped
+
+    async def admit(self, method: str, request: Any, context: Context) -> Principal:
+        """The caller's principal once it may make this call; aborts the call otherwise."""
+        try:
+            return self._admit(method, request, context)
+        except LkstreamError as exc:
+            log.debug("refused %s from %s: %s", method, context.peer(), exc)
+            await fail(context, self.metrics, exc)
+
+    def _admit(self, method: str, request: Any, context: Context) -> Principal:
+        header = next((str(v) for k, v in context.invocation_metadata() or () if k == AUTHORIZATION_KEY), None)
+        principal = self.access.authenticate_bearer(header)
+        service, name = _split(method)
+        if service != BROKER_SERVICE:
+            return principal  # server reflection: a principal is enough
+        rule = RPC_NEEDS.get(name)
+        if rule is None:  # a new RPC without an entry in the table: fail closed
+            raise AuthorizationError(principal.name, f"call {name} (no access rule)", "cluster", "cluster")
+        for operation, resource_type, resource in rule(request, self.broker):
+            self.access.require(principal, operation, resource_type, resource)
+        return principal
+
+    def _wrap(self, method: str, handler: Handler) -> Handler:
+        kinds = {
+            "unary_unary": grpc.unary_unary_rpc_method_handler,
+            "unary_stream": grpc.unary_stream_rpc_method_handler,
+            "stream_unary": grpc.stream_unary_rpc_method_handler,
+            "stream_stream": grpc.stream_stream_rpc_method_handler,
+        }
+        for kind, make in kinds.items():
+            inner = getattr(handler, kind)
+            if inner is not None:
+                behaviour = self._streaming(method, inner) if kind.endswith("stream") else self._unary(method, inner)
+                return make(
+                    behaviour,
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+        raise AssertionError(f"handler of {method} has no behaviour")  # pragma: no cover
+
+    def _unary(self, method: str, inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def behaviour(request: Any, context: Context) -> Any:
+            principal = await self.admit(method, request, context)
+            token = CALL_PRINCIPAL.set(principal)
+            try:
+                return await inner(request, context)
+            finally:
+                CALL_PRINCIPAL.reset(token)
+
+        return behaviour
+
+    def _streaming(self, method: str, inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+        async def behaviour(request: Any, context: Context) -> AsyncIterator[Any]:
+            principal = await self.admit(method, request, context)
+            token = CALL_PRINCIPAL.set(principal)
+            try:
+                async for response in inner(request, context):
+                    yield response
+            finally:
+                CALL_PRINCIPAL.reset(token)
+
+        return behaviour

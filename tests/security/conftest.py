@@ -1,0 +1,99 @@
+"""A real daemon with access control on: users and ACL files in tmp_path, optional TLS, a super user.
+
+``secure_daemon(tls=..., client_ca=..., **server)`` starts ``python -m lkstream.grpc_server``
+on free loopback ports (the integration suite's :class:`DaemonProcess`) with
+``auth: true``, the files re-read on every call (``security_reload_interval_ms: 0``) and
+``admin`` as super user; ``SecureDaemon.token(user)`` makes users and tokens the way
+``lkstream users add`` does, ``grant``/``revoke`` edit the ACL file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lkstream.security.acl import AclDocument, AclEntry
+from lkstream.security.credentials import UsersDocument
+from lkstream.security.watched import edit_file
+from tests.integration.conftest import REPO, DaemonProcess
+from tests.security.certs import Pki, make_pki
+
+
+@dataclass
+class SecureDaemon:
+    process: DaemonProcess
+    users_file: Path
+    acl_file: Path
+    pki: Pki | None
+    admin_token: str
+
+    @property
+    def address(self) -> str:
+        return self.process.address
+
+    def token(self, user: str) -> str:
+        return edit_file(
+            str(self.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.add_token(user),
+        )
+
+    def set_acls(self, *entries: AclEntry) -> None:
+        """Replace every ACL entry with ``entries``."""
+
+        def replace(doc: AclDocument) -> None:
+            doc.entries = set(entries)
+
+        edit_file(str(self.acl_file), AclDocument.parse, AclDocument.empty, AclDocument.serialize, replace)
+
+    def grant(self, *entries: AclEntry) -> None:
+        edit_file(
+            str(self.acl_file), AclDocument.parse, AclDocument.empty, AclDocument.serialize, lambda d: d.add(entries)
+        )
+
+
+SecureFactory = Callable[..., SecureDaemon]
+
+
+@pytest.fixture
+def secure_daemon(tmp_path: Path) -> Iterator[SecureFactory]:
+    started: list[DaemonProcess] = []
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+
+    def start(*, tls: bool = False, client_ca: bool = False, auth: bool = True, **server: Any) -> SecureDaemon:
+        data = tmp_path / "data"
+        users_file, acl_file = data / "security" / "users.json", data / "security" / "acls.json"
+        pki = make_pki(tmp_path / "pki") if tls else None
+        settings: dict[str, Any] = {
+            "grpc_port": 0,
+            "http_port": 0,
+            "auth": auth,
+            "super_users": ["admin"],
+            "security_reload_interval_ms": 0,
+            **server,
+        }
+        if pki is not None:
+            settings.update(tls_cert_file=str(pki.server_cert), tls_key_file=str(pki.server_key))
+            if client_ca:
+                settings["tls_client_ca_file"] = str(pki.ca)
+        path = tmp_path / f"secure-{len(started)}.yml"
+        path.write_text(yaml.safe_dump({"persist_dir": str(data), "server": settings}))
+        daemon = SecureDaemon(DaemonProcess(path, data, env), users_file, acl_file, pki, "")
+        daemon.admin_token = daemon.token("admin")
+        started.append(daemon.process)
+        daemon.process.start()
+        return daemon
+
+    yield start
+    for process in started:
+        if process.process is not None and process.process.poll() is None:
+            process.terminate()

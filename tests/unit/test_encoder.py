@@ -1,0 +1,107 @@
+"""lkstream.broker.encoder: the produce fast path gives exactly what the general path gives, or steps aside."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lkstream import Broker, Compression, InvalidArgumentError, RecordTooLargeError
+from lkstream.broker.encoder import encode_call
+from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+
+TS = 1_700_000_000_000
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    with Broker(persist_dir=str(tmp_path / "data"), partitions=4) as b:
+        yield b
+
+
+def _encode(records: Any, partitions: int = 4, explicit: int | None = None) -> Any:
+    return encode_call(
+        records,
+        partitions=partitions,
+        explicit=explicit,
+        sticky=StickyPartitioner(),
+        codec=Compression.NONE,
+        timestamp_ms=TS,
+    )
+
+
+def test_encode_call_routes_str_keys_like_their_utf8_bytes() -> None:
+    records = [("AAPL", b"1"), ("MSFT", b"2"), ("AAPL", b"3"), ("Ünï", b"4")]
+    encoded = _encode(records)
+    assert encoded is not None
+    assert encoded.pids == [partition_for_key(k.encode(), 4) for k, _ in records]
+    by_pid = dict(zip([pid for pid, _ in encoded.batches], encoded.pairs, strict=True))
+    assert by_pid[partition_for_key(b"AAPL", 4)][:2] == [(b"AAPL", b"1"), (b"AAPL", b"3")]
+
+
+def test_encode_call_converts_str_keys_for_a_single_target() -> None:
+    encoded = _encode([("AAPL", b"1"), (None, b"2")], partitions=1)
+    assert encoded is not None
+    assert encoded.pids is None
+    assert list(encoded.pairs[0]) == [(b"AAPL", b"1"), (None, b"2")]
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [(b"k", b"v", [("h", b"x")])],  # headers: the general path
+        [(b"k", "text value")],  # str values: the general path converts them
+        [(["unhashable"], b"v"), (b"k", b"v")],
+        [(3, b"v"), (b"k", b"v")],
+        "not a list",
+        [],
+    ],
+)
+def test_encode_call_steps_aside_for_what_the_general_path_handles(records: Any) -> None:
+    assert _encode(records) is None
+
+
+def test_encode_call_results_follow_call_order_with_contiguous_offsets_per_partition() -> None:
+    records = [(f"k{i % 7}", bytes([i])) for i in range(50)]
+    encoded = _encode(records)
+    assert encoded is not None
+    bases = [100 * (pid + 1) for pid, _ in encoded.batches]
+    results = encoded.results(bases)
+    assert [pid for pid, _ in results] == encoded.pids
+    for (pid, _), base in zip(encoded.batches, bases, strict=True):
+        offsets = [offset for p, offset in results if p == pid]
+        assert offsets == list(range(base, base + len(offsets)))
+
+
+async def test_produce_many_with_str_keys_on_four_partitions_reads_back_in_order(broker: Broker) -> None:
+    records = [(f"T{i % 5}", f"v{i}".encode()) for i in range(200)]
+    results = await broker.produce_many("ticks", records)
+    for (key, value), (pid, offset) in zip(records, results, strict=True):
+        assert pid == partition_for_key(key.encode(), 4)
+        (record,) = broker.read_from("ticks", pid, offset, max_msgs=1)
+        assert (record.key, record.value) == (key.encode(), value)
+
+
+async def test_produce_many_keyless_records_of_one_call_share_a_partition(broker: Broker) -> None:
+    records = [(None if i % 3 else f"k{i}", bytes([i])) for i in range(30)]
+    results = await broker.produce_many("ticks", records)
+    keyless = [result for (key, _), result in zip(records, results, strict=True) if key is None]
+    assert len({pid for pid, _ in keyless}) == 1
+    assert [offset for _, offset in keyless] == sorted(offset for _, offset in keyless)
+
+
+async def test_produce_many_rejects_a_bad_key_and_appends_nothing(broker: Broker) -> None:
+    await broker.produce_many("ticks", [("k", b"first")])
+    before = [broker.partition("ticks", pid).high_watermark for pid in range(4)]
+    with pytest.raises(InvalidArgumentError, match="key"):
+        await broker.produce_many("ticks", [("a", b"1"), ("b", b"2"), (3.5, b"3")])  # type: ignore[list-item]
+    assert [broker.partition("ticks", pid).high_watermark for pid in range(4)] == before
+
+
+async def test_produce_many_str_keys_still_enforce_max_message_bytes(tmp_path: Path) -> None:
+    with Broker(persist_dir=str(tmp_path / "d"), partitions=4, max_message_bytes=1000) as b:
+        with pytest.raises(RecordTooLargeError):
+            await b.produce_many("ticks", [("a", b"x"), ("b", bytes(2000))])
+        assert all(b.partition("ticks", pid).high_watermark == 0 for pid in range(4))
