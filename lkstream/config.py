@@ -193,6 +193,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc,unused-ignore]
         return super().construct_mapping(node, deep=deep)
 
 
+def _yaml_position(exc: yaml.YAMLError) -> str:
+    """``, line L, column C`` of a parse error (PyYAML counts from 0), or nothing when it has no mark."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return "" if mark is None else f", line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML found wrong, without its marks: they name ``<unicode string>``, not the file."""
+    problem = getattr(exc, "problem", None)
+    if not problem:
+        return str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    return f"{problem} ({context})" if context else str(problem)
+
+
 def _read_yaml(path: str) -> dict[Any, Any]:
     where = f"config file {path}"
     try:
@@ -205,7 +220,7 @@ def _read_yaml(path: str) -> dict[Any, Any]:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
-        raise InvalidArgumentError(f"{where}: not valid YAML: {exc}") from None
+        raise InvalidArgumentError(f"{where}{_yaml_position(exc)}: not valid YAML: {_yaml_problem(exc)}") from None
     if data is None:  # an empty (or all-comment) file: every default applies
         return {}
     if not isinstance(data, dict):

@@ -54,6 +54,11 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader went away (`| head -1`): what it wanted was printed. Exit 0 as
+            # `cat` under `head` effectively does, with no traceback and no flush error at exit.
+            stop_writing_stdout()
+            ctx.exit(EXIT_OK)
         except InvalidArgumentError as exc:
             raise click.UsageError(str(exc), ctx) from exc
         except LkstreamError as exc:
@@ -82,6 +87,17 @@ def cli() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``lkstream`` script and of ``python -m lkstream.cli``."""
     cli.main(args=None if argv is None else list(argv), prog_name="lkstream")
+
+
+def stop_writing_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail on a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real descriptor (tests' in-memory streams)
+        pass
+    finally:
+        os.close(devnull)
 
 
 # -- errors -----------------------------------------------------------------------------------------

@@ -22,18 +22,20 @@ Errors come back as the same :mod:`lkstream.errors` classes the embedded broker
 raises (table in :mod:`lkstream.wire.contract`); an unreachable daemon raises
 :class:`BrokerUnavailableError` naming the address.
 
-Retries: a call failing with gRPC ``UNAVAILABLE`` (:class:`BrokerUnavailableError`,
-e.g. during a daemon restart) is retried up to ``retries`` times with exponential
-backoff (``retry_backoff_ms`` doubling per attempt, capped at 2 s) and jitter.
-Idempotent RPCs (Fetch, FetchCommittedOffsets, OffsetsForTimestamp, Admin describe/list, Handshake) are
-always retried.
-Every other RPC (Produce, Admin create/delete, CommitOffset) is retried only when
-the failure happened *before the request was sent* (connection refused, channel
-not connected), so the daemon cannot have seen it. A Produce that fails after
-being sent (the connection dropped mid-call) is **not** retried and raises: the
-daemon may or may not have appended it. Re-sending it yourself gives
-at-least-once delivery, i.e. possible duplicates. When every attempt fails, the
-error names the address and the number of attempts.
+Reconnecting (:mod:`lkstream.client.retry`): a call failing with gRPC
+``UNAVAILABLE`` (a daemon restarting, connection refused) is retried with
+exponential backoff (``retry_backoff_ms`` doubling per attempt, capped at
+``retry_backoff_max_ms``) and jitter for up to ``retry_timeout_s`` (30 s; None:
+for ever) after its first failure, or ``retries`` retries when set. Reads,
+describes, commits and group heartbeats are always retried. **Produce is
+at-least-once:** it is retried too, also when the connection dropped after the
+request was sent, so a record the daemon appended just before it went away can
+be appended again (a duplicate, never a silent loss). Topic create and delete,
+group joins and resets are retried only when the request never left the client.
+:meth:`RemoteBroker.subscribe` resumes after the last batch it delivered. When
+every attempt fails, the error names the address and the number of attempts.
+An address without a port gets 9090; an address that answers HTTP/1.x (the
+daemon's HTTP port) fails at once, saying so.
 
 Thread-safety: the blocking methods may be called from any thread. The async
 methods use one ``grpc.aio`` channel per event loop.
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import queue
 import random
 import time
@@ -55,6 +58,14 @@ from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
 from lkstream.client.remote_groups import RemoteGroupCalls
+from lkstream.client.retry import (
+    DEFAULT_BACKOFF_MAX_S,
+    DEFAULT_RETRY_TIMEOUT_S,
+    Attempts,
+    Retry,
+    normalise_address,
+    wrong_protocol,
+)
 from lkstream.errors import (
     BrokerUnavailableError,
     InvalidArgumentError,
@@ -62,40 +73,30 @@ from lkstream.errors import (
     RecordTooLargeError,
     UnknownTopicError,
 )
+from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
 from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.wire.contract import ERROR_CLASS_KEY, PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
+from lkstream.wire.contract import PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
 
 T = TypeVar("T")
+log = logging.getLogger("lkstream.client")
 
 #: Target size of one client-encoded batch (a larger call is split).
 DEFAULT_BATCH_BYTES = 1024 * 1024
 #: Largest gRPC message the client sends or accepts.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-#: Retries of a call failing with UNAVAILABLE, and the first backoff (doubling, capped).
-DEFAULT_RETRIES = 5
+#: The first backoff of a call failing with UNAVAILABLE (doubling, capped at ``retry_backoff_max_ms``).
 DEFAULT_RETRY_BACKOFF_MS = 100
-RETRY_BACKOFF_CAP_S = 2.0
 # gRPC's own reconnect backoff (default 1 s growing to 120 s) would outlast our retries after a restart.
 _RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
-# Transport failures that mean the request never left the client (safe to retry any RPC).
-_NOT_SENT_MARKERS = (
-    "failed to connect",
-    "connection refused",
-    "connect failed",
-    "channel is not ready",
-    "no ready subchannel",
-    "name resolution",
-    "dns resolution failed",
-)
 
 #: Longest single long-poll Fetch while waiting for data (a longer wait re-asks).
 LONG_POLL_S = 10.0
@@ -119,22 +120,30 @@ class RemoteBroker(RemoteGroupCalls):
         timeout: float = 30.0,
         connect_timeout: float = 5.0,
         connect_timeout_s: float | None = None,
-        retries: int = DEFAULT_RETRIES,
+        retries: int | None = None,
+        retry_timeout_s: float | None = DEFAULT_RETRY_TIMEOUT_S,
         retry_backoff_ms: float = DEFAULT_RETRY_BACKOFF_MS,
+        retry_backoff_max_ms: float = DEFAULT_BACKOFF_MAX_S * 1000,
         retry_seed: int | None = None,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         compression: Compression | str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         protocol_version: int = PROTOCOL_VERSION,
     ) -> None:
-        if retries < 0 or retry_backoff_ms < 0:
-            raise InvalidArgumentError("retries and retry_backoff_ms must be non-negative")
+        if (retries is not None and retries < 0) or retry_backoff_ms < 0 or retry_backoff_max_ms < 0:
+            raise InvalidArgumentError("retries, retry_backoff_ms and retry_backoff_max_ms must be non-negative")
+        if retry_timeout_s is not None and retry_timeout_s < 0:
+            raise InvalidArgumentError("retry_timeout_s must be non-negative (or None: retry for ever)")
+        address = normalise_address(address)
         self.address = address
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout_s is None else connect_timeout_s
         self.retries = retries
+        self.retry_timeout_s = retry_timeout_s
         self.retry_backoff_s = retry_backoff_ms / 1000.0
+        self.retry_backoff_max_s = retry_backoff_max_ms / 1000.0
         self._random = random.Random(retry_seed)
+        self._unavailable_since: float | None = None
         self.batch_bytes = batch_bytes
         self.compression = Compression.parse(compression)
         self._options = [
@@ -159,7 +168,7 @@ class RemoteBroker(RemoteGroupCalls):
     def _handshake(self, version: int, timeout: float) -> int:
         request = pb.HandshakeRequest(client_protocol_version=version, client_name="lkstream-python")
         response: pb.HandshakeResponse = self._call(
-            self._stub.Handshake, request, timeout=timeout, idempotent=True, deadline=time.monotonic() + timeout
+            self._stub.Handshake, request, timeout=timeout, retry=Retry.SAFE, deadline=time.monotonic() + timeout
         )
         self.max_message_bytes = int(response.max_message_bytes) or None
         return int(response.server_protocol_version)
@@ -167,27 +176,25 @@ class RemoteBroker(RemoteGroupCalls):
     # -- call plumbing ---------------------------------------------------------------------------
 
     def _error(self, exc: grpc.RpcError) -> LkstreamError:
+        misdirected = wrong_protocol(self.address, exc)
+        if misdirected is not None:
+            return misdirected
         call: Any = exc
         code = call.code() if hasattr(call, "code") else grpc.StatusCode.UNKNOWN
         details = (call.details() if hasattr(call, "details") else "") or ""
         trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
         return error_from_status(code, details, tuple(trailing or ()), self.address)
 
-    def _retry_delay(self, attempt: int, exc: grpc.RpcError, idempotent: bool) -> float | None:
-        """Seconds to wait before retry ``attempt`` (1-based), or None when ``exc`` must not be retried."""
-        call: Any = exc
-        code = call.code() if hasattr(call, "code") else None
-        if code is not grpc.StatusCode.UNAVAILABLE or attempt > self.retries:
-            return None
-        trailing = dict(call.trailing_metadata() or ()) if hasattr(call, "trailing_metadata") else {}
-        if trailing.get(ERROR_CLASS_KEY):
-            return None  # the daemon answered (e.g. BrokerClosedError while shutting down)
-        if not idempotent:
-            details = ((call.details() if hasattr(call, "details") else "") or "").lower()
-            if not any(marker in details for marker in _NOT_SENT_MARKERS):
-                return None
-        backoff = min(RETRY_BACKOFF_CAP_S, self.retry_backoff_s * (2.0 ** (attempt - 1)))
-        return backoff * (0.5 + 0.5 * self._random.random())
+    def _attempts(self, retry: Retry, deadline: float | None = None) -> Attempts:
+        return Attempts(
+            retry,
+            timeout_s=self.retry_timeout_s,
+            retries=self.retries,
+            backoff_s=self.retry_backoff_s,
+            backoff_max_s=self.retry_backoff_max_s,
+            rng=self._random,
+            deadline=deadline,
+        )
 
     def _gave_up(self, exc: grpc.RpcError, attempts: int) -> LkstreamError:
         error = self._error(exc)
@@ -197,32 +204,52 @@ class RemoteBroker(RemoteGroupCalls):
             error = BrokerUnavailableError(self.address, f"gave up after {attempts} attempts: {details}")
         return error
 
+    def _lost(self, exc: grpc.RpcError, delay: float) -> None:
+        """Say once per outage that the daemon went away (the CLI shows WARNING lines on stderr)."""
+        if self._unavailable_since is None:
+            self._unavailable_since = time.monotonic()
+            details = ((exc.details() if hasattr(exc, "details") else "") or "").splitlines()
+            log.warning(
+                "lost the daemon at %s (%s); reconnecting (first retry in %.1f s)",
+                self.address,
+                details[0] if details else "UNAVAILABLE",
+                delay,
+            )
+
+    def _back(self) -> None:
+        if self._unavailable_since is not None:
+            down = time.monotonic() - self._unavailable_since
+            self._unavailable_since = None
+            log.warning("reconnected to the daemon at %s after %.1f s", self.address, down)
+
     def _call(
         self,
         method: Any,
         request: Any,
         *,
         timeout: float | None = None,
-        idempotent: bool = False,
+        retry: Retry = Retry.UNSENT,
         deadline: float | None = None,
     ) -> Any:
         if self._closed:
             raise InvalidArgumentError("this RemoteBroker is closed")
-        attempt = 0
+        attempts = self._attempts(retry, deadline)
         while True:
-            attempt += 1
+            attempts.count += 1
             limit = timeout or self.timeout
             if deadline is not None:
                 limit = max(0.001, min(limit, deadline - time.monotonic()))
             try:
-                return method(request, timeout=limit, metadata=self._metadata)
+                response = method(request, timeout=limit, metadata=self._metadata)
             except grpc.RpcError as exc:
-                delay = self._retry_delay(attempt, exc, idempotent)
-                if delay is not None and deadline is not None:
-                    delay = min(delay, deadline - time.monotonic())
+                delay = attempts.delay(exc)
                 if delay is None or delay <= 0 or self._closed:
-                    raise self._gave_up(exc, attempt) from None
+                    raise self._gave_up(exc, attempts.count) from None
+                self._lost(exc, delay)
                 time.sleep(delay)
+                continue
+            self._back()
+            return response
 
     def _astub(self) -> Any:
         if self._closed:
@@ -235,17 +262,21 @@ class RemoteBroker(RemoteGroupCalls):
             self._aio[loop] = entry
         return entry[1]
 
-    async def _acall(self, name: str, request: Any, *, idempotent: bool = False) -> Any:
-        attempt = 0
+    async def _acall(self, name: str, request: Any, *, retry: Retry = Retry.UNSENT) -> Any:
+        attempts = self._attempts(retry)
         while True:
-            attempt += 1
+            attempts.count += 1
             try:
-                return await getattr(self._astub(), name)(request, timeout=self.timeout, metadata=self._metadata)
+                response = await getattr(self._astub(), name)(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                delay = self._retry_delay(attempt, exc, idempotent)
+                delay = attempts.delay(exc)
                 if delay is None or self._closed:
-                    raise self._gave_up(exc, attempt) from None
+                    raise self._gave_up(exc, attempts.count) from None
+                self._lost(exc, delay)
                 await asyncio.sleep(delay)
+                continue
+            self._back()
+            return response
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -267,7 +298,7 @@ class RemoteBroker(RemoteGroupCalls):
         chunks = self._plan(pairs, headers, partition, count, compression)
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
         for pid, batch, indices in chunks:
-            response = await self._acall("Produce", _produce_request(topic, pid, batch))
+            response = await self._acall("Produce", _produce_request(topic, pid, batch), retry=Retry.RESEND)
             _place(results, indices, response)
         return results
 
@@ -288,17 +319,18 @@ class RemoteBroker(RemoteGroupCalls):
             count = self.partitions_for(topic, create=True)
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
         for pid, batch, indices in self._plan(pairs, headers, partition, count, compression):
-            _place(results, indices, self._call(self._stub.Produce, _produce_request(topic, pid, batch)))
+            request = _produce_request(topic, pid, batch)
+            _place(results, indices, self._call(self._stub.Produce, request, retry=Retry.RESEND))
         return results
 
     async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
         """Append one pre-encoded v2 batch; return ``(base_offset, last_offset)``."""
-        response = await self._acall("Produce", _produce_request(topic, partition, batch))
+        response = await self._acall("Produce", _produce_request(topic, partition, batch), retry=Retry.RESEND)
         return int(response.base_offset), int(response.last_offset)
 
     def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
         """Blocking twin of :meth:`produce_batch`."""
-        response = self._call(self._stub.Produce, _produce_request(topic, partition, batch))
+        response = self._call(self._stub.Produce, _produce_request(topic, partition, batch), retry=Retry.RESEND)
         return int(response.base_offset), int(response.last_offset)
 
     def _plan(
@@ -341,14 +373,14 @@ class RemoteBroker(RemoteGroupCalls):
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
         """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``)."""
-        response = self._call(self._stub.Fetch, _fetch_request(topic, partition, offset, max_bytes), idempotent=True)
+        response = self._call(self._stub.Fetch, _fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     async def fetch_async(
         self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
     ) -> ReadResult:
         """Async twin of :meth:`fetch`."""
-        response = await self._acall("Fetch", _fetch_request(topic, partition, offset, max_bytes), idempotent=True)
+        response = await self._acall("Fetch", _fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     def read_from(
@@ -458,25 +490,41 @@ class RemoteBroker(RemoteGroupCalls):
 
         The first batch may start before ``offset`` (decode with ``min_offset``).
         gRPC flow control keeps the daemon at most a window ahead of the caller,
-        so reading and decoding overlap without unbounded buffering.
+        so reading and decoding overlap without unbounded buffering. When the
+        stream breaks with ``UNAVAILABLE`` (the daemon restarts), it is opened
+        again after a backoff, from the offset after the last batch delivered,
+        for up to ``retry_timeout_s`` per outage: nothing is skipped or repeated.
         """
-        call = self._astub().SubscribeBatches(
-            _fetch_request(topic, partition, offset, max_bytes), metadata=self._metadata
-        )
-        try:
-            async for response in call:
-                yield ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
-        except grpc.RpcError as exc:
-            raise self._error(exc) from None
-        finally:
-            call.cancel()
+        attempts = self._attempts(Retry.SAFE)
+        while True:
+            attempts.count += 1
+            call = self._astub().SubscribeBatches(
+                _fetch_request(topic, partition, offset, max_bytes), metadata=self._metadata
+            )
+            try:
+                async for response in call:
+                    data = bytes(response.record_batches)
+                    offset = max(offset, span_of_whole_batches(data, offset)[1])
+                    if attempts.count > 1:
+                        attempts.reset()
+                        self._back()
+                    yield ReadResult(data, response.log_start_offset, response.high_watermark)
+                return
+            except grpc.RpcError as exc:
+                delay = attempts.delay(exc)
+                if delay is None or self._closed:
+                    raise self._gave_up(exc, attempts.count) from None
+                self._lost(exc, delay)
+            finally:
+                call.cancel()
+            await asyncio.sleep(delay)
 
     # -- offsets and admin -----------------------------------------------------------------------
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
         request = pb.CommitRequest(group=group, topic=topic, partition=partition, offset=offset)
-        self._call(self._stub.CommitOffset, request)
+        self._call(self._stub.CommitOffset, request, retry=Retry.SAFE)  # the same offset twice is harmless
 
     def committed_offsets(self, group: str, topic: str, partitions: Sequence[int] = ()) -> dict[int, int]:
         """``{partition: committed offset}`` of ``group`` (all partitions when none are named).
@@ -484,7 +532,7 @@ class RemoteBroker(RemoteGroupCalls):
         A partition the group never committed is absent.
         """
         request = pb.FetchCommittedRequest(group=group, topic=topic, partitions=list(partitions))
-        response = self._call(self._stub.FetchCommittedOffsets, request, idempotent=True)
+        response = self._call(self._stub.FetchCommittedOffsets, request, retry=Retry.SAFE)
         return {int(pid): int(offset) for pid, offset in response.offsets.items()}
 
     def offsets_for_timestamp(
@@ -498,7 +546,7 @@ class RemoteBroker(RemoteGroupCalls):
         request = pb.OffsetsForTimestampRequest(
             topic=topic, partitions=list(partitions or ()), timestamp_ms=timestamp_ms
         )
-        response = self._call(self._stub.OffsetsForTimestamp, request, idempotent=True)
+        response = self._call(self._stub.OffsetsForTimestamp, request, retry=Retry.SAFE)
         return {int(pid): int(offset) for pid, offset in response.offsets.items()}
 
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:
@@ -524,12 +572,12 @@ class RemoteBroker(RemoteGroupCalls):
         self._call(self._stub.Admin, pb.AdminRequest(delete_topic=pb.DeleteTopic(name=name)))
 
     def list_topics(self) -> list[str]:
-        response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()), idempotent=True)
+        response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()), retry=Retry.SAFE)
         return list(response.topics)
 
     def describe_topic(self, name: str, *, create: bool = False) -> TopicDescription:
         request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=name, create_if_missing=create))
-        description = _description(self._call(self._stub.Admin, request, idempotent=True).topic)
+        description = _description(self._call(self._stub.Admin, request, retry=Retry.SAFE).topic)
         self._partitions[name] = description.settings.partitions
         return description
 
@@ -540,7 +588,7 @@ class RemoteBroker(RemoteGroupCalls):
 
     async def _adescribe_count(self, topic: str) -> int:
         request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=topic, create_if_missing=True))
-        description = _description((await self._acall("Admin", request, idempotent=True)).topic)
+        description = _description((await self._acall("Admin", request, retry=Retry.SAFE)).topic)
         self._partitions[topic] = description.settings.partitions
         return description.settings.partitions
 

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -73,9 +74,15 @@ class Daemon:
             self.server,
         )
         address = f"{settings.grpc_host}:{settings.grpc_port}"
-        self.port = self.server.add_insecure_port(address)
+        busy = port_in_use(settings.grpc_host, settings.grpc_port)
+        if busy is not None:  # asked first: gRPC core would log its own multi-line error before failing
+            raise InvalidArgumentError(cannot_listen("gRPC", address, busy, "grpc"))
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError:  # grpcio >= 1.60 raises where older releases returned 0
+            self.port = 0
         if self.port == 0:
-            raise InvalidArgumentError(f"cannot listen on {address} (address in use or not local?)")
+            raise InvalidArgumentError(cannot_listen("gRPC", address, "in use or not a local address", "grpc"))
         self.address = f"{settings.grpc_host}:{self.port}"
 
     @property
@@ -95,7 +102,8 @@ class Daemon:
                 max_request_bytes=self.settings.message_limit(self.broker.config),
             )
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
+            reason = (exc.strerror or str(exc)).lower()
+            raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
         await self.server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -117,6 +125,38 @@ class Daemon:
                 self.metrics.close()
                 if self.http is not None:
                     await self.http.stop()
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound right now (``"address already in use"``), or None if it can.
+
+    A probe bind without ``SO_REUSEPORT``, closed at once; port 0 always binds.
+    """
+    if port == 0:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host.strip("[]"), port))
+    except socket.gaierror as exc:
+        return f"cannot resolve the host: {exc.strerror or exc}"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return None
+
+
+def cannot_listen(what: str, address: str, reason: str, setting: str) -> str:
+    """One line naming the address, why, and the setting that moves the listener elsewhere."""
+    if "in use" in reason:
+        hint = (
+            f"another process (a running daemon?) holds it: stop it or pick a free port with "
+            f"server.{setting}_port (--{setting}-port, LKSTREAM_SERVER__{setting.upper()}_PORT; 0 picks any free port)"
+        )
+    else:
+        env = f"LKSTREAM_SERVER__{setting.upper()}_HOST"
+        hint = f"set server.{setting}_host (--{setting}-host, {env}) to a local address"
+    return f"cannot listen for {what} on {address} ({reason}): {hint}"
 
 
 async def serve(

@@ -38,9 +38,12 @@ purpose (a container sets ``0.0.0.0``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+import time
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lkstream.broker.broker import Broker
@@ -53,6 +56,49 @@ DEFAULT_PORT = 8080
 METRICS_PATH = "/metrics"
 HEALTH_PATH = "/healthz"
 READY_PATH = "/ready"
+
+
+#: At most one "not HTTP/1.x" warning per this many seconds (a misdirected client retries in a loop).
+NOT_HTTP_LOG_INTERVAL_S = 60.0
+
+
+class _NotHttpFilter(logging.Filter):
+    """Turns aiohttp's traceback per malformed request into one warning line per interval.
+
+    A gRPC client pointed at the HTTP port (``--bootstrap HOST:8080``) opens with the
+    HTTP/2 preface and retries with backoff; each attempt used to log a 20-line
+    traceback. Other records pass through untouched.
+    """
+
+    def __init__(self, interval_s: float = NOT_HTTP_LOG_INTERVAL_S) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last = -interval_s
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            self.suppressed += 1
+            return False
+        self._last = now
+        record.msg = (
+            "HTTP port: a client sent bytes that are not an HTTP/1.x request (%s; %d more since the last "
+            "such warning). A gRPC client pointed at the HTTP port? gRPC listens on server.grpc_port"
+        )
+        record.args = (f"{type(exc).__name__} {exc.code}", self.suppressed)
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self.suppressed = 0
+        return True
+
+
+#: aiohttp's per-connection error logger for this server, with :class:`_NotHttpFilter`.
+protocol_log = logging.getLogger("lkstream.server.http.protocol")
+protocol_log.addFilter(_NotHttpFilter())
 
 
 class HttpServer:
@@ -114,7 +160,7 @@ class HttpServer:
             sock.bind((host, port))
             sock.listen(128)
             sock.setblocking(False)
-            runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+            runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, logger=protocol_log)
             await runner.setup()
             await web.SockSite(runner, sock).start()
         except BaseException:

@@ -1,0 +1,172 @@
+"""A newcomer's everyday moves with the CLI and the daemon (issue 13): one clean line for each mistake.
+
+Every test runs the user's commands: real ``lkstream`` subprocesses, a real daemon on
+free loopback ports, real pipes into ``head``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import lkstream
+from tests.integration.conftest import REPO, DaemonProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+LKSTREAM = [sys.executable, "-m", "lkstream.cli"]
+
+
+def env() -> dict[str, str]:
+    values = dict(os.environ)
+    values["PYTHONPATH"] = str(REPO) + os.pathsep + values.get("PYTHONPATH", "")
+    return values
+
+
+def run(*args: str, stdin: str | bytes | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LKSTREAM, *args],
+        input=stdin.decode() if isinstance(stdin, bytes) else stdin,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env=env(),
+        cwd=cwd,
+    )
+
+
+def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` in bash with ``lkstream`` meaning this checkout's CLI."""
+    prelude = f'lkstream() {{ "{sys.executable}" -m lkstream.cli "$@"; }}\n'
+    return subprocess.run(
+        ["bash", "-c", prelude + command], capture_output=True, text=True, timeout=90, check=False, env=env(), cwd=cwd
+    )
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+# -- pointing at the wrong place --------------------------------------------------------------------
+
+
+def test_bootstrap_at_the_http_port_fails_at_once_and_the_daemon_logs_one_line(daemon: DaemonProcess) -> None:
+    started = time.monotonic()
+    done = run("topics", "list", "--bootstrap", daemon.http_address)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1
+    line = one_error_line(done.stderr)
+    assert line.startswith(f"Error: UNAVAILABLE: cannot reach the lkstream daemon at {daemon.http_address}")
+    assert "HTTP" in line and "gRPC port" in line and "server.grpc_port" in line
+    assert elapsed < 15, "an HTTP port is not retried like a restarting daemon"
+    # The daemon notes it in one warning, not a traceback per connection attempt.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any("not an HTTP/1.x request" in line for line in daemon.output):
+        time.sleep(0.05)
+    log = "".join(daemon.output)
+    assert log.count("not an HTTP/1.x request") == 1, log
+    assert "Traceback" not in log
+
+
+def test_an_http_client_at_the_grpc_port_leaves_no_traceback_in_the_daemon_log(daemon: DaemonProcess) -> None:
+    host, port = daemon.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        conn.settimeout(5)
+        try:
+            while conn.recv(4096):
+                pass
+        except (TimeoutError, ConnectionResetError):
+            pass
+    with lkstream.connect(daemon.address) as client:  # still serving
+        assert client.list_topics() == []
+    assert "Traceback" not in "".join(daemon.output)
+
+
+def test_busy_grpc_and_http_ports_each_print_one_line_naming_the_setting(daemon: DaemonProcess, tmp_path: Path) -> None:
+    grpc_port = daemon.address.rsplit(":", 1)[1]
+    http_port = daemon.http_address.rsplit(":", 1)[1]
+    cases = {
+        "grpc": (["--grpc-port", grpc_port, "--http-port", "0"], "server.grpc_port"),
+        "http": (["--grpc-port", "0", "--http-port", http_port], "server.http_port"),
+    }
+    for name, (flags, setting) in cases.items():
+        done = run("serve", "--persist-dir", str(tmp_path / name), *flags, "--log-level", "WARNING")
+        assert done.returncode == 1, done.stderr
+        line = one_error_line(done.stderr)
+        assert "address already in use" in line and setting in line, line
+
+
+def test_a_data_dir_held_by_a_daemon_prints_one_line_naming_persist_dir(daemon: DaemonProcess) -> None:
+    done = run("serve", "--persist-dir", str(daemon.data_dir), "--grpc-port", "0", "--http-port", "0")
+    assert done.returncode == 1
+    line = one_error_line(done.stderr)
+    assert "locked by another broker" in line and "persist_dir" in line
+
+
+def test_a_yaml_syntax_error_names_the_file_and_the_line(tmp_path: Path) -> None:
+    config = tmp_path / "broken.yml"
+    config.write_text("persist_dir: ./data\nserver:\n  grpc_port: [9090\n")
+    done = run("serve", "--config", str(config))
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert f"config file {config}, line 4, column 1: not valid YAML" in line, line
+    assert "<unicode string>" not in line
+
+
+# -- reading what is there --------------------------------------------------------------------------
+
+
+def test_consume_a_partition_the_topic_lacks_prints_a_coded_error(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as client:
+        client.create_topic("four", 4)
+    done = run("consume", "four", "--partition", "9", "--bootstrap", daemon.address)
+    assert done.returncode == 1
+    assert one_error_line(done.stderr) == (
+        "Error: INVALID_ARGUMENT: partition 9 does not exist in 'four' (it has 4 partitions)"
+    )
+
+
+def test_dump_into_head_exits_0_and_dump_of_a_text_file_is_refused(daemon: DaemonProcess, tmp_path: Path) -> None:
+    with lkstream.connect(daemon.address) as client:
+        for n in range(200):
+            client.produce_many_sync("d", [(None, f"v{n}".encode())], partition=0)
+    segment = daemon.data_dir / "topics" / "d" / "part0" / f"{0:020d}.seg"
+    done = shell(f"set -o pipefail; lkstream dump --records {segment} | head -1", tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"Dumping {segment}\n", "")
+    done = run("dump", str(REPO / "README.md"))
+    assert done.returncode == 2
+    assert "is not a segment (.seg) or index (.idx) file" in done.stderr
+    assert "position:" not in done.stdout
+
+
+def test_consume_into_head_exits_0_without_noise(daemon: DaemonProcess, tmp_path: Path) -> None:
+    with lkstream.connect(daemon.address) as client:
+        client.produce_many_sync("h", [(None, b"x" * 100)] * 5000, partition=0)
+    done = shell(f"set -o pipefail; lkstream consume h --bootstrap {daemon.address} | head -2", tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "x" * 100 + "\n" + "x" * 100 + "\n", "")
+
+
+def test_groups_list_reads_a_data_dir_offline(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as client:
+        client.create_topic("g", 2)
+        client.commit_offset("billing", "g", 0, 1)
+        client.commit_offset("billing", "g", 1, 0)
+        client.commit_offset("audit", "g", 0, 0)
+    done = run("groups", "list", "--data-dir", str(daemon.data_dir))
+    assert done.returncode == 0, done.stderr
+    assert [line.split() for line in done.stdout.splitlines()] == [
+        ["GROUP", "STATE", "TOPICS", "PARTITIONS"],
+        ["audit", "offline", "1", "1"],
+        ["billing", "offline", "1", "2"],
+    ]
