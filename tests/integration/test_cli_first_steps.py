@@ -170,3 +170,37 @@ def test_groups_list_reads_a_data_dir_offline(daemon: DaemonProcess) -> None:
         ["audit", "offline", "1", "1"],
         ["billing", "offline", "1", "2"],
     ]
+
+
+# -- one JSON record shape ----------------------------------------------------------------------------
+
+
+def test_consume_json_piped_into_produce_json_copies_a_topic_byte_for_byte(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    odd = bytes(range(256))  # every byte value, not UTF-8
+    records = [
+        (0, None, b"plain text", []),
+        (0, b"\xff\xfe", b"\x00\x01\x80", [("h", b"\xc3\x28"), ("h", None), ("t", "é".encode())]),
+        (1, b"", b"", []),
+        (1, b"key", None, [("only-name", None)]),  # a tombstone
+        (2, odd, odd[::-1], [("bin", odd)]),
+        (2, "ключ".encode(), '{"p": 1}'.encode(), []),
+    ]
+    with lkstream.connect(daemon.address) as client:
+        client.create_topic("src", 3)
+        client.create_topic("dst", 3)
+        for pid, key, value, headers in records:
+            client.produce_many_sync("src", [(key, value, headers)], partition=pid)
+    done = shell(
+        f"set -o pipefail; lkstream consume src --output json --bootstrap {daemon.address} "
+        f"| lkstream produce dst --json --bootstrap {daemon.address}",
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"6 records acknowledged by {daemon.address} (topic dst)\n"
+    with lkstream.connect(daemon.address) as client:
+        for pid in range(3):
+            source = [(r.offset, r.key, r.value, list(r.headers)) for r in client.read_from("src", pid, 0)]
+            copy = [(r.offset, r.key, r.value, list(r.headers)) for r in client.read_from("dst", pid, 0)]
+            assert copy == source, f"partition {pid}"
