@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import click
 
-from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError
+from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError, RecordTooLargeError
 from lkstream.format.batch import TIMESTAMP_TYPE_MASK, BatchHeader
 from lkstream.format.codec import Compression, decode_batch
 from lkstream.wire.contract import ERROR_CODES
@@ -103,8 +103,16 @@ def stop_writing_stdout() -> None:
 # -- errors -----------------------------------------------------------------------------------------
 
 
+#: Errors whose code says more than their gRPC status: the HTTP API's code, in the CLI's upper case.
+SPECIFIC_CODES: Final[tuple[tuple[type[LkstreamError], str], ...]] = ((RecordTooLargeError, "RECORD_TOO_LARGE"),)
+
+
 def error_code(exc: LkstreamError) -> str:
-    """The gRPC status name the daemon uses for ``exc`` (``NOT_FOUND`` for an unknown topic)."""
+    """The code of ``exc``'s error line: the gRPC status name (``NOT_FOUND`` for an unknown topic), or
+    :data:`SPECIFIC_CODES`' (``RECORD_TOO_LARGE``, as HTTP's ``record_too_large``)."""
+    for specific, name in SPECIFIC_CODES:
+        if isinstance(exc, specific):
+            return name
     for cls, code in ERROR_CODES:
         if isinstance(exc, cls):
             return str(code.name)

@@ -292,6 +292,7 @@ class RemoteBroker(RemoteGroupCalls):
         pairs, headers = normalise_records(records)
         if not pairs:
             return []
+        self._check_sizes(pairs)  # before a describe that may auto-create the topic
         count = None
         if partition is None and any(key is not None for key, _ in pairs):
             count = self._partitions.get(topic) or await self._adescribe_count(topic)
@@ -314,6 +315,7 @@ class RemoteBroker(RemoteGroupCalls):
         pairs, headers = normalise_records(records)
         if not pairs:
             return []
+        self._check_sizes(pairs)  # before a describe that may auto-create the topic
         count = None
         if partition is None and any(key is not None for key, _ in pairs):
             count = self.partitions_for(topic, create=True)
@@ -333,6 +335,13 @@ class RemoteBroker(RemoteGroupCalls):
         response = self._call(self._stub.Produce, _produce_request(topic, partition, batch), retry=Retry.RESEND)
         return int(response.base_offset), int(response.last_offset)
 
+    def _check_sizes(self, pairs: list[KeyValue]) -> None:
+        """The daemon appends our batches without looking at records: enforce its per-record limit here."""
+        if self.max_message_bytes is not None:
+            largest = max(record_sizes(pairs))
+            if largest > self.max_message_bytes:
+                raise RecordTooLargeError(largest, self.max_message_bytes)
+
     def _plan(
         self,
         pairs: list[KeyValue],
@@ -344,11 +353,6 @@ class RemoteBroker(RemoteGroupCalls):
         """Route records to partitions (as the embedded broker does) and encode one batch per chunk."""
         codec = self.compression if compression is None else Compression.parse(compression)
         sizes = record_sizes(pairs)
-        if self.max_message_bytes is not None:
-            # The daemon appends our batches without looking at records: enforce its per-record limit here.
-            largest = max(sizes)
-            if largest > self.max_message_bytes:
-                raise RecordTooLargeError(largest, self.max_message_bytes)
         routes: dict[int | None, list[int]]
         if explicit is not None or count is None or count == 1:
             routes = {explicit if count != 1 or explicit is not None else 0: list(range(len(pairs)))}

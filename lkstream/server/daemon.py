@@ -100,6 +100,8 @@ class Daemon:
                 host,
                 port,
                 max_request_bytes=self.settings.message_limit(self.broker.config),
+                default_topic=self.settings.http_default_topic,
+                default_topic_partitions=self.settings.http_default_topic_partitions,
             )
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()

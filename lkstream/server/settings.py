@@ -38,6 +38,14 @@ class ServerSettings(BaseModel):
         description="Largest gRPC message accepted or sent; default: the broker's max_batch_bytes plus 1 MiB.",
     )
     shutdown_grace_s: float = Field(5.0, ge=0, le=600, description="Time in-flight RPCs get on shutdown.")
+    http_default_topic: str = Field(
+        "events",
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="The topic of the HTTP event-log routes POST /produce/{partition} and GET /fetch/{partition}.",
+    )
+    http_default_topic_partitions: int = Field(
+        100, ge=1, le=10_000, description="Partitions of http_default_topic when first used creates it."
+    )
 
     def message_limit(self, broker: BrokerConfig) -> int:
         """The gRPC message size limit, derived from the broker's batch limit unless set."""
