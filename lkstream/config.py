@@ -115,7 +115,8 @@ SERVER_SECTION = "server"
 #: ``LKSTREAM_*`` variables that are not configuration and that :func:`load_config` skips.
 #: ``LKSTREAM_CRASH_SEED`` seeds the crash tests (tests/crash). Add a name here, with its
 #: purpose, before any other tool uses the prefix.
-IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED"})
+#: ``LKSTREAM_BOOTSTRAP`` is the CLI's default ``--bootstrap`` (a client setting, not the daemon's).
+IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED", "LKSTREAM_BOOTSTRAP"})
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})

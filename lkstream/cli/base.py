@@ -44,6 +44,8 @@ EXIT_OK: Final = 0
 EXIT_PROBLEMS: Final = 1
 EXIT_USAGE: Final = 2
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9090"
+#: Environment variable that replaces :data:`DEFAULT_BOOTSTRAP` (as KAFKA_BROKERS or NATS_URL do for theirs).
+BOOTSTRAP_ENV: Final = "LKSTREAM_BOOTSTRAP"
 _CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -137,7 +139,9 @@ bootstrap_option: Final = click.option(
     metavar="HOST:PORT",
     default=DEFAULT_BOOTSTRAP,
     show_default=True,
-    help="Address of the daemon's gRPC port.",
+    envvar=BOOTSTRAP_ENV,
+    show_envvar=True,
+    help="Address of the daemon's gRPC port (a host alone gets port 9090).",
 )
 
 
@@ -152,7 +156,8 @@ def data_dir_option(help_text: str, *, must_exist: bool = True) -> Callable[[Any
 
 def check_one_target(ctx: click.Context, data_dir: str | None) -> None:
     """``--bootstrap`` and ``--data-dir`` name two different places: refuse both at once."""
-    if data_dir is not None and ctx.get_parameter_source("bootstrap") is not click.core.ParameterSource.DEFAULT:
+    # Only a --bootstrap typed on this command line conflicts; LKSTREAM_BOOTSTRAP is a default.
+    if data_dir is not None and ctx.get_parameter_source("bootstrap") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--bootstrap and --data-dir are mutually exclusive", ctx)
 
 
