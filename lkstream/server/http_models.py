@@ -22,6 +22,7 @@ from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.errors import InvalidArgumentError
 from lkstream.format.codec import Record
+from lkstream.format.json_records import bytes_to_json
 from lkstream.server.http_errors import ApiError
 from lkstream.storage.names import MAX_NAME_LENGTH
 from lkstream.storage.topics import MAX_PARTITIONS
@@ -339,26 +340,15 @@ def produce_runs(
     return runs
 
 
-def _out_bytes(value: bytes | None, force_base64: bool) -> str | dict[str, str] | None:
-    if value is None:
-        return None
-    if not force_base64:
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            pass
-    return {"base64": _b64encode(value).decode("ascii")}
-
-
 def record_json(record: Record, force_base64: bool) -> dict[str, Any]:
     """A record in the one JSON record shape (:mod:`lkstream.format.json_records`), less topic and partition,
     which the enclosing partition object of a consume answer carries."""
     return {
         "offset": record.offset,
         "timestamp": record.timestamp,
-        "key": _out_bytes(record.key, force_base64),
-        "value": _out_bytes(record.value, force_base64),
-        "headers": [{"key": k, "value": _out_bytes(v, force_base64)} for k, v in record.headers],
+        "key": bytes_to_json(record.key, force_base64),
+        "value": bytes_to_json(record.value, force_base64),
+        "headers": [{"key": k, "value": bytes_to_json(v, force_base64)} for k, v in record.headers],
     }
 
 

@@ -47,6 +47,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -114,20 +115,13 @@ def backup_data_dir(source: str, dest: str) -> BackupReport:
     """Snapshot the data directory ``source`` (a daemon may be running on it) into the new directory ``dest``."""
     reader = DataDirReader(source)
     _check_target(dest, "back up into")
-    staging = f"{dest.rstrip('/')}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
     report = BackupReport(os.path.abspath(source), int(time.time() * 1000))
-    try:
+    with _staged(dest, "partial") as staging:
         os.makedirs(os.path.join(staging, TOPICS_DIR))
         report.committed_offsets = _copy_offsets(source, staging, report)
         for topic in reader.topics():
             _copy_topic(reader, topic, staging, report)
         atomic_write(os.path.join(staging, MANIFEST), report.to_json())
-        _fsync_tree(staging)
-        _publish(staging, dest)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return report
 
 
@@ -140,17 +134,23 @@ def restore_backup(backup: str, data_dir: str) -> BackupReport:
     except FileNotFoundError:
         raise InvalidArgumentError(f"{backup} is not an lkstream backup (it has no {MANIFEST})") from None
     _check_target(data_dir, "restore into")
-    staging = f"{data_dir.rstrip('/')}.restoring-{os.getpid()}"
+    with _staged(data_dir, "restoring") as staging, map_os_errors("copy", backup):
+        shutil.copytree(backup, staging, ignore=lambda d, names: [MANIFEST] if d == backup else [])
+    return report
+
+
+@contextlib.contextmanager
+def _staged(final: str, what: str) -> Iterator[str]:
+    """A temporary sibling of ``final`` to fill; fsynced and renamed to ``final`` on success, removed on failure."""
+    staging = f"{final.rstrip('/')}.{what}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        with map_os_errors("copy", backup):
-            shutil.copytree(backup, staging, ignore=lambda d, names: [MANIFEST] if d == backup else [])
+        yield staging
         _fsync_tree(staging)
-        _publish(staging, data_dir)
+        _publish(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return report
 
 
 # -- offsets ----------------------------------------------------------------------------------------

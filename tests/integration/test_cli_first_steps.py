@@ -185,7 +185,7 @@ def test_consume_json_piped_into_produce_json_copies_a_topic_byte_for_byte(
         (1, b"", b"", []),
         (1, b"key", None, [("only-name", None)]),  # a tombstone
         (2, odd, odd[::-1], [("bin", odd)]),
-        (2, "ключ".encode(), '{"p": 1}'.encode(), []),
+        (2, "ключ".encode(), b'{"p": 1}', []),
     ]
     with lkstream.connect(daemon.address) as client:
         client.create_topic("src", 3)
@@ -204,3 +204,52 @@ def test_consume_json_piped_into_produce_json_copies_a_topic_byte_for_byte(
             source = [(r.offset, r.key, r.value, list(r.headers)) for r in client.read_from("src", pid, 0)]
             copy = [(r.offset, r.key, r.value, list(r.headers)) for r in client.read_from("dst", pid, 0)]
             assert copy == source, f"partition {pid}"
+
+
+# -- the examples ---------------------------------------------------------------------------------------
+
+
+def example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "examples" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env(),
+        cwd=cwd,
+    )
+
+
+def test_the_embedded_examples_run_beside_a_daemon_twice_and_skip_records_that_are_not_ticks(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    for round_ in (1, 2):
+        produced = example("producer_example.py", "--count", "2000", cwd=tmp_path)
+        assert produced.returncode == 0, produced.stderr
+        assert "produced 2000 ticks" in produced.stdout
+        assert produced.stdout.count("  partition ") == 4  # the 4 partitions it asks for
+        if round_ == 2:  # the quickstart's plain-text lines, produced into the same topic by hand
+            done = run(
+                "produce",
+                "market.ticks",
+                "--data-dir",
+                "example-data",
+                "--key-separator",
+                " ",
+                stdin="AAPL {}\n",
+                cwd=tmp_path,
+            )
+            assert done.returncode == 0, done.stderr
+        consumed = example("consumer_example.py", cwd=tmp_path)
+        assert consumed.returncode == 0, consumed.stderr
+        expected = "consumed 2000 new records (0 not ticks" if round_ == 1 else "consumed 2001 new records (1 not ticks"
+        assert expected in consumed.stdout, consumed.stdout
+
+
+def test_an_example_on_a_data_dir_a_daemon_holds_prints_one_line(daemon: DaemonProcess, tmp_path: Path) -> None:
+    for name in ("producer_example.py", "consumer_example.py"):
+        done = example(name, "--persist-dir", str(daemon.data_dir), cwd=tmp_path)
+        assert done.returncode == 1
+        line = one_error_line(done.stderr)
+        assert "is in use by another process" in line and "--persist-dir" in line
