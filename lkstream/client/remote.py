@@ -144,6 +144,7 @@ class RemoteBroker(RemoteGroupCalls):
         self.retry_backoff_max_s = retry_backoff_max_ms / 1000.0
         self._random = random.Random(retry_seed)
         self._unavailable_since: float | None = None
+        self._reached = False  # the handshake succeeded: later failures are a daemon going away
         self.batch_bytes = batch_bytes
         self.compression = Compression.parse(compression)
         self._options = [
@@ -171,6 +172,7 @@ class RemoteBroker(RemoteGroupCalls):
             self._stub.Handshake, request, timeout=timeout, retry=Retry.SAFE, deadline=time.monotonic() + timeout
         )
         self.max_message_bytes = int(response.max_message_bytes) or None
+        self._reached = True
         return int(response.server_protocol_version)
 
     # -- call plumbing ---------------------------------------------------------------------------
@@ -205,8 +207,11 @@ class RemoteBroker(RemoteGroupCalls):
         return error
 
     def _lost(self, exc: grpc.RpcError, delay: float) -> None:
-        """Say once per outage that the daemon went away (the CLI shows WARNING lines on stderr)."""
-        if self._unavailable_since is None:
+        """Say once per outage that the daemon went away (the CLI shows WARNING lines on stderr).
+
+        Not while connecting: a daemon never reached is one error at the end, not an outage.
+        """
+        if self._reached and self._unavailable_since is None:
             self._unavailable_since = time.monotonic()
             details = ((exc.details() if hasattr(exc, "details") else "") or "").splitlines()
             log.warning(

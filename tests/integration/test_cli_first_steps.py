@@ -78,6 +78,17 @@ def test_bootstrap_at_the_http_port_fails_at_once_and_the_daemon_logs_one_line(d
     assert "Traceback" not in log
 
 
+def test_no_daemon_at_the_address_is_one_line_in_bounded_time() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"  # closed once the block ends
+    started = time.monotonic()
+    done = run("topics", "list", "--bootstrap", address)
+    assert done.returncode == 1
+    assert one_error_line(done.stderr).startswith(f"Error: UNAVAILABLE: cannot reach the lkstream daemon at {address}")
+    assert time.monotonic() - started < 30
+
+
 def test_an_http_client_at_the_grpc_port_leaves_no_traceback_in_the_daemon_log(daemon: DaemonProcess) -> None:
     host, port = daemon.address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as conn:
