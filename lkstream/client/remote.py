@@ -39,17 +39,19 @@ daemon's HTTP port) fails at once, saying so.
 
 Thread-safety: the blocking methods may be called from any thread. The async
 methods use one ``grpc.aio`` channel per event loop.
+
+Split by role: this module is produce, fetch, admin and the connection's life;
+:mod:`lkstream.client.remote_calls` the call plumbing (retries, errors),
+:mod:`lkstream.client.remote_waits` long polls and subscriptions, and
+:mod:`lkstream.client.remote_groups` the consumer-group calls.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
-import queue
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -57,33 +59,29 @@ import grpc
 from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.client.remote_calls import fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
+from lkstream.client.remote_waits import RemoteWaits
 from lkstream.client.retry import (
     DEFAULT_BACKOFF_MAX_S,
     DEFAULT_RETRY_TIMEOUT_S,
-    Attempts,
     Retry,
     normalise_address,
-    wrong_protocol,
 )
 from lkstream.errors import (
-    BrokerUnavailableError,
     InvalidArgumentError,
-    LkstreamError,
     RecordTooLargeError,
     UnknownTopicError,
 )
-from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
 from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.wire.contract import PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
+from lkstream.wire.contract import PROTOCOL_VERSION, VERSION_METADATA_KEY
 
 T = TypeVar("T")
-log = logging.getLogger("lkstream.client")
 
 #: Target size of one client-encoded batch (a larger call is split).
 DEFAULT_BATCH_BYTES = 1024 * 1024
@@ -98,9 +96,6 @@ _RECONNECT_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
-#: Longest single long-poll Fetch while waiting for data (a longer wait re-asks).
-LONG_POLL_S = 10.0
-
 # (partition or None for "the daemon picks", encoded batch, indices of the records in it)
 _Chunk = tuple[int | None, bytearray, list[int]]
 
@@ -110,7 +105,7 @@ def connect(address: str = "127.0.0.1:9090", **options: Any) -> RemoteBroker:
     return RemoteBroker(address, **options)
 
 
-class RemoteBroker(RemoteGroupCalls):
+class RemoteBroker(RemoteWaits, RemoteGroupCalls):
     """A connection to an LKSTREAM daemon with the embedded :class:`Broker`'s surface."""
 
     def __init__(
@@ -174,114 +169,6 @@ class RemoteBroker(RemoteGroupCalls):
         self.max_message_bytes = int(response.max_message_bytes) or None
         self._reached = True
         return int(response.server_protocol_version)
-
-    # -- call plumbing ---------------------------------------------------------------------------
-
-    def _error(self, exc: grpc.RpcError) -> LkstreamError:
-        misdirected = wrong_protocol(self.address, exc)
-        if misdirected is not None:
-            return misdirected
-        call: Any = exc
-        code = call.code() if hasattr(call, "code") else grpc.StatusCode.UNKNOWN
-        details = (call.details() if hasattr(call, "details") else "") or ""
-        trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
-        return error_from_status(code, details, tuple(trailing or ()), self.address)
-
-    def _attempts(self, retry: Retry, deadline: float | None = None) -> Attempts:
-        return Attempts(
-            retry,
-            timeout_s=self.retry_timeout_s,
-            retries=self.retries,
-            backoff_s=self.retry_backoff_s,
-            backoff_max_s=self.retry_backoff_max_s,
-            rng=self._random,
-            deadline=deadline,
-        )
-
-    def _gave_up(self, exc: grpc.RpcError, attempts: int) -> LkstreamError:
-        error = self._error(exc)
-        if attempts > 1 and isinstance(error, BrokerUnavailableError):
-            call: Any = exc
-            details = (call.details() if hasattr(call, "details") else "") or ""
-            error = BrokerUnavailableError(self.address, f"gave up after {attempts} attempts: {details}")
-        return error
-
-    def _lost(self, exc: grpc.RpcError, delay: float) -> None:
-        """Say once per outage that the daemon went away (the CLI shows WARNING lines on stderr).
-
-        Not while connecting: a daemon never reached is one error at the end, not an outage.
-        """
-        if self._reached and self._unavailable_since is None:
-            self._unavailable_since = time.monotonic()
-            details = ((exc.details() if hasattr(exc, "details") else "") or "").splitlines()
-            log.warning(
-                "lost the daemon at %s (%s); reconnecting (first retry in %.1f s)",
-                self.address,
-                details[0] if details else "UNAVAILABLE",
-                delay,
-            )
-
-    def _back(self) -> None:
-        if self._unavailable_since is not None:
-            down = time.monotonic() - self._unavailable_since
-            self._unavailable_since = None
-            log.warning("reconnected to the daemon at %s after %.1f s", self.address, down)
-
-    def _call(
-        self,
-        method: Any,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        retry: Retry = Retry.UNSENT,
-        deadline: float | None = None,
-    ) -> Any:
-        if self._closed:
-            raise InvalidArgumentError("this RemoteBroker is closed")
-        attempts = self._attempts(retry, deadline)
-        while True:
-            attempts.count += 1
-            limit = timeout or self.timeout
-            if deadline is not None:
-                limit = max(0.001, min(limit, deadline - time.monotonic()))
-            try:
-                response = method(request, timeout=limit, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                delay = attempts.delay(exc)
-                if delay is None or delay <= 0 or self._closed:
-                    raise self._gave_up(exc, attempts.count) from None
-                self._lost(exc, delay)
-                time.sleep(delay)
-                continue
-            self._back()
-            return response
-
-    def _astub(self) -> Any:
-        if self._closed:
-            raise InvalidArgumentError("this RemoteBroker is closed")
-        loop = asyncio.get_running_loop()
-        entry = self._aio.get(loop)
-        if entry is None:
-            channel = grpc.aio.insecure_channel(self.address, options=self._options)
-            entry = (channel, pb_grpc.BrokerStub(channel))  # type: ignore[no-untyped-call]
-            self._aio[loop] = entry
-        return entry[1]
-
-    async def _acall(self, name: str, request: Any, *, retry: Retry = Retry.UNSENT) -> Any:
-        attempts = self._attempts(retry)
-        while True:
-            attempts.count += 1
-            try:
-                response = await getattr(self._astub(), name)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                delay = attempts.delay(exc)
-                if delay is None or self._closed:
-                    raise self._gave_up(exc, attempts.count) from None
-                self._lost(exc, delay)
-                await asyncio.sleep(delay)
-                continue
-            self._back()
-            return response
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -382,14 +269,14 @@ class RemoteBroker(RemoteGroupCalls):
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
         """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``)."""
-        response = self._call(self._stub.Fetch, _fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
+        response = self._call(self._stub.Fetch, fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     async def fetch_async(
         self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
     ) -> ReadResult:
         """Async twin of :meth:`fetch`."""
-        response = await self._acall("Fetch", _fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
+        response = await self._acall("Fetch", fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     def read_from(
@@ -404,7 +291,7 @@ class RemoteBroker(RemoteGroupCalls):
         records = decode_batches(self.fetch(topic, partition, offset, max_bytes).data, topic, partition, offset)
         return records if max_msgs is None else records[:max_msgs]
 
-    # -- waiting for data (the Consumer's wake-up) --------------------------------------------------
+    # -- offsets and admin -----------------------------------------------------------------------
 
     def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """``(log_start_offset, high_watermark)`` of ``topic[partition]`` (one Admin describe)."""
@@ -414,121 +301,6 @@ class RemoteBroker(RemoteGroupCalls):
                 f"partition {partition!r} does not exist in {topic!r} (it has {len(stats)} partitions)"
             )
         return stats[partition].log_start_offset, stats[partition].high_watermark
-
-    async def wait_for_data(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
-        """Wait until any ``(topic, partition)`` has a record at or past its offset; False on timeout.
-
-        One long-poll Fetch (``max_wait_ms``) per partition, concurrently: the daemon
-        answers when the append lands, so nothing polls. A failed wait returns True
-        ("go and look"): the caller's next fetch retries or raises the real error.
-        """
-        deadline = _deadline(positions, timeout)
-        while True:
-            wait_s = _wait_slice(deadline)
-            stub = self._astub()
-            tasks = [
-                asyncio.ensure_future(self._arrival(stub, topic, pid, offset, wait_s))
-                for (topic, pid), offset in positions.items()
-            ]
-            try:
-                pending = set(tasks)
-                while pending:
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    if any(task.result() for task in done):
-                        return True
-            finally:
-                for task in tasks:
-                    task.cancel()
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-
-    async def _arrival(self, stub: Any, topic: str, pid: int, offset: int, wait_s: float) -> bool:
-        request = _wait_request(topic, pid, offset, wait_s)
-        try:
-            response = await stub.Fetch(request, timeout=wait_s + self.timeout, metadata=self._metadata)
-        except grpc.RpcError:
-            return True
-        return int(response.high_watermark) > offset
-
-    def wait_for_data_sync(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
-        """Blocking twin of :meth:`wait_for_data` (concurrent long polls as gRPC futures, no threads)."""
-        deadline = _deadline(positions, timeout)
-        while True:
-            wait_s = _wait_slice(deadline)
-            answered: queue.SimpleQueue[tuple[Any, int]] = queue.SimpleQueue()
-            calls = []
-            if self._closed:
-                raise InvalidArgumentError("this RemoteBroker is closed")
-            for (topic, pid), offset in positions.items():
-                call = self._stub.Fetch.future(
-                    _wait_request(topic, pid, offset, wait_s), timeout=wait_s + self.timeout, metadata=self._metadata
-                )
-                call.add_done_callback(functools.partial(_answered, answered, offset))
-                calls.append(call)
-            try:
-                for _ in calls:
-                    try:
-                        done, offset = answered.get(timeout=wait_s + self.timeout)
-                    except queue.Empty:
-                        return True  # the calls' own deadlines should have fired: go and look
-                    if _arrived(done, offset):
-                        return True
-            finally:
-                for call in calls:
-                    call.cancel()
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-
-    # -- subscribe -----------------------------------------------------------------------------------
-
-    async def subscribe(self, topic: str, partition: int, offset: int) -> AsyncIterator[Record]:
-        """Records from ``offset`` on, then each new one as it is appended, until the caller stops.
-
-        Rides :meth:`subscribe_batches`: the daemon pushes whole batches as they
-        are appended and this client decodes them.
-        """
-        async for result in self.subscribe_batches(topic, partition, offset):
-            for record in decode_batches(result.data, topic, partition, offset):
-                yield record
-                offset = record.offset + 1
-
-    async def subscribe_batches(
-        self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
-    ) -> AsyncIterator[ReadResult]:
-        """Raw whole batches from ``offset`` on, pushed by the daemon as they are appended.
-
-        The first batch may start before ``offset`` (decode with ``min_offset``).
-        gRPC flow control keeps the daemon at most a window ahead of the caller,
-        so reading and decoding overlap without unbounded buffering. When the
-        stream breaks with ``UNAVAILABLE`` (the daemon restarts), it is opened
-        again after a backoff, from the offset after the last batch delivered,
-        for up to ``retry_timeout_s`` per outage: nothing is skipped or repeated.
-        """
-        attempts = self._attempts(Retry.SAFE)
-        while True:
-            attempts.count += 1
-            call = self._astub().SubscribeBatches(
-                _fetch_request(topic, partition, offset, max_bytes), metadata=self._metadata
-            )
-            try:
-                async for response in call:
-                    data = bytes(response.record_batches)
-                    offset = max(offset, span_of_whole_batches(data, offset)[1])
-                    if attempts.count > 1:
-                        attempts.reset()
-                        self._back()
-                    yield ReadResult(data, response.log_start_offset, response.high_watermark)
-                return
-            except grpc.RpcError as exc:
-                delay = attempts.delay(exc)
-                if delay is None or self._closed:
-                    raise self._gave_up(exc, attempts.count) from None
-                self._lost(exc, delay)
-            finally:
-                call.cancel()
-            await asyncio.sleep(delay)
-
-    # -- offsets and admin -----------------------------------------------------------------------
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
@@ -649,41 +421,6 @@ def _close_soon(loop: asyncio.AbstractEventLoop, close: Callable[[], Any]) -> No
 
 def _produce_request(topic: str, partition: int | None, batch: bytes | bytearray) -> pb.ProduceRequest:
     return pb.ProduceRequest(topic=topic, partition=partition, record_batch=bytes(batch))
-
-
-def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> pb.FetchRequest:
-    if offset < 0:
-        raise InvalidArgumentError(f"offset must be non-negative, got {offset}")
-    return pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes, raw_batches=True)
-
-
-def _wait_request(topic: str, partition: int, offset: int, wait_s: float) -> pb.FetchRequest:
-    # max_bytes=1: the answer carries at most one batch; the caller only looks at high_watermark.
-    request = _fetch_request(topic, partition, offset, 1)
-    request.max_wait_ms = max(0, int(wait_s * 1000))
-    return request
-
-
-def _deadline(positions: dict[tuple[str, int], int], timeout: float | None) -> float | None:
-    if not positions:
-        raise InvalidArgumentError("nothing to wait for: no partitions given")
-    return None if timeout is None else time.monotonic() + max(0.0, timeout)
-
-
-def _wait_slice(deadline: float | None) -> float:
-    return LONG_POLL_S if deadline is None else max(0.0, min(LONG_POLL_S, deadline - time.monotonic()))
-
-
-def _answered(answers: queue.SimpleQueue[tuple[Any, int]], offset: int, call: Any) -> None:
-    answers.put((call, offset))
-
-
-def _arrived(call: Any, offset: int) -> bool:
-    """Whether a finished long-poll Fetch saw data past ``offset`` (a failed one counts: go and look)."""
-    try:
-        return int(call.result(timeout=0).high_watermark) > offset
-    except (grpc.RpcError, grpc.FutureCancelledError, grpc.FutureTimeoutError):
-        return True
 
 
 def _place(results: list[tuple[int, int]], indices: list[int], response: pb.ProduceResponse) -> None:
