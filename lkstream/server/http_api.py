@@ -5,33 +5,36 @@ port. Routes (documented with curl examples in ``docs/http.md``):
 
 ==========================  ======================================================================
 ``POST /produce``           records of several topic-partitions: UTF-8 strings, ``{"base64": ...}``,
-                            or ``{"key", "value", "headers"}`` objects; partition omitted = the
-                            partitioner picks (keys hash, keyless records stick to one partition)
-``POST /consume``           per topic-partition ``fetch_offset``; long poll (``max_wait_ms``,
-                            ``min_bytes``) woken by appends; with ``group``: from the group's
-                            committed offsets, committing the next offsets once the answer is built
+                            or record objects; partition omitted = the partitioner picks (keys
+                            hash, keyless records stick to one partition); a record's own
+                            ``partition`` wins; a refused produce creates no topic
+``POST /consume``           per topic-partition ``fetch_offset`` (``partitions``, or seed 001's
+                            ``topic_partitions``); long poll (``max_wait_ms``, ``min_bytes``) woken
+                            by appends; with ``group``: from the group's committed offsets,
+                            committing the next offsets once the answer is built
 ``GET|POST /topics``        list, create
 ``GET|DELETE /topics/{t}``  describe (with per-partition offsets), delete
 ``GET /groups/{group}``     committed offsets and lag per topic-partition
-``GET /openapi.json``       the OpenAPI 3.1 document, generated from the pydantic models below
+``GET /openapi.json``       the OpenAPI 3.1 document (:mod:`lkstream.server.http_openapi`)
 ==========================  ======================================================================
 
-One set of pydantic models both validates requests (strict: no ``"1"`` for ``1``,
-no unknown fields) and generates the OpenAPI document (:func:`openapi_document`),
-so the document describes what the code accepts. Responses are built as plain
-dicts for speed and serialised by ``pydantic_core.to_json``; the response models
-document them and the tests check every answer against them (schemathesis).
+Split by role: this module holds the handlers; :mod:`lkstream.server.http_models`
+the pydantic models that validate requests and generate the OpenAPI document,
+and the conversions to and from the broker's values (records in the one JSON
+shape of :mod:`lkstream.format.json_records`); :mod:`lkstream.server.http_errors`
+the error table and JSON error bodies; :mod:`lkstream.server.http_eventlog` seed
+003's ``/produce/{partition}`` and ``/fetch/{partition}``.
 
-Errors: every failure is a JSON body ``{"error": {"code", "message", ...fields}}``.
-An :class:`LkstreamError` gets the HTTP status derived from its gRPC status in
-:mod:`lkstream.wire.contract` (:func:`http_status`, one table), its ``code`` is
-the class name in snake case without ``Error`` (``unknown_topic``,
-``offset_out_of_range``), and its fields (``topic``, ``partition``, ``earliest``,
-``latest``, ...) ride along. Request problems have their own codes:
-``invalid_json`` and ``invalid_request`` (400), ``request_too_large`` (413),
-``not_ready`` (503 while starting or shutting down), ``not_found`` and
-``method_not_allowed`` for unknown routes. 429 and 503 carry ``Retry-After``.
-Bad input never gets a 5xx; a 5xx means a server-side problem (disk, corruption).
+Errors: every failure is a JSON body ``{"error": {"code", "message", ...fields}}``
+(:mod:`lkstream.server.http_errors`): an :class:`LkstreamError` gets the HTTP status
+derived from its gRPC status, its ``code`` is the class name in snake case without
+``Error`` (``unknown_topic``, ``record_too_large``), and its fields ride along.
+Request problems have their own codes: ``invalid_json``, ``invalid_request`` and
+``invalid_body`` (400; the last for a body that does not decode as its
+``Content-Encoding`` says), ``request_too_large`` (413), ``not_ready`` (503 while
+starting or shutting down), ``not_found`` and ``method_not_allowed`` for unknown
+routes. 429 and 503 carry ``Retry-After``. Bad input never gets a 5xx; a 5xx
+means a server-side problem (disk, corruption).
 
 Group consume is a "simple consumer" (Kafka's term): it reads the group's
 committed offsets and commits ``next_fetch_offset`` of each partition once the
