@@ -8,7 +8,6 @@ thread calls them); errors arrive as the same :mod:`lkstream.errors` classes.
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
+from lkstream.client.remote_calls import RemoteCalls
 from lkstream.client.retry import Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -38,22 +38,10 @@ from lkstream.wire.messages import from_topic_partitions, to_topic_partitions
 _LONG_POLL_SLACK_S = 5.0
 
 
-class RemoteGroupCalls:
-    """Mixin of RemoteBroker: needs its ``_call`` plumbing and blocking stub."""
+class RemoteGroupCalls(RemoteCalls):
+    """Mixin of RemoteBroker: its ``_call`` plumbing (:class:`RemoteCalls`) and blocking stub."""
 
     _stub: Any
-    timeout: float
-
-    @abstractmethod
-    def _call(
-        self,
-        method: Any,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        retry: Retry = Retry.UNSENT,
-        deadline: float | None = None,
-    ) -> Any: ...
 
     def join_group(
         self,
