@@ -99,4 +99,4 @@ proto: $(STAMP)
 		$(PROTO_OUT)/messaging_pb2_grpc.py
 
 clean:
-	rm -rf $(VENV) data example-data spark-bars spark-bars.checkpoint ticks.txt .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data example-data spark-bars spark-bars.checkpoint ticks.txt member-*.log .pytest_cache .mypy_cache .ruff_cache

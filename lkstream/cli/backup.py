@@ -15,12 +15,24 @@ empty).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
 from lkstream.cli.base import broker_errors, cli, count_of, print_table
 from lkstream.storage.backup import BackupReport, backup_data_dir, restore_backup, summary
 
 _HEADERS = ("TOPIC", "PARTITION", "START", "END", "SEGMENTS", "BYTES")
+
+
+@contextmanager
+def _os_errors() -> Iterator[None]:
+    """A target that cannot be written (permissions, a full disk) is one error line, exit 1."""
+    try:
+        yield
+    except OSError as exc:
+        raise click.ClickException(f"STORAGE: {exc.filename or ''}: {exc.strerror or exc}") from None
 
 
 def _print_report(report: BackupReport) -> None:
@@ -55,7 +67,7 @@ def backup(data_dir: str, dest: str) -> None:
     backup.json): `lkstream verify DEST` and `lkstream consume --data-dir DEST`
     work on it as it is. docs/operations.md has the runbook.
     """
-    with broker_errors():
+    with broker_errors(), _os_errors():
         report = backup_data_dir(data_dir, dest)
     _print_report(report)
     click.echo(f"backup of {data_dir} in {dest}: {_totals(report)}", err=True)
@@ -70,7 +82,7 @@ def restore(backup_dir: str, data_dir: str) -> None:
     Start a daemon on DATA_DIR afterwards; `lkstream verify DATA_DIR` exits 0 on
     a restored directory. Each partition ends where the backup's table said.
     """
-    with broker_errors():
+    with broker_errors(), _os_errors():
         report = restore_backup(backup_dir, data_dir)
     _print_report(report)
     click.echo(f"restored {backup_dir} into {data_dir}: {_totals(report)}", err=True)

@@ -55,7 +55,7 @@ from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamEr
 from lkstream.storage.checkpoint import Checkpoint, write_checkpoint
 from lkstream.storage.files import OsFile, atomic_write, fsync_dir
 from lkstream.storage.index import ENTRY
-from lkstream.storage.offset_journal import JournalFollower, offset_file_name
+from lkstream.storage.offset_journal import JournalFollower, offset_file_name, parse_offset_file_name
 from lkstream.storage.offsets import OFFSETS_DIR
 from lkstream.storage.reader import DataDirReader, ScanProblem, list_segments, open_read_only, scan_segment
 from lkstream.storage.segment import INDEX_SUFFIX, SEGMENT_SUFFIX, format_segment_name
@@ -121,6 +121,7 @@ def backup_data_dir(source: str, dest: str) -> BackupReport:
         report.committed_offsets = _copy_offsets(source, staging, report)
         for topic in reader.topics():
             _copy_topic(reader, topic, staging, report)
+        report.committed_offsets -= _drop_orphan_offsets(staging, {p.topic for p in report.partitions}, report)
         atomic_write(os.path.join(staging, MANIFEST), report.to_json())
     return report
 
@@ -174,6 +175,20 @@ def _copy_offsets(source: str, staging: str, report: BackupReport) -> int:
             f.write(body)
         copied += 1
     return copied
+
+
+def _drop_orphan_offsets(staging: str, topics: set[str], report: BackupReport) -> int:
+    """Remove the committed offsets of topics the backup does not hold (deleted while it ran); how many."""
+    directory = os.path.join(staging, OFFSETS_DIR)
+    dropped = 0
+    for name in sorted(os.listdir(directory)):
+        key = parse_offset_file_name(name)
+        if key is not None and key[1] not in topics:
+            os.remove(os.path.join(directory, name))
+            dropped += 1
+    if dropped:
+        report.notes.append(f"{dropped} committed offset(s) of topics not in the backup left out")
+    return dropped
 
 
 # -- topics and partitions ----------------------------------------------------------------------------

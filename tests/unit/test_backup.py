@@ -101,3 +101,23 @@ def test_a_torn_active_tail_is_left_out_as_recovery_would(data_dir: str, tmp_pat
     assert report.partitions[0].end_offset == 30
     verdict = verify_data_dir(str(tmp_path / "b"))
     assert (verdict.errors, verdict.warnings) == (0, 0), verdict.problems
+
+
+def test_offsets_of_a_topic_deleted_mid_copy_are_left_out(
+    data_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fill(data_dir, {"gone": 20, "kept": 20})
+    with Broker(persist_dir=data_dir) as broker:
+        broker.offset_store.commit("g", "gone", 0, 5)
+        broker.offset_store.commit("g", "kept", 0, 7)
+
+    def delete_topic(directory: str, segments: list[SegmentFiles]) -> None:
+        if os.path.basename(os.path.dirname(directory)) == "gone":
+            shutil.rmtree(os.path.dirname(directory))
+
+    _listing_then(monkeypatch, delete_topic)
+    report = backup_data_dir(data_dir, str(tmp_path / "b"))
+    assert report.committed_offsets == 1
+    assert "1 committed offset(s) of topics not in the backup left out" in report.notes
+    verdict = verify_data_dir(str(tmp_path / "b"))
+    assert (verdict.errors, verdict.warnings) == (0, 0), verdict.problems
