@@ -150,6 +150,14 @@ class ProduceResponse(_Response):
     results: list[ProduceResult]
 
 
+class EventProduced(_Response):
+    """``POST /produce/{partition}`` (seed 003): where the record went."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
 class ProduceErrorResponse(ErrorResponse):
     """Every entry failed: ``error`` is the first entry's, ``results`` has each one's (absent for a bad request)."""
 

@@ -17,6 +17,7 @@ from lkstream.server.http_models import (
     ConsumeResponse,
     CreateTopicRequest,
     ErrorResponse,
+    EventProduced,
     GroupOffsets,
     ProduceErrorResponse,
     ProduceRequest,
@@ -28,6 +29,7 @@ from lkstream.server.http_models import (
 from lkstream.storage.names import MAX_NAME_LENGTH
 
 _MODELS: Final[Sequence[type[BaseModel]]] = (
+    EventProduced,
     ProduceRequest,
     ProduceResponse,
     ProduceErrorResponse,
@@ -71,6 +73,38 @@ def _path_param(name: str, pattern: str, description: str) -> dict[str, Any]:
         "required": True,
         "description": description,
         "schema": {"type": "string", "pattern": pattern, "maxLength": MAX_NAME_LENGTH},
+    }
+
+
+FORM_TYPE: Final = "application/x-www-form-urlencoded"
+_EVENT_FORM: Final = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string", "description": "The key (UTF-8 text)."},
+        "value": {"type": "string", "description": "The value (UTF-8 text)."},
+    },
+    "required": ["value"],
+    "additionalProperties": False,
+}
+
+
+def _partition_param() -> dict[str, Any]:
+    return {
+        "name": "partition",
+        "in": "path",
+        "required": True,
+        "description": "A partition of server.http_default_topic (100 by default; one past the last is a 400).",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+
+
+def _query_param(name: str, description: str, maximum: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "integer", "minimum": 0, "maximum": maximum},
     }
 
 
@@ -149,6 +183,43 @@ def openapi_document() -> dict[str, Any]:
                     "operationId": "describeGroup",
                     "summary": "Committed offsets and lag of a group.",
                     "responses": {"200": _json(GroupOffsets, "Per topic-partition."), **_errors(400, 503)},
+                },
+            },
+            "/produce/{partition}": {
+                "parameters": [_partition_param()],
+                "post": {
+                    "operationId": "produceToPartition",
+                    "summary": "Seed 003: append one record to a partition of the default topic.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {FORM_TYPE: {"schema": _EVENT_FORM}, JSON_TYPE: {"schema": _EVENT_FORM}},
+                    },
+                    "responses": {
+                        "200": _json(EventProduced, "Where the record went, once acknowledged."),
+                        **_errors(400, 413, 429, 503),
+                    },
+                },
+            },
+            "/fetch/{partition}": {
+                "parameters": [_partition_param()],
+                "get": {
+                    "operationId": "fetchPartition",
+                    "summary": "Seed 003: the records of a partition of the default topic, in order, paged.",
+                    "parameters": [
+                        _query_param("offset", "First offset (default: the log start).", 2**63 - 1),
+                        _query_param("max", "Most records (default 1000).", 10_000),
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "Records; the X-Next-Offset header says where the next page starts.",
+                            "content": {
+                                JSON_TYPE: {
+                                    "schema": {"type": "array", "items": {"$ref": "#/components/schemas/RecordOut"}}
+                                }
+                            },
+                        },
+                        **_errors(400, 416, 503),
+                    },
                 },
             },
             "/openapi.json": {
