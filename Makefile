@@ -2,27 +2,47 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# One stamp per set of extras: each target installs what it needs, once (until pyproject.toml or the
+# C extension's source changes: `pip install -e .` compiles lkstream/format/_records.c).
+BUILD_INPUTS := pyproject.toml $(wildcard lkstream/format/*.c)
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_SPARK := $(VENV)/.installed-spark
 STAMP := $(VENV)/.installed
 
 .PHONY: venv run examples spark-example test-spark test system-deps test-fast test-crash check bench bench-quick bench-single clean proto
 
-$(STAMP): pyproject.toml lkstream/format/_records.c
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+## the runtime dependencies only (the daemon, the CLI, the embedded examples): `pip install -e .`
+$(STAMP_RUN): $(BUILD_INPUTS) | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+## the runtime plus the `spark` extra (pyspark, pyarrow): the Spark example
+$(STAMP_SPARK): $(BUILD_INPUTS) | $(PY)
+	$(PY) -m pip install --quiet -e '.[spark]'
+	touch $@ $(STAMP_RUN)
+
+## everything the tests and `make check` use (`dev` and `spark` extras); what `make venv` makes
+$(STAMP): $(BUILD_INPUTS) | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
-	touch $(STAMP)
+	touch $@ $(STAMP_SPARK) $(STAMP_RUN)
 
 venv: $(STAMP)
 
 ## run: set up the environment, then run the daemon on conf/local.yml (gRPC 127.0.0.1:9090, HTTP 127.0.0.1:8080,
 ## data in ./data) until Ctrl-C / SIGTERM
-run: $(STAMP)
+run: $(STAMP_RUN)
 	$(PY) -m lkstream.grpc_server --config conf/local.yml
 
-## examples: run the embedded producer and consumer examples on a local data dir (no daemon)
-examples: $(STAMP)
-	$(PY) examples/producer_example.py --persist-dir ./data
-	$(PY) examples/consumer_example.py --persist-dir ./data
+## examples: the embedded producer and consumer examples on their own data dir, ./example-data (no daemon,
+## so they never collide with `make run`'s ./data)
+EXAMPLE_DATA := ./example-data
+examples: $(STAMP_RUN)
+	$(PY) examples/producer_example.py --persist-dir $(EXAMPLE_DATA)
+	$(PY) examples/consumer_example.py --persist-dir $(EXAMPLE_DATA)
 
 ## test: set up the environment (and promtool, for the alert-rule checks), then run the whole test suite
 test: $(STAMP) system-deps
@@ -32,9 +52,10 @@ test: $(STAMP) system-deps
 system-deps:
 	bash scripts/install-system-deps.sh
 
-## spark-example: the PySpark pipeline (ticks -> 1-minute OHLC bars -> Parquet + market.bars) on ./data
-spark-example: $(STAMP)
-	$(PY) examples/spark_pipeline.py
+## spark-example: the PySpark pipeline (ticks -> 1-minute OHLC bars -> Parquet + market.bars) over its own
+## daemon on ./example-data; `make spark-example ARGS="--bootstrap 127.0.0.1:9090"` uses a running one instead
+spark-example: $(STAMP_SPARK)
+	$(PY) examples/spark_pipeline.py $(ARGS)
 
 test-spark: $(STAMP)
 	$(PY) -m pytest -q tests/spark
@@ -80,4 +101,4 @@ proto: $(STAMP)
 		$(PROTO_OUT)/messaging_pb2_grpc.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data example-data spark-bars spark-bars.checkpoint ticks.txt member-*.log .pytest_cache .mypy_cache .ruff_cache

@@ -1,13 +1,14 @@
 """A market-data pipeline on Spark Structured Streaming over LKSTREAM (issue 5).
 
     python examples/spark_pipeline.py                         # everything, one command
-    python examples/spark_pipeline.py --bootstrap 127.0.0.1:9090   # against a running daemon
+    python examples/spark_pipeline.py --bootstrap 127.0.0.1:9090   # against a running daemon (make run)
 
 Four parts, all real:
 
 1. **Daemon.** Without ``--bootstrap`` a daemon is started on a free loopback port
-   over ``--persist-dir`` (default ``./data``, the embedded examples' directory) and
-   stopped at the end.
+   over ``--persist-dir`` (default ``./example-data``, the embedded examples'
+   directory, so it never collides with ``make run``'s ``./data``) and stopped at
+   the end.
 2. **Producer.** Synthetic ticks ``{"s": symbol, "p": price, "q": quantity, "t": event
    time ms}`` keyed by symbol into ``market.ticks`` (4 partitions). Event time runs
    ``--speedup`` times faster than the wall clock, so minutes of market pass in seconds.
@@ -20,6 +21,11 @@ Four parts, all real:
 4. **Consumer.** Prints every bar appearing in ``market.bars``.
 
 At the end the Parquet archive is read back and summarised.
+
+Each run starts over: the previous run's archive and the checkpoints beside it
+(``<archive>.checkpoint/``) are removed first, because a checkpoint belongs to the
+log it read (another ``--bootstrap`` or a fresh data directory would not have its
+offsets). The script only removes an archive it wrote itself.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import lkstream  # noqa: E402
 
 SYMBOLS = ["AAPL", "TSLA", "MSFT", "NVDA", "AMZN", "GOOG", "META", "NFLX"]
 READY = re.compile(r"lkstream daemon ready: grpc=(\S+)")
+MARKER = ".lkstream-example"
 
 
 def start_daemon(persist_dir: Path, workdir: Path) -> tuple[subprocess.Popen[str], str]:
@@ -67,7 +74,8 @@ def start_daemon(persist_dir: Path, workdir: Path) -> tuple[subprocess.Popen[str
         if match:
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
             return proc, match.group(1)
-    raise SystemExit(f"the daemon exited with {proc.wait()} before it was ready")
+    # The daemon printed its one-line reason (a data directory in use, say) on stderr.
+    raise SystemExit(f"spark_pipeline.py: the daemon over {persist_dir} did not start (exit {proc.wait()})")
 
 
 def produce_ticks(address: str, seconds: float, speedup: float, stop: threading.Event) -> None:
@@ -121,6 +129,23 @@ def print_bars(address: str, stop: threading.Event, seen: list[dict[str, Any]], 
                 time.sleep(0.5)
 
 
+def fresh_outputs(archive: Path, checkpoint: Path) -> None:
+    """Remove the previous run's archive and checkpoint, refusing to touch a directory this script did not write."""
+    if archive.exists():
+        names = {p.name for p in archive.iterdir()}
+        ours = MARKER in names or (
+            "_spark_metadata" in names
+            and all(n.startswith(("part-", ".part-", "_spark_metadata", "_SUCCESS", ".")) for n in names)
+        )
+        if names and not ours:
+            raise SystemExit(f"--archive {archive} exists and was not written by this example: choose another path")
+        shutil.rmtree(archive)
+        print(f"[archive] starting over: removed the previous run's {archive}", flush=True)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    archive.mkdir(parents=True)
+    (archive / MARKER).write_text("written by examples/spark_pipeline.py; removed by its next run\n")
+
+
 def bars_query(spark: Any, address: str, starting: str) -> Any:
     """The streaming plan: ticks -> 1-minute OHLC bars per symbol, with a watermark."""
     from pyspark.sql import functions as F
@@ -140,6 +165,7 @@ def bars_query(spark: Any, address: str, starting: str) -> Any:
             F.col("tick.q").alias("qty"),
             F.timestamp_millis(F.col("tick.t")).alias("ts"),
         )
+        .where("symbol IS NOT NULL AND price IS NOT NULL AND ts IS NOT NULL")  # records that are not ticks
     )
     return (
         ticks.withWatermark("ts", "30 seconds")
@@ -155,7 +181,7 @@ def bars_query(spark: Any, address: str, starting: str) -> Any:
     )
 
 
-def start_queries(spark: Any, address: str, archive_path: str, workdir: Path) -> tuple[Any, Any]:
+def start_queries(spark: Any, address: str, archive_path: str, checkpoints: Path) -> tuple[Any, Any]:
     """The two streaming queries: bars to the Parquet archive and to the topic ``market.bars``."""
     # Start at the current end of market.ticks (ticks of earlier runs are not re-aggregated).
     with lkstream.connect(address) as client:
@@ -164,7 +190,7 @@ def start_queries(spark: Any, address: str, archive_path: str, workdir: Path) ->
     archive = (
         plan.writeStream.format("parquet")
         .option("path", archive_path)
-        .option("checkpointLocation", str(workdir / "cp-archive"))
+        .option("checkpointLocation", str(checkpoints / "archive"))
         .trigger(processingTime="3 seconds")
         .start()
     )
@@ -176,18 +202,18 @@ def start_queries(spark: Any, address: str, archive_path: str, workdir: Path) ->
         .writeStream.format("lkstream")
         .option("bootstrap", address)
         .option("topic", "market.bars")
-        .option("checkpointLocation", str(workdir / "cp-bars"))
+        .option("checkpointLocation", str(checkpoints / "bars"))
         .trigger(processingTime="3 seconds")
         .start()
     )
     return archive, to_topic
 
 
-def run(spark: Any, address: str, args: argparse.Namespace, workdir: Path) -> None:
+def run(spark: Any, address: str, args: argparse.Namespace, checkpoints: Path) -> None:
     """Producer, streaming queries and consumer, until every tick is aggregated and printed."""
     stop = threading.Event()
     bars: list[dict[str, Any]] = []
-    archive, to_topic = start_queries(spark, address, args.archive, workdir)
+    archive, to_topic = start_queries(spark, address, args.archive, checkpoints)
     with lkstream.connect(address) as client:
         bars_before = client.bounds("market.bars", 0)[1]
     consumer = threading.Thread(target=print_bars, args=(address, stop, bars, bars_before), daemon=True)
@@ -221,7 +247,7 @@ def run(spark: Any, address: str, args: argparse.Namespace, workdir: Path) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", help="address of a running daemon (default: start one)")
-    parser.add_argument("--persist-dir", default="./data", help="data directory of the started daemon")
+    parser.add_argument("--persist-dir", default="./example-data", help="data directory of the started daemon")
     parser.add_argument("--archive", default="./spark-bars", help="Parquet archive of the bars")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the producer runs")
     parser.add_argument("--speedup", type=float, default=20.0, help="event-time minutes per wall-clock minute")
@@ -236,6 +262,8 @@ def main() -> None:
     import lkstream.spark
 
     workdir = Path(tempfile.mkdtemp(prefix="lkstream-spark-"))
+    checkpoints = Path(f"{args.archive.rstrip('/')}.checkpoint")
+    fresh_outputs(Path(args.archive), checkpoints)
     daemon = None
     address = args.bootstrap
     if address is None:
@@ -258,7 +286,7 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         lkstream.spark.register(spark)
         try:
-            run(spark, address, args, workdir)
+            run(spark, address, args, checkpoints)
         finally:
             spark.stop()
     finally:

@@ -141,9 +141,12 @@ SERVER_SECTION = "server"
 
 #: ``LKSTREAM_*`` variables that are not configuration and that :func:`load_config` skips.
 #: ``LKSTREAM_CRASH_SEED`` seeds the crash tests (tests/crash); ``LKSTREAM_TOKEN`` and
-#: ``LKSTREAM_TLS_CA`` are the command line's client credentials (``--token``, ``--tls-ca``).
+#: ``LKSTREAM_TLS_CA`` are the command line's client credentials (``--token``, ``--tls-ca``);
+#: ``LKSTREAM_BOOTSTRAP`` is the CLI's default ``--bootstrap`` (a client setting, not the daemon's).
 #: Add a name here, with its purpose, before any other tool uses the prefix.
-IGNORED_ENV: frozenset[str] = frozenset({"LKSTREAM_CRASH_SEED", "LKSTREAM_TOKEN", "LKSTREAM_TLS_CA"})
+IGNORED_ENV: frozenset[str] = frozenset(
+    {"LKSTREAM_CRASH_SEED", "LKSTREAM_TOKEN", "LKSTREAM_TLS_CA", "LKSTREAM_BOOTSTRAP"}
+)
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
@@ -221,6 +224,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc,unused-ignore]
         return super().construct_mapping(node, deep=deep)
 
 
+def _yaml_position(exc: yaml.YAMLError) -> str:
+    """``, line L, column C`` of a parse error (PyYAML counts from 0), or nothing when it has no mark."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return "" if mark is None else f", line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML found wrong, without its marks: they name ``<unicode string>``, not the file."""
+    problem = getattr(exc, "problem", None)
+    if not problem:
+        return str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    return f"{problem} ({context})" if context else str(problem)
+
+
 def _read_yaml(path: str) -> dict[Any, Any]:
     where = f"config file {path}"
     try:
@@ -233,7 +251,7 @@ def _read_yaml(path: str) -> dict[Any, Any]:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
-        raise InvalidArgumentError(f"{where}: not valid YAML: {exc}") from None
+        raise InvalidArgumentError(f"{where}{_yaml_position(exc)}: not valid YAML: {_yaml_problem(exc)}") from None
     if data is None:  # an empty (or all-comment) file: every default applies
         return {}
     if not isinstance(data, dict):

@@ -60,8 +60,10 @@ class InvalidArgumentError(LkstreamError, ValueError):
 class RecordTooLargeError(InvalidArgumentError):
     """A message or batch is larger than the configured limit."""
 
-    def __init__(self, size: int, limit: int, what: str = "message") -> None:
-        super().__init__(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
+    def __init__(self, size: int, limit: int, what: str = "message", setting: str | None = None) -> None:
+        # The message names the setting to raise, so the fix is in the error (CLI, HTTP and gRPC alike).
+        setting = setting or ("max_batch_bytes" if "batch" in what else "max_message_bytes")
+        super().__init__(f"{what} of {size} bytes exceeds {setting} ({limit} bytes)")
         self.size = size
         self.limit = limit
 

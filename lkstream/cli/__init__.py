@@ -8,6 +8,7 @@
     lkstream bench produce|consume                lkstream.cli.bench   (a quick self-benchmark)
     lkstream topics create|list|describe|delete   lkstream.cli.topics  (topic admin)
     lkstream dump | verify                        lkstream.cli.offline (read a data directory)
+    lkstream backup | restore                     lkstream.cli.backup  (online snapshot of a data directory)
     lkstream bridge                               lkstream.cli.bridge  (copy topics into Kafka)
     lkstream groups list|describe|reset           lkstream.cli.groups  (consumer group admin)
     lkstream users add|remove|list                lkstream.cli.users   (users, passwords, tokens)
@@ -19,11 +20,12 @@ Exit status: 0 success, 1 failure (an error from the broker or the daemon, a bad
 input line, corruption found), 2 usage (see :mod:`lkstream.cli.base`).
 """
 
-from lkstream.cli import acls, bench, bridge, consume, daemon, groups, offline, produce, topics, users
+from lkstream.cli import acls, backup, bench, bridge, consume, daemon, groups, offline, produce, topics, users
 from lkstream.cli.base import cli, main, render_bytes
 
 __all__ = [
     "acls",
+    "backup",
     "bench",
     "bridge",
     "cli",

@@ -36,7 +36,7 @@ from typing import Any, Final
 import click
 
 from lkstream.client.remote import RemoteBroker, connect
-from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError
+from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError, RecordTooLargeError
 from lkstream.format.batch import TIMESTAMP_TYPE_MASK, BatchHeader
 from lkstream.format.codec import Compression, decode_batch
 from lkstream.wire.contract import ERROR_CODES
@@ -45,6 +45,8 @@ EXIT_OK: Final = 0
 EXIT_PROBLEMS: Final = 1
 EXIT_USAGE: Final = 2
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9090"
+#: Environment variable that replaces :data:`DEFAULT_BOOTSTRAP` (as KAFKA_BROKERS or NATS_URL do for theirs).
+BOOTSTRAP_ENV: Final = "LKSTREAM_BOOTSTRAP"
 _CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -55,6 +57,11 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader went away (`| head -1`): what it wanted was printed. Exit 0 as
+            # `cat` under `head` effectively does, with no traceback and no flush error at exit.
+            stop_writing_stdout()
+            ctx.exit(EXIT_OK)
         except InvalidArgumentError as exc:
             raise click.UsageError(str(exc), ctx) from exc
         except LkstreamError as exc:
@@ -85,11 +92,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     cli.main(args=None if argv is None else list(argv), prog_name="lkstream")
 
 
+def stop_writing_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail on a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real descriptor (tests' in-memory streams)
+        pass
+    finally:
+        os.close(devnull)
+
+
 # -- errors -----------------------------------------------------------------------------------------
 
 
+#: Errors whose code says more than their gRPC status: the HTTP API's code, in the CLI's upper case.
+SPECIFIC_CODES: Final[tuple[tuple[type[LkstreamError], str], ...]] = ((RecordTooLargeError, "RECORD_TOO_LARGE"),)
+
+
 def error_code(exc: LkstreamError) -> str:
-    """The gRPC status name the daemon uses for ``exc`` (``NOT_FOUND`` for an unknown topic)."""
+    """The code of ``exc``'s error line: the gRPC status name (``NOT_FOUND`` for an unknown topic), or
+    :data:`SPECIFIC_CODES`' (``RECORD_TOO_LARGE``, as HTTP's ``record_too_large``)."""
+    for specific, name in SPECIFIC_CODES:
+        if isinstance(exc, specific):
+            return name
     for cls, code in ERROR_CODES:
         if isinstance(exc, cls):
             return str(code.name)
@@ -114,7 +140,9 @@ _bootstrap_only: Final = click.option(
     metavar="HOST:PORT",
     default=DEFAULT_BOOTSTRAP,
     show_default=True,
-    help="Address of the daemon's gRPC port.",
+    envvar=BOOTSTRAP_ENV,
+    show_envvar=True,
+    help="Address of the daemon's gRPC port (a host alone gets port 9090).",
 )
 _CREDENTIALS_KEY: Final = "lkstream.credentials"
 
@@ -148,11 +176,11 @@ def bootstrap_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return _bootstrap_only(_token_option(_tls_ca_option(command)))
 
 
-def connect_daemon(bootstrap: str) -> RemoteBroker:
-    """``lkstream.connect(bootstrap)`` with the command's ``--token`` and ``--tls-ca``."""
+def connect_daemon(bootstrap: str, **options: Any) -> RemoteBroker:
+    """``lkstream.connect(bootstrap, **options)`` with the command's ``--token`` and ``--tls-ca``."""
     ctx = click.get_current_context(silent=True)
     credentials = ctx.meta.get(_CREDENTIALS_KEY, {}) if ctx is not None else {}
-    return connect(bootstrap, token=credentials.get("token"), tls=credentials.get("tls_ca"))
+    return connect(bootstrap, token=credentials.get("token"), tls=credentials.get("tls_ca"), **options)
 
 
 def data_dir_option(help_text: str, *, must_exist: bool = True) -> Callable[[Any], Any]:
@@ -166,7 +194,8 @@ def data_dir_option(help_text: str, *, must_exist: bool = True) -> Callable[[Any
 
 def check_one_target(ctx: click.Context, data_dir: str | None) -> None:
     """``--bootstrap`` and ``--data-dir`` name two different places: refuse both at once."""
-    if data_dir is not None and ctx.get_parameter_source("bootstrap") is not click.core.ParameterSource.DEFAULT:
+    # Only a --bootstrap typed on this command line conflicts; LKSTREAM_BOOTSTRAP is a default.
+    if data_dir is not None and ctx.get_parameter_source("bootstrap") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--bootstrap and --data-dir are mutually exclusive", ctx)
 
 

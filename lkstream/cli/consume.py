@@ -28,12 +28,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext, suppress
-from typing import Any, Protocol
+from typing import Protocol
 
 import click
 
@@ -48,7 +47,9 @@ from lkstream.cli.base import (
     progress,
 )
 from lkstream.client.remote import RemoteBroker
+from lkstream.client.retry import DEFAULT_RETRY_TIMEOUT_S
 from lkstream.format.codec import Record, decode_batch
+from lkstream.format.json_records import record_to_json
 from lkstream.storage.reader import DataDirReader
 
 # -- where records come from ------------------------------------------------------------------------
@@ -119,32 +120,9 @@ class _Offline:
 # -- output -----------------------------------------------------------------------------------------
 
 
-def _text_or_base64(data: bytes | None) -> tuple[str | None, bool]:
-    if data is None:
-        return None, False
-    try:
-        return data.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode("ascii"), True
-
-
 def json_line(record: Record) -> str:
-    """One record as a JSON object; ``key_encoding``/``value_encoding`` say "base64" when not UTF-8."""
-    key, key_b64 = _text_or_base64(record.key)
-    value, value_b64 = _text_or_base64(record.value)
-    obj: dict[str, Any] = {
-        "topic": record.topic,
-        "partition": record.partition,
-        "offset": record.offset,
-        "timestamp": record.timestamp,
-        "key": key,
-        "value": value,
-    }
-    if key_b64:
-        obj["key_encoding"] = "base64"
-    if value_b64:
-        obj["value_encoding"] = "base64"
-    return json.dumps(obj, ensure_ascii=False)
+    """One record as a JSON object of :mod:`lkstream.format.json_records` (what ``produce --json`` reads)."""
+    return json.dumps(record_to_json(record), ensure_ascii=False)
 
 
 class _Printer:
@@ -304,7 +282,8 @@ def _from_value(ctx: click.Context, param: click.Parameter, value: str | None) -
     type=click.Choice(["raw", "json"]),
     default="raw",
     show_default=True,
-    help="raw: each value on a line; json: one object per line (topic, partition, offset, timestamp, key, value).",
+    help="raw: each value on a line; json: one record object per line (topic, partition, offset, timestamp, key, "
+    'value, headers; bytes that are not UTF-8 as {"base64": ...}), the shape `produce --json` reads.',
 )
 @click.option(
     "--group",
@@ -329,8 +308,11 @@ def consume(
 ) -> None:
     """Print the records of TOPIC, partition by partition, then stop (or, with --follow, wait for more).
 
-    In JSON output a key or value that is not UTF-8 is base64, marked by
-    "key_encoding" / "value_encoding": "base64".
+    JSON output is one record object per line: topic, partition, offset,
+    timestamp, key, value, headers, where a key, value or header value is a
+    string when it is UTF-8 and {"base64": "..."} otherwise (docs/http.md, "The
+    record object"); `lkstream produce T2 --json` reads it back, so
+    `consume T --output json | produce T2 --json` copies a topic.
 
     With --group, each partition starts at the group's committed offset (read
     back from the daemon with FetchCommittedOffsets; the log start where the
@@ -353,7 +335,12 @@ def consume(
     # A bar only when it cannot mix with the records: stdout goes elsewhere than the terminal.
     bar_total = max_messages if not sys.stdout.isatty() else None
     with broker_errors():
-        broker = connect_daemon(bootstrap) if data_dir is None else None
+        # A follower waits out daemon restarts as long as it takes, as Kafka consumers do.
+        broker = (
+            connect_daemon(bootstrap, retry_timeout_s=None if follow else DEFAULT_RETRY_TIMEOUT_S)
+            if data_dir is None
+            else None
+        )
         source: _Source = _Remote(broker) if broker is not None else _Offline(DataDirReader(data_dir or ""))
         try:
             bar = progress(f"consume {topic}", bar_total) if bar_total else nullcontext(_ignore)
@@ -363,8 +350,6 @@ def consume(
                     source, broker, topic, printer,
                     partition=partition, start=start or "", from_timestamp=from_timestamp, follow=follow, group=group,
                 )  # fmt: skip
-        except BrokenPipeError:
-            sys.stderr.close()  # the reader went away (`| head`): stop quietly
         finally:
             if broker is not None:
                 broker.close()
@@ -384,7 +369,11 @@ def _print_records(
 ) -> None:
     count = source.partition_count(topic)
     if partition is not None and partition >= count:
-        raise click.ClickException(f"topic {topic!r} has {count_of(count, 'partition')}, no {partition}")
+        # The broker's own words and code, as `produce --partition` prints them.
+        raise click.ClickException(
+            f"INVALID_ARGUMENT: partition {partition} does not exist in {topic!r} "
+            f"(it has {count_of(count, 'partition')})"
+        )
     pids = [partition] if partition is not None else list(range(count))
     starts = _starts(source, broker, topic, pids=pids, start=start, from_timestamp=from_timestamp, group=group)
     progress = _GroupProgress(broker, group, topic, pids) if broker is not None and group is not None else None

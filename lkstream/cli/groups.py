@@ -2,7 +2,7 @@
 
 ::
 
-    lkstream groups list [--bootstrap HOST:PORT]
+    lkstream groups list [--bootstrap HOST:PORT | --data-dir DIR]
     lkstream groups describe GROUP [--bootstrap HOST:PORT]
     lkstream groups reset GROUP --topic T [--partition N ...]
         (--to-earliest | --to-latest | --to-offset N | --to-timestamp MS) [--bootstrap HOST:PORT]
@@ -30,8 +30,19 @@ from contextlib import contextmanager
 import click
 
 from lkstream.broker.groups.types import GroupDescription, GroupState, PartitionLag, TopicPartition
-from lkstream.cli.base import bootstrap_option, broker_errors, cli, connect_daemon, count_of, print_table
+from lkstream.cli.base import (
+    bootstrap_option,
+    broker_errors,
+    check_one_target,
+    cli,
+    connect_daemon,
+    count_of,
+    data_dir_option,
+    print_table,
+)
 from lkstream.client.remote import RemoteBroker
+from lkstream.storage.offsets import OffsetStore
+from lkstream.storage.reader import DataDirReader
 
 _MEMBER_HEADERS = ("MEMBER", "INSTANCE", "CLIENT", "HOST", "PARTITIONS")
 _LAG_HEADERS = ("TOPIC", "PARTITION", "COMMITTED", "HIGH_WATERMARK", "LAG", "LAG_SECONDS", "OWNER")
@@ -89,14 +100,42 @@ def groups() -> None:
 
 @groups.command("list")
 @bootstrap_option
-def list_(bootstrap: str) -> None:
-    """Print every group with its state and live member count (groups with only committed offsets: Empty)."""
+@data_dir_option("Read the groups' committed offsets from this data directory offline (read-only, no lock).")
+@click.pass_context
+def list_(ctx: click.Context, bootstrap: str, data_dir: str | None) -> None:
+    """Print every group with its state and live member count (groups with only committed offsets: Empty).
+
+    With --data-dir, the groups that committed offsets in that data directory,
+    read offline (live members are known only to a daemon, so STATE is
+    "offline"), with how many topics and partitions each committed.
+    """
+    check_one_target(ctx, data_dir)
+    if data_dir is not None:
+        print_table(offline_group_rows(data_dir), ("GROUP", "STATE", "TOPICS", "PARTITIONS"))
+        return
     with _remote(bootstrap) as broker:
         listings = broker.list_groups()
     print_table(
         [(g.group, g.state.value, g.members) for g in sorted(listings, key=lambda g: g.group)],
         ("GROUP", "STATE", "MEMBERS"),
     )
+
+
+def offline_group_rows(data_dir: str) -> list[tuple[str, str, int, int]]:
+    """``(group, "offline", topics, partitions)`` per group with committed offsets in ``data_dir``."""
+    with broker_errors():
+        DataDirReader(data_dir)  # refuses a directory that is not a data directory
+        store = OffsetStore(data_dir, read_only=True)
+        try:
+            committed = store.list_committed()
+        finally:
+            store.close()
+    by_group: dict[str, set[tuple[str, int]]] = {}
+    for group, topic, pid in committed:
+        by_group.setdefault(group, set()).add((topic, pid))
+    return [
+        (group, "offline", len({topic for topic, _ in parts}), len(parts)) for group, parts in sorted(by_group.items())
+    ]
 
 
 @groups.command()

@@ -74,7 +74,37 @@ def dump(file: str, records: bool, as_index: bool, binary: str) -> None:
             raise click.ClickException(f"no index file {index}")
         _dump_index(index)
     else:
+        _check_segment(file)
         _dump_segment(file, records, binary)
+
+
+def _check_segment(path: str) -> None:
+    """Refuse (usage error) a file that is neither named nor shaped like a segment.
+
+    A file named ``<20 digits>.seg`` is always dumped, however damaged: that is
+    what dump is for. Any other name must start with a record batch header
+    (magic 2 and a plausible length), so ``dump README.md`` says what is wrong
+    instead of printing a batch made of prose.
+    """
+    parsed = parse_segment_name(os.path.basename(path))
+    if parsed is not None and parsed[1] == SEGMENT_SUFFIX:
+        return
+    file = open_read_only(path)
+    try:
+        head = file.pread(HEADER_SIZE, 0)
+    finally:
+        file.close()
+    if len(head) == HEADER_SIZE:
+        header = parse_header(head)
+        if header.magic == MAGIC and header.size >= HEADER_SIZE:
+            return
+        found = f"byte 16 (magic) is {header.magic}, not {MAGIC}"
+    else:
+        found = f"it has {len(head)} bytes, less than one batch header ({HEADER_SIZE})"
+    raise click.BadParameter(
+        f"{path} is not a segment (.seg) or index (.idx) file: it does not start with a record batch ({found})",
+        param_hint="FILE",
+    )
 
 
 def _dump_segment(path: str, with_records: bool, binary: str) -> None:

@@ -17,18 +17,26 @@ Invariants:
   directory's ``LOCK``: while a daemon owns the directory that is an error naming
   the daemon's pid, never a second writer.
 
-``--json`` lines are objects ``{"key": K, "value": V, "headers": {"name": V}, "partition": N}``
-where a key or value is a string (sent as UTF-8), ``{"base64": "..."}`` for binary data, or
-``null``; only ``value`` is required, and a line's ``partition`` overrides ``--partition``.
+``--json`` lines are record objects, the shape ``consume --output json`` prints
+(:mod:`lkstream.format.json_records`, docs/http.md "The record object"):
+``{"key": K, "value": V, "headers": [{"key": "name", "value": V}], "partition": N}`` where a
+key, value or header value is a string (sent as UTF-8), ``{"base64": "..."}`` for any bytes,
+or ``null``; only ``value`` is required; a line's ``partition`` overrides ``--partition``;
+``topic``, ``offset`` and ``timestamp`` are accepted and ignored, so consumed lines can be
+produced into another topic as they are.
+
+Delivery: a daemon restart is waited out (the remote client reconnects with backoff
+for up to 30 s). A request resent after the connection dropped may have been
+appended already, so produce is **at-least-once**: a restart can duplicate, never
+lose, an acknowledged line.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import json
 import os
+import select
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -51,13 +59,17 @@ from lkstream.cli.base import (
     progress,
 )
 from lkstream.errors import DataDirLockedError, LkstreamError
+from lkstream.format.codec import Headers
+from lkstream.format.json_records import INPUT_FIELDS, check_ignored_fields, headers_from_json, json_to_bytes
 from lkstream.storage.reader import DataDirReader
 
 #: Lines sent per Produce request.
 PRODUCE_BATCH_LINES: Final = 1000
-_JSON_FIELDS: Final = frozenset({"key", "value", "headers", "partition"})
+#: A pipe or terminal that pauses this long gets what it wrote so far sent.
+LINGER_S: Final = 0.1
+_JSON_FIELDS: Final = INPUT_FIELDS | {"key_encoding", "value_encoding"}
 
-Item = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+Item = tuple[bytes | None, bytes | None, Headers]
 
 
 class _Target(Protocol):
@@ -77,28 +89,63 @@ class BadLineError(Exception):
 # -- input ------------------------------------------------------------------------------------------
 
 
-def _lines(stream: IO[bytes], advance: Callable[[float], None]) -> Iterator[bytes]:
+def _lines(stream: IO[bytes], advance: Callable[[float], None]) -> Iterator[bytes | None]:
+    """The lines of ``stream`` without their line ends; a pipe or terminal is read live (:func:`_live_lines`)."""
+    fd = _live_fd(stream)
+    if fd is not None:
+        yield from _live_lines(fd, advance)
+        return
     for line in stream:
         advance(len(line))
         yield line[:-1].removesuffix(b"\r") if line.endswith(b"\n") else line
 
 
-def _blob(value: object, what: str) -> bytes | None:
-    """A JSON key, value or header value: a string (UTF-8), ``{"base64": "..."}`` or null."""
-    if value is None:
+def _live_fd(stream: IO[bytes]) -> int | None:
+    """The descriptor of a pipe or terminal (read live), None for a regular file or an in-memory stream."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
         return None
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
-        try:
-            return base64.b64decode(value["base64"], validate=True)
-        except binascii.Error as exc:
-            raise ValueError(f"{what} is not valid base64 ({exc})") from None
-    raise ValueError(f'{what} must be a string, {{"base64": "..."}} or null, not {json.dumps(value)[:60]}')
+    return None if stat.S_ISREG(st.st_mode) else stream.fileno()
+
+
+def _live_lines(fd: int, advance: Callable[[float], None]) -> Iterator[bytes | None]:
+    """Lines of a pipe or terminal as they arrive, and ``None`` once input pauses for :data:`LINGER_S`.
+
+    The ``None`` tells the sender to send what it holds, so a line typed (or
+    written by a slow process) is acknowledged within the linger, as
+    kafka-console-producer and kcat do, instead of waiting for 1,000 lines or EOF.
+    A fast pipe never pauses, so its requests still carry 1,000 lines each.
+    """
+    pending = b""
+    idle_reported = False
+    while True:
+        end = pending.find(b"\n")
+        if end >= 0:
+            line, pending = pending[:end], pending[end + 1 :]
+            idle_reported = False
+            yield line.removesuffix(b"\r")
+            continue
+        if not idle_reported and not select.select([fd], [], [], LINGER_S)[0]:
+            idle_reported = True
+            yield None
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            if pending:
+                yield pending.removesuffix(b"\r")
+            return
+        advance(len(chunk))
+        pending += chunk
 
 
 def parse_json_line(line: bytes, number: int) -> tuple[Item, int | None]:
-    """One ``--json`` line as ``((key, value, headers), partition)``; :class:`BadLineError` if it is not one."""
+    """One ``--json`` line as ``((key, value, headers), partition)``; :class:`BadLineError` if it is not one.
+
+    The shape is :mod:`lkstream.format.json_records`' (what ``consume --output json``
+    prints). The ``key_encoding``/``value_encoding`` markers of older ``consume``
+    output are still understood.
+    """
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -107,28 +154,43 @@ def parse_json_line(line: bytes, number: int) -> tuple[Item, int | None]:
         raise BadLineError(number, "not a JSON object")
     unknown = sorted(set(obj) - _JSON_FIELDS)
     if unknown:
-        raise BadLineError(number, f"unknown field(s) {', '.join(unknown)} (allowed: headers, key, partition, value)")
+        allowed = ", ".join(sorted(INPUT_FIELDS))
+        raise BadLineError(number, f"unknown field(s) {', '.join(unknown)} (allowed: {allowed})")
     if "value" not in obj:
         raise BadLineError(number, 'no "value" field')
     partition = obj.get("partition")
     if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool) or partition < 0):
         raise BadLineError(number, f'"partition" must be a non-negative integer, not {json.dumps(partition)}')
-    headers_obj = obj.get("headers") or {}
-    if not isinstance(headers_obj, dict):
-        raise BadLineError(number, '"headers" must be an object of name: value')
     try:
-        key = _blob(obj.get("key"), '"key"')
-        value = _blob(obj["value"], '"value"')
-        headers = [(name, _blob(v, f"header {name!r}")) for name, v in headers_obj.items()]
+        check_ignored_fields(obj)
+        key = _field_bytes(obj, "key")
+        value = _field_bytes(obj, "value")
+        headers = headers_from_json(obj.get("headers"))
     except ValueError as exc:
         raise BadLineError(number, str(exc)) from None
     return (key, value, headers), partition
 
 
+def _field_bytes(obj: dict[str, Any], field: str) -> bytes | None:
+    """``obj[field]`` as bytes; ``"value": "AAE=", "value_encoding": "base64"`` is the form of older output."""
+    encoding = obj.get(f"{field}_encoding")
+    if encoding is None:
+        return json_to_bytes(obj.get(field), f'"{field}"')
+    if encoding != "base64" or not isinstance(obj.get(field), str):
+        raise ValueError(f'"{field}_encoding" must be "base64" and "{field}" a base64 string')
+    return json_to_bytes({"base64": obj[field]}, f'"{field}"')
+
+
 def _items(
-    lines: Iterator[bytes], separator: bytes | None, as_json: bool, default_partition: int | None
-) -> Iterator[tuple[Item, int | None]]:
-    for number, line in enumerate(lines, start=1):
+    lines: Iterator[bytes | None], separator: bytes | None, as_json: bool, default_partition: int | None
+) -> Iterator[tuple[Item, int | None] | None]:
+    """Records with their partition; ``None`` passes an input pause through to the sender."""
+    number = 0
+    for line in lines:
+        if line is None:
+            yield None
+            continue
+        number += 1
         if as_json:
             item, partition = parse_json_line(line, number)
             yield item, default_partition if partition is None else partition
@@ -172,18 +234,25 @@ def open_target(bootstrap: str, data_dir: str | None) -> _Target:
         ) from None
 
 
-def _send(target: _Target, topic: str, items: Iterator[tuple[Item, int | None]]) -> tuple[int, Exception | None]:
+def _send(target: _Target, topic: str, items: Iterator[tuple[Item, int | None] | None]) -> tuple[int, Exception | None]:
     """Send ``items`` in requests of up to 1,000 (one partition each); ``(acknowledged, error)``.
 
-    A bad line stops the input but the records before it are still sent, so the
-    count is exactly what the broker holds.
+    A pause in the input (``None``) sends what is held. A bad line stops the
+    input but the records before it are still sent, so the count is exactly
+    what the broker holds.
     """
     acknowledged = 0
     batch: list[Item] = []
     batch_partition: int | None = None
     stop: Exception | None = None
     try:
-        for item, partition in items:
+        for entry in items:
+            if entry is None:
+                if batch:
+                    acknowledged += len(target.produce_many_sync(topic, batch, partition=batch_partition))
+                    batch = []
+                continue
+            item, partition = entry
             if batch and (partition != batch_partition or len(batch) == PRODUCE_BATCH_LINES):
                 acknowledged += len(target.produce_many_sync(topic, batch, partition=batch_partition))
                 batch = []

@@ -22,18 +22,20 @@ Errors come back as the same :mod:`lkstream.errors` classes the embedded broker
 raises (table in :mod:`lkstream.wire.contract`); an unreachable daemon raises
 :class:`BrokerUnavailableError` naming the address.
 
-Retries: a call failing with gRPC ``UNAVAILABLE`` (:class:`BrokerUnavailableError`,
-e.g. during a daemon restart) is retried up to ``retries`` times with exponential
-backoff (``retry_backoff_ms`` doubling per attempt, capped at 2 s) and jitter.
-Idempotent RPCs (Fetch, FetchCommittedOffsets, OffsetsForTimestamp, Admin describe/list, Handshake) are
-always retried.
-Every other RPC (Produce, Admin create/delete, CommitOffset) is retried only when
-the failure happened *before the request was sent* (connection refused, channel
-not connected), so the daemon cannot have seen it. A Produce that fails after
-being sent (the connection dropped mid-call) is **not** retried and raises: the
-daemon may or may not have appended it. Re-sending it yourself gives
-at-least-once delivery, i.e. possible duplicates. When every attempt fails, the
-error names the address and the number of attempts.
+Reconnecting (:mod:`lkstream.client.retry`): a call failing with gRPC
+``UNAVAILABLE`` (a daemon restarting, connection refused) is retried with
+exponential backoff (``retry_backoff_ms`` doubling per attempt, capped at
+``retry_backoff_max_ms``) and jitter for up to ``retry_timeout_s`` (30 s; None:
+for ever) after its first failure, or ``retries`` retries when set. Reads,
+describes, commits and group heartbeats are always retried. **Produce is
+at-least-once:** it is retried too, also when the connection dropped after the
+request was sent, so a record the daemon appended just before it went away can
+be appended again (a duplicate, never a silent loss). Topic create and delete,
+group joins and resets are retried only when the request never left the client.
+:meth:`RemoteBroker.subscribe` resumes after the last batch it delivered. When
+every attempt fails, the error names the address and the number of attempts.
+An address without a port gets 9090; an address that answers HTTP/1.x (the
+daemon's HTTP port) fails at once, saying so.
 
 Security: ``tls=`` (True for the system's CAs, a CA file path, or a
 :class:`~lkstream.security.tls.ClientTls` with a client certificate) makes every
@@ -45,17 +47,20 @@ needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
 
 Thread-safety: the blocking methods may be called from any thread. The async
 methods use one ``grpc.aio`` channel per event loop.
+
+Split by role: this module is produce, fetch, admin and the connection's life;
+:mod:`lkstream.client.remote_calls` the call plumbing (retries, errors),
+:mod:`lkstream.client.remote_waits` long polls and subscriptions, and
+:mod:`lkstream.client.remote_groups` the consumer-group calls.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
-import queue
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -63,11 +68,17 @@ import grpc
 from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.client.remote_calls import fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
+from lkstream.client.remote_waits import RemoteWaits
+from lkstream.client.retry import (
+    DEFAULT_BACKOFF_MAX_S,
+    DEFAULT_RETRY_TIMEOUT_S,
+    Retry,
+    normalise_address,
+)
 from lkstream.errors import (
-    BrokerUnavailableError,
     InvalidArgumentError,
-    LkstreamError,
     RecordTooLargeError,
     UnknownTopicError,
 )
@@ -79,7 +90,7 @@ from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
-from lkstream.wire.contract import ERROR_CLASS_KEY, PROTOCOL_VERSION, VERSION_METADATA_KEY, error_from_status
+from lkstream.wire.contract import PROTOCOL_VERSION, VERSION_METADATA_KEY
 
 T = TypeVar("T")
 
@@ -87,29 +98,14 @@ T = TypeVar("T")
 DEFAULT_BATCH_BYTES = 1024 * 1024
 #: Largest gRPC message the client sends or accepts.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-#: Retries of a call failing with UNAVAILABLE, and the first backoff (doubling, capped).
-DEFAULT_RETRIES = 5
+#: The first backoff of a call failing with UNAVAILABLE (doubling, capped at ``retry_backoff_max_ms``).
 DEFAULT_RETRY_BACKOFF_MS = 100
-RETRY_BACKOFF_CAP_S = 2.0
 # gRPC's own reconnect backoff (default 1 s growing to 120 s) would outlast our retries after a restart.
 _RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
-# Transport failures that mean the request never left the client (safe to retry any RPC).
-_NOT_SENT_MARKERS = (
-    "failed to connect",
-    "connection refused",
-    "connect failed",
-    "channel is not ready",
-    "no ready subchannel",
-    "name resolution",
-    "dns resolution failed",
-)
-
-#: Longest single long-poll Fetch while waiting for data (a longer wait re-asks).
-LONG_POLL_S = 10.0
 
 # (partition or None for "the daemon picks", encoded batch, indices of the records in it)
 _Chunk = tuple[int | None, bytearray, list[int]]
@@ -120,7 +116,7 @@ def connect(address: str = "127.0.0.1:9090", **options: Any) -> RemoteBroker:
     return RemoteBroker(address, **options)
 
 
-class RemoteBroker(RemoteGroupCalls):
+class RemoteBroker(RemoteWaits, RemoteGroupCalls):
     """A connection to an LKSTREAM daemon with the embedded :class:`Broker`'s surface."""
 
     def __init__(
@@ -130,8 +126,10 @@ class RemoteBroker(RemoteGroupCalls):
         timeout: float = 30.0,
         connect_timeout: float = 5.0,
         connect_timeout_s: float | None = None,
-        retries: int = DEFAULT_RETRIES,
+        retries: int | None = None,
+        retry_timeout_s: float | None = DEFAULT_RETRY_TIMEOUT_S,
         retry_backoff_ms: float = DEFAULT_RETRY_BACKOFF_MS,
+        retry_backoff_max_ms: float = DEFAULT_BACKOFF_MAX_S * 1000,
         retry_seed: int | None = None,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         compression: Compression | str | None = None,
@@ -140,8 +138,11 @@ class RemoteBroker(RemoteGroupCalls):
         token: str | None = None,
         tls: bool | str | ClientTls | None = None,
     ) -> None:
-        if retries < 0 or retry_backoff_ms < 0:
-            raise InvalidArgumentError("retries and retry_backoff_ms must be non-negative")
+        if (retries is not None and retries < 0) or retry_backoff_ms < 0 or retry_backoff_max_ms < 0:
+            raise InvalidArgumentError("retries, retry_backoff_ms and retry_backoff_max_ms must be non-negative")
+        if retry_timeout_s is not None and retry_timeout_s < 0:
+            raise InvalidArgumentError("retry_timeout_s must be non-negative (or None: retry for ever)")
+        address = normalise_address(address)
         self._tls = client_tls(tls)
         if token is not None and self._tls is None and not _is_loopback_address(address):
             raise InvalidArgumentError(
@@ -151,8 +152,12 @@ class RemoteBroker(RemoteGroupCalls):
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout_s is None else connect_timeout_s
         self.retries = retries
+        self.retry_timeout_s = retry_timeout_s
         self.retry_backoff_s = retry_backoff_ms / 1000.0
+        self.retry_backoff_max_s = retry_backoff_max_ms / 1000.0
         self._random = random.Random(retry_seed)
+        self._unavailable_since: float | None = None
+        self._reached = False  # the handshake succeeded: later failures are a daemon going away
         self.batch_bytes = batch_bytes
         self.compression = Compression.parse(compression)
         self._options: list[tuple[str, Any]] = [
@@ -186,102 +191,11 @@ class RemoteBroker(RemoteGroupCalls):
     def _handshake(self, version: int, timeout: float) -> int:
         request = pb.HandshakeRequest(client_protocol_version=version, client_name="lkstream-python")
         response: pb.HandshakeResponse = self._call(
-            self._stub.Handshake, request, timeout=timeout, idempotent=True, deadline=time.monotonic() + timeout
+            self._stub.Handshake, request, timeout=timeout, retry=Retry.SAFE, deadline=time.monotonic() + timeout
         )
         self.max_message_bytes = int(response.max_message_bytes) or None
+        self._reached = True
         return int(response.server_protocol_version)
-
-    # -- call plumbing ---------------------------------------------------------------------------
-
-    def _error(self, exc: grpc.RpcError) -> LkstreamError:
-        call: Any = exc
-        code = call.code() if hasattr(call, "code") else grpc.StatusCode.UNKNOWN
-        details = (call.details() if hasattr(call, "details") else "") or ""
-        trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
-        return error_from_status(code, details, tuple(trailing or ()), self.address)
-
-    def _retry_delay(self, attempt: int, exc: grpc.RpcError, idempotent: bool) -> float | None:
-        """Seconds to wait before retry ``attempt`` (1-based), or None when ``exc`` must not be retried."""
-        call: Any = exc
-        code = call.code() if hasattr(call, "code") else None
-        if code is not grpc.StatusCode.UNAVAILABLE or attempt > self.retries:
-            return None
-        trailing = dict(call.trailing_metadata() or ()) if hasattr(call, "trailing_metadata") else {}
-        if trailing.get(ERROR_CLASS_KEY):
-            return None  # the daemon answered (e.g. BrokerClosedError while shutting down)
-        if not idempotent:
-            details = ((call.details() if hasattr(call, "details") else "") or "").lower()
-            if not any(marker in details for marker in _NOT_SENT_MARKERS):
-                return None
-        backoff = min(RETRY_BACKOFF_CAP_S, self.retry_backoff_s * (2.0 ** (attempt - 1)))
-        return backoff * (0.5 + 0.5 * self._random.random())
-
-    def _gave_up(self, exc: grpc.RpcError, attempts: int) -> LkstreamError:
-        error = self._error(exc)
-        if attempts > 1 and isinstance(error, BrokerUnavailableError):
-            call: Any = exc
-            details = (call.details() if hasattr(call, "details") else "") or ""
-            error = BrokerUnavailableError(self.address, f"gave up after {attempts} attempts: {details}")
-        if isinstance(error, BrokerUnavailableError) and self._tls is None and "socket closed" in str(error).lower():
-            # What a TLS port does to a plaintext client: say so, it is the likely cause.
-            error = BrokerUnavailableError(
-                self.address, f"{error.args[0]} (does the daemon use TLS? connect with tls=)"
-            )
-        return error
-
-    def _call(
-        self,
-        method: Any,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        idempotent: bool = False,
-        deadline: float | None = None,
-    ) -> Any:
-        if self._closed:
-            raise InvalidArgumentError("this RemoteBroker is closed")
-        attempt = 0
-        while True:
-            attempt += 1
-            limit = timeout or self.timeout
-            if deadline is not None:
-                limit = max(0.001, min(limit, deadline - time.monotonic()))
-            try:
-                return method(request, timeout=limit, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                delay = self._retry_delay(attempt, exc, idempotent)
-                if delay is not None and deadline is not None:
-                    delay = min(delay, deadline - time.monotonic())
-                if delay is None or delay <= 0 or self._closed:
-                    raise self._gave_up(exc, attempt) from None
-                time.sleep(delay)
-
-    def _astub(self) -> Any:
-        if self._closed:
-            raise InvalidArgumentError("this RemoteBroker is closed")
-        loop = asyncio.get_running_loop()
-        entry = self._aio.get(loop)
-        if entry is None:
-            channel = (
-                grpc.aio.insecure_channel(self.address, options=self._options)
-                if self._credentials is None
-                else grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
-            )
-            entry = (channel, pb_grpc.BrokerStub(channel))  # type: ignore[no-untyped-call]
-            self._aio[loop] = entry
-        return entry[1]
-
-    async def _acall(self, name: str, request: Any, *, idempotent: bool = False) -> Any:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await getattr(self._astub(), name)(request, timeout=self.timeout, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                delay = self._retry_delay(attempt, exc, idempotent)
-                if delay is None or self._closed:
-                    raise self._gave_up(exc, attempt) from None
-                await asyncio.sleep(delay)
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -297,13 +211,14 @@ class RemoteBroker(RemoteGroupCalls):
         pairs, headers = normalise_records(records)
         if not pairs:
             return []
+        self._check_sizes(pairs)  # before a describe that may auto-create the topic
         count = None
         if partition is None and any(key is not None for key, _ in pairs):
             count = self._partitions.get(topic) or await self._adescribe_count(topic)
         chunks = self._plan(pairs, headers, partition, count, compression)
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
         for pid, batch, indices in chunks:
-            response = await self._acall("Produce", _produce_request(topic, pid, batch))
+            response = await self._acall("Produce", _produce_request(topic, pid, batch), retry=Retry.RESEND)
             _place(results, indices, response)
         return results
 
@@ -319,23 +234,32 @@ class RemoteBroker(RemoteGroupCalls):
         pairs, headers = normalise_records(records)
         if not pairs:
             return []
+        self._check_sizes(pairs)  # before a describe that may auto-create the topic
         count = None
         if partition is None and any(key is not None for key, _ in pairs):
             count = self.partitions_for(topic, create=True)
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
         for pid, batch, indices in self._plan(pairs, headers, partition, count, compression):
-            _place(results, indices, self._call(self._stub.Produce, _produce_request(topic, pid, batch)))
+            request = _produce_request(topic, pid, batch)
+            _place(results, indices, self._call(self._stub.Produce, request, retry=Retry.RESEND))
         return results
 
     async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
         """Append one pre-encoded v2 batch; return ``(base_offset, last_offset)``."""
-        response = await self._acall("Produce", _produce_request(topic, partition, batch))
+        response = await self._acall("Produce", _produce_request(topic, partition, batch), retry=Retry.RESEND)
         return int(response.base_offset), int(response.last_offset)
 
     def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
         """Blocking twin of :meth:`produce_batch`."""
-        response = self._call(self._stub.Produce, _produce_request(topic, partition, batch))
+        response = self._call(self._stub.Produce, _produce_request(topic, partition, batch), retry=Retry.RESEND)
         return int(response.base_offset), int(response.last_offset)
+
+    def _check_sizes(self, pairs: list[KeyValue]) -> None:
+        """The daemon appends our batches without looking at records: enforce its per-record limit here."""
+        if self.max_message_bytes is not None:
+            largest = max(record_sizes(pairs))
+            if largest > self.max_message_bytes:
+                raise RecordTooLargeError(largest, self.max_message_bytes)
 
     def _plan(
         self,
@@ -348,11 +272,6 @@ class RemoteBroker(RemoteGroupCalls):
         """Route records to partitions (as the embedded broker does) and encode one batch per chunk."""
         codec = self.compression if compression is None else Compression.parse(compression)
         sizes = record_sizes(pairs)
-        if self.max_message_bytes is not None:
-            # The daemon appends our batches without looking at records: enforce its per-record limit here.
-            largest = max(sizes)
-            if largest > self.max_message_bytes:
-                raise RecordTooLargeError(largest, self.max_message_bytes)
         routes: dict[int | None, list[int]]
         if explicit is not None or count is None or count == 1:
             routes = {explicit if count != 1 or explicit is not None else 0: list(range(len(pairs)))}
@@ -377,14 +296,14 @@ class RemoteBroker(RemoteGroupCalls):
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
         """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``)."""
-        response = self._call(self._stub.Fetch, _fetch_request(topic, partition, offset, max_bytes), idempotent=True)
+        response = self._call(self._stub.Fetch, fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     async def fetch_async(
         self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
     ) -> ReadResult:
         """Async twin of :meth:`fetch`."""
-        response = await self._acall("Fetch", _fetch_request(topic, partition, offset, max_bytes), idempotent=True)
+        response = await self._acall("Fetch", fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
         return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
 
     def read_from(
@@ -399,7 +318,7 @@ class RemoteBroker(RemoteGroupCalls):
         records = decode_batches(self.fetch(topic, partition, offset, max_bytes).data, topic, partition, offset)
         return records if max_msgs is None else records[:max_msgs]
 
-    # -- waiting for data (the Consumer's wake-up) --------------------------------------------------
+    # -- offsets and admin -----------------------------------------------------------------------
 
     def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """``(log_start_offset, high_watermark)`` of ``topic[partition]`` (one Admin describe)."""
@@ -410,109 +329,10 @@ class RemoteBroker(RemoteGroupCalls):
             )
         return stats[partition].log_start_offset, stats[partition].high_watermark
 
-    async def wait_for_data(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
-        """Wait until any ``(topic, partition)`` has a record at or past its offset; False on timeout.
-
-        One long-poll Fetch (``max_wait_ms``) per partition, concurrently: the daemon
-        answers when the append lands, so nothing polls. A failed wait returns True
-        ("go and look"): the caller's next fetch retries or raises the real error.
-        """
-        deadline = _deadline(positions, timeout)
-        while True:
-            wait_s = _wait_slice(deadline)
-            stub = self._astub()
-            tasks = [
-                asyncio.ensure_future(self._arrival(stub, topic, pid, offset, wait_s))
-                for (topic, pid), offset in positions.items()
-            ]
-            try:
-                pending = set(tasks)
-                while pending:
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    if any(task.result() for task in done):
-                        return True
-            finally:
-                for task in tasks:
-                    task.cancel()
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-
-    async def _arrival(self, stub: Any, topic: str, pid: int, offset: int, wait_s: float) -> bool:
-        request = _wait_request(topic, pid, offset, wait_s)
-        try:
-            response = await stub.Fetch(request, timeout=wait_s + self.timeout, metadata=self._metadata)
-        except grpc.RpcError:
-            return True
-        return int(response.high_watermark) > offset
-
-    def wait_for_data_sync(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
-        """Blocking twin of :meth:`wait_for_data` (concurrent long polls as gRPC futures, no threads)."""
-        deadline = _deadline(positions, timeout)
-        while True:
-            wait_s = _wait_slice(deadline)
-            answered: queue.SimpleQueue[tuple[Any, int]] = queue.SimpleQueue()
-            calls = []
-            if self._closed:
-                raise InvalidArgumentError("this RemoteBroker is closed")
-            for (topic, pid), offset in positions.items():
-                call = self._stub.Fetch.future(
-                    _wait_request(topic, pid, offset, wait_s), timeout=wait_s + self.timeout, metadata=self._metadata
-                )
-                call.add_done_callback(functools.partial(_answered, answered, offset))
-                calls.append(call)
-            try:
-                for _ in calls:
-                    try:
-                        done, offset = answered.get(timeout=wait_s + self.timeout)
-                    except queue.Empty:
-                        return True  # the calls' own deadlines should have fired: go and look
-                    if _arrived(done, offset):
-                        return True
-            finally:
-                for call in calls:
-                    call.cancel()
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-
-    # -- subscribe -----------------------------------------------------------------------------------
-
-    async def subscribe(self, topic: str, partition: int, offset: int) -> AsyncIterator[Record]:
-        """Records from ``offset`` on, then each new one as it is appended, until the caller stops.
-
-        Rides :meth:`subscribe_batches`: the daemon pushes whole batches as they
-        are appended and this client decodes them.
-        """
-        async for result in self.subscribe_batches(topic, partition, offset):
-            for record in decode_batches(result.data, topic, partition, offset):
-                yield record
-                offset = record.offset + 1
-
-    async def subscribe_batches(
-        self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
-    ) -> AsyncIterator[ReadResult]:
-        """Raw whole batches from ``offset`` on, pushed by the daemon as they are appended.
-
-        The first batch may start before ``offset`` (decode with ``min_offset``).
-        gRPC flow control keeps the daemon at most a window ahead of the caller,
-        so reading and decoding overlap without unbounded buffering.
-        """
-        call = self._astub().SubscribeBatches(
-            _fetch_request(topic, partition, offset, max_bytes), metadata=self._metadata
-        )
-        try:
-            async for response in call:
-                yield ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
-        except grpc.RpcError as exc:
-            raise self._error(exc) from None
-        finally:
-            call.cancel()
-
-    # -- offsets and admin -----------------------------------------------------------------------
-
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Durably record that ``group`` will next read ``offset`` of ``topic[partition]``."""
         request = pb.CommitRequest(group=group, topic=topic, partition=partition, offset=offset)
-        self._call(self._stub.CommitOffset, request)
+        self._call(self._stub.CommitOffset, request, retry=Retry.SAFE)  # the same offset twice is harmless
 
     def committed_offsets(self, group: str, topic: str, partitions: Sequence[int] = ()) -> dict[int, int]:
         """``{partition: committed offset}`` of ``group`` (all partitions when none are named).
@@ -520,7 +340,7 @@ class RemoteBroker(RemoteGroupCalls):
         A partition the group never committed is absent.
         """
         request = pb.FetchCommittedRequest(group=group, topic=topic, partitions=list(partitions))
-        response = self._call(self._stub.FetchCommittedOffsets, request, idempotent=True)
+        response = self._call(self._stub.FetchCommittedOffsets, request, retry=Retry.SAFE)
         return {int(pid): int(offset) for pid, offset in response.offsets.items()}
 
     def offsets_for_timestamp(
@@ -534,7 +354,7 @@ class RemoteBroker(RemoteGroupCalls):
         request = pb.OffsetsForTimestampRequest(
             topic=topic, partitions=list(partitions or ()), timestamp_ms=timestamp_ms
         )
-        response = self._call(self._stub.OffsetsForTimestamp, request, idempotent=True)
+        response = self._call(self._stub.OffsetsForTimestamp, request, retry=Retry.SAFE)
         return {int(pid): int(offset) for pid, offset in response.offsets.items()}
 
     def read_committed(self, group: str, topic: str, partition: int) -> int | None:
@@ -560,12 +380,12 @@ class RemoteBroker(RemoteGroupCalls):
         self._call(self._stub.Admin, pb.AdminRequest(delete_topic=pb.DeleteTopic(name=name)))
 
     def list_topics(self) -> list[str]:
-        response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()), idempotent=True)
+        response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()), retry=Retry.SAFE)
         return list(response.topics)
 
     def describe_topic(self, name: str, *, create: bool = False) -> TopicDescription:
         request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=name, create_if_missing=create))
-        description = _description(self._call(self._stub.Admin, request, idempotent=True).topic)
+        description = _description(self._call(self._stub.Admin, request, retry=Retry.SAFE).topic)
         self._partitions[name] = description.settings.partitions
         return description
 
@@ -576,7 +396,7 @@ class RemoteBroker(RemoteGroupCalls):
 
     async def _adescribe_count(self, topic: str) -> int:
         request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=topic, create_if_missing=True))
-        description = _description((await self._acall("Admin", request, idempotent=True)).topic)
+        description = _description((await self._acall("Admin", request, retry=Retry.SAFE)).topic)
         self._partitions[topic] = description.settings.partitions
         return description.settings.partitions
 
@@ -648,41 +468,6 @@ def _close_soon(loop: asyncio.AbstractEventLoop, close: Callable[[], Any]) -> No
 
 def _produce_request(topic: str, partition: int | None, batch: bytes | bytearray) -> pb.ProduceRequest:
     return pb.ProduceRequest(topic=topic, partition=partition, record_batch=bytes(batch))
-
-
-def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> pb.FetchRequest:
-    if offset < 0:
-        raise InvalidArgumentError(f"offset must be non-negative, got {offset}")
-    return pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes, raw_batches=True)
-
-
-def _wait_request(topic: str, partition: int, offset: int, wait_s: float) -> pb.FetchRequest:
-    # max_bytes=1: the answer carries at most one batch; the caller only looks at high_watermark.
-    request = _fetch_request(topic, partition, offset, 1)
-    request.max_wait_ms = max(0, int(wait_s * 1000))
-    return request
-
-
-def _deadline(positions: dict[tuple[str, int], int], timeout: float | None) -> float | None:
-    if not positions:
-        raise InvalidArgumentError("nothing to wait for: no partitions given")
-    return None if timeout is None else time.monotonic() + max(0.0, timeout)
-
-
-def _wait_slice(deadline: float | None) -> float:
-    return LONG_POLL_S if deadline is None else max(0.0, min(LONG_POLL_S, deadline - time.monotonic()))
-
-
-def _answered(answers: queue.SimpleQueue[tuple[Any, int]], offset: int, call: Any) -> None:
-    answers.put((call, offset))
-
-
-def _arrived(call: Any, offset: int) -> bool:
-    """Whether a finished long-poll Fetch saw data past ``offset`` (a failed one counts: go and look)."""
-    try:
-        return int(call.result(timeout=0).high_watermark) > offset
-    except (grpc.RpcError, grpc.FutureCancelledError, grpc.FutureTimeoutError):
-        return True
 
 
 def _place(results: list[tuple[int, int]], indices: list[int], response: pb.ProduceResponse) -> None:

@@ -8,7 +8,6 @@ thread calls them); errors arrive as the same :mod:`lkstream.errors` classes.
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +28,8 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
+from lkstream.client.remote_calls import RemoteCalls
+from lkstream.client.retry import Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.messages import from_topic_partitions, to_topic_partitions
@@ -37,22 +38,10 @@ from lkstream.wire.messages import from_topic_partitions, to_topic_partitions
 _LONG_POLL_SLACK_S = 5.0
 
 
-class RemoteGroupCalls:
-    """Mixin of RemoteBroker: needs its ``_call`` plumbing and blocking stub."""
+class RemoteGroupCalls(RemoteCalls):
+    """Mixin of RemoteBroker: its ``_call`` plumbing (:class:`RemoteCalls`) and blocking stub."""
 
     _stub: Any
-    timeout: float
-
-    @abstractmethod
-    def _call(
-        self,
-        method: Any,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        idempotent: bool = False,
-        deadline: float | None = None,
-    ) -> Any: ...
 
     def join_group(
         self,
@@ -102,7 +91,7 @@ class RemoteGroupCalls:
         )
         timeout = min(max_wait_ms, MAX_HEARTBEAT_WAIT_MS) / 1000.0 + _LONG_POLL_SLACK_S
         # Idempotent: heartbeats (and releases) can be repeated without harm.
-        response = self._call(self._stub.Heartbeat, request, timeout=max(timeout, self.timeout), idempotent=True)
+        response = self._call(self._stub.Heartbeat, request, timeout=max(timeout, self.timeout), retry=Retry.SAFE)
         owned = from_topic_partitions(response.owned)
         return HeartbeatResult(
             generation=int(response.generation),
@@ -119,11 +108,11 @@ class RemoteGroupCalls:
         request = pb.SyncGroupRequest(
             group=group, member_id=member_id, generation=generation, released=to_topic_partitions(released)
         )
-        response = self._call(self._stub.SyncGroup, request, idempotent=True)
+        response = self._call(self._stub.SyncGroup, request, retry=Retry.SAFE)
         return SyncResult(int(response.generation), from_topic_partitions(response.assignment))
 
     def leave_group(self, group: str, member_id: str) -> None:
-        self._call(self._stub.LeaveGroup, pb.LeaveGroupRequest(group=group, member_id=member_id), idempotent=True)
+        self._call(self._stub.LeaveGroup, pb.LeaveGroupRequest(group=group, member_id=member_id), retry=Retry.SAFE)
 
     def commit_offsets(
         self,
@@ -141,7 +130,7 @@ class RemoteGroupCalls:
             offsets=[pb.PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in offsets.items()],
         )
         # Idempotent: committing the same offsets twice is harmless (equal offsets are accepted).
-        self._call(self._stub.CommitOffsets, request, idempotent=True)
+        self._call(self._stub.CommitOffsets, request, retry=Retry.SAFE)
 
     def reset_offsets(
         self,
@@ -169,7 +158,7 @@ class RemoteGroupCalls:
 
     def _describe(self, group: str) -> pb.DescribeGroupResponse:
         response: pb.DescribeGroupResponse = self._call(
-            self._stub.DescribeGroup, pb.DescribeGroupRequest(group=group), idempotent=True
+            self._stub.DescribeGroup, pb.DescribeGroupRequest(group=group), retry=Retry.SAFE
         )
         return response
 
@@ -207,5 +196,5 @@ class RemoteGroupCalls:
         ]
 
     def list_groups(self) -> list[GroupListing]:
-        response = self._call(self._stub.ListGroups, pb.ListGroupsRequest(), idempotent=True)
+        response = self._call(self._stub.ListGroups, pb.ListGroupsRequest(), retry=Retry.SAFE)
         return [GroupListing(g.group, GroupState(g.state), int(g.members)) for g in response.groups]

@@ -29,6 +29,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -86,13 +87,19 @@ class Daemon:
             self.server,
         )
         address = f"{settings.grpc_host}:{settings.grpc_port}"
+        busy = port_in_use(settings.grpc_host, settings.grpc_port)
+        if busy is not None:  # asked first: gRPC core would log its own multi-line error before failing
+            raise InvalidArgumentError(cannot_listen("gRPC", address, busy, "grpc"))
         tls = settings.tls
-        if tls is None:
-            self.port = self.server.add_insecure_port(address)
-        else:
-            self.port = self.server.add_secure_port(address, server_credentials(tls))
+        try:
+            if tls is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, server_credentials(tls))
+        except RuntimeError:  # grpcio >= 1.60 raises where older releases returned 0
+            self.port = 0
         if self.port == 0:
-            raise InvalidArgumentError(f"cannot listen on {address} (address in use or not local?)")
+            raise InvalidArgumentError(cannot_listen("gRPC", address, "in use or not a local address", "grpc"))
         self.address = f"{settings.grpc_host}:{self.port}"
         self.kafka: KafkaServer | None = None
         if settings.kafka_port >= 0:
@@ -121,13 +128,19 @@ class Daemon:
         host, port = self.settings.http_host, self.settings.http_port
         limit = self.settings.message_limit(self.broker.config)
         try:
+            options: dict[str, Any] = {
+                "max_request_bytes": limit,
+                "default_topic": self.settings.http_default_topic,
+                "default_topic_partitions": self.settings.http_default_topic_partitions,
+            }
             if self.access.enabled:
-                self.http = GuardedHttpServer(self.broker, self.metrics, self._http_guard(), max_request_bytes=limit)
+                self.http = GuardedHttpServer(self.broker, self.metrics, self._http_guard(), **options)
                 await self.http.start(host, port)
             else:
-                self.http = await start_http(self.broker, self.metrics, host, port, max_request_bytes=limit)
+                self.http = await start_http(self.broker, self.metrics, host, port, **options)
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
+            reason = (exc.strerror or str(exc)).lower()
+            raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
         await self.server.start()
         if self.kafka is not None:
             try:
@@ -170,6 +183,38 @@ class Daemon:
                 self.metrics.close()
                 if self.http is not None:
                     await self.http.stop()
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound right now (``"address already in use"``), or None if it can.
+
+    A probe bind without ``SO_REUSEPORT``, closed at once; port 0 always binds.
+    """
+    if port == 0:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host.strip("[]"), port))
+    except socket.gaierror as exc:
+        return f"cannot resolve the host: {exc.strerror or exc}"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return None
+
+
+def cannot_listen(what: str, address: str, reason: str, setting: str) -> str:
+    """One line naming the address, why, and the setting that moves the listener elsewhere."""
+    if "in use" in reason:
+        hint = (
+            f"another process (a running daemon?) holds it: stop it or pick a free port with "
+            f"server.{setting}_port (--{setting}-port, LKSTREAM_SERVER__{setting.upper()}_PORT; 0 picks any free port)"
+        )
+    else:
+        env = f"LKSTREAM_SERVER__{setting.upper()}_HOST"
+        hint = f"set server.{setting}_host (--{setting}-host, {env}) to a local address"
+    return f"cannot listen for {what} on {address} ({reason}): {hint}"
 
 
 async def serve(

@@ -24,8 +24,10 @@ Routes (GET, and HEAD):
   ``not ready`` (readiness).
 
 The JSON API (``/produce``, ``/consume``, ``/topics``, ``/groups/{group}``,
-``/openapi.json``) is :mod:`lkstream.server.http_api`, mounted on the same
-application. Its routes answer 503 ``not_ready`` whenever ``/ready`` does not
+``/openapi.json``) is :mod:`lkstream.server.http_api`, and seed 003's event-log
+routes (``/produce/{partition}``, ``/fetch/{partition}`` on one default
+topic) :mod:`lkstream.server.http_eventlog`, both mounted on the same
+application. Their routes answer 503 ``not_ready`` whenever ``/ready`` does not
 answer 200, and :meth:`HttpServer.set_not_ready` ends their long polls early.
 Request bodies are limited to ``max_request_bytes`` (default: the broker's
 ``max_batch_bytes`` plus 1 MiB, as the gRPC message limit); larger ones get 413.
@@ -38,21 +40,76 @@ purpose (a container sets ``0.0.0.0``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+import time
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.server.http_api import HttpApi
+from lkstream.server.http_eventlog import EventLogRoutes
 from lkstream.server.settings import REQUEST_HEADROOM_BYTES
 
 DEFAULT_HOST = "127.0.0.1"
+#: Seed 003's event-log routes serve this topic (``server.http_default_topic``), made with this many partitions.
+DEFAULT_TOPIC = "events"
+DEFAULT_TOPIC_PARTITIONS = 100
 DEFAULT_PORT = 8080
 METRICS_PATH = "/metrics"
 HEALTH_PATH = "/healthz"
 READY_PATH = "/ready"
+
+
+#: At most one "not HTTP/1.x" warning per this many seconds (a misdirected client retries in a loop).
+NOT_HTTP_LOG_INTERVAL_S = 60.0
+
+
+class _NotHttpFilter(logging.Filter):
+    """Turns aiohttp's traceback per malformed request into one warning line per interval.
+
+    A gRPC client pointed at the HTTP port (``--bootstrap HOST:8080``) opens with the
+    HTTP/2 preface and retries with backoff; each attempt used to log a 20-line
+    traceback. Other records pass through untouched.
+    """
+
+    def __init__(self, interval_s: float = NOT_HTTP_LOG_INTERVAL_S) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last = -interval_s
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, (HttpProcessingError, RequestPayloadError)):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            self.suppressed += 1
+            return False
+        self._last = now
+        if isinstance(exc, RequestPayloadError):
+            # The handler already answered 400 invalid_body; aiohttp meets the bad bytes again while draining.
+            record.msg = "HTTP port: a request body did not decode as its Content-Encoding says (%s; %d more)"
+        else:
+            record.msg = (
+                "HTTP port: a client sent bytes that are not an HTTP/1.x request (%s; %d more since the last such "
+                "warning). A gRPC client pointed at the HTTP port? gRPC listens on server.grpc_port"
+            )
+        record.args = (f"{type(exc).__name__} {getattr(exc, 'code', '')}".strip(), self.suppressed)
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self.suppressed = 0
+        return True
+
+
+#: aiohttp's per-connection error logger for this server, with :class:`_NotHttpFilter`.
+protocol_log = logging.getLogger("lkstream.server.http.protocol")
+protocol_log.addFilter(_NotHttpFilter())
 
 
 class HttpServer:
@@ -65,6 +122,8 @@ class HttpServer:
         *,
         ready: bool = False,
         max_request_bytes: int | None = None,
+        default_topic: str = DEFAULT_TOPIC,
+        default_topic_partitions: int = DEFAULT_TOPIC_PARTITIONS,
     ) -> None:
         self.broker = broker
         self.metrics = metrics
@@ -72,6 +131,14 @@ class HttpServer:
         #: Largest request body accepted (413 above it).
         self.max_request_bytes = max_request_bytes or broker.config.max_batch_bytes + REQUEST_HEADROOM_BYTES
         self.api = HttpApi(broker, metrics, max_request_bytes=self.max_request_bytes, is_ready=lambda: self.ready)
+        self.event_log = EventLogRoutes(
+            broker,
+            metrics,
+            topic=default_topic,
+            partitions=default_topic_partitions,
+            max_fetch_bytes=self.api.max_fetch_bytes,
+            check_ready=self.api.check_ready,
+        )
         self._runner: web.AppRunner | None = None
         self.host = ""
         self.port = 0
@@ -104,6 +171,7 @@ class HttpServer:
         app.router.add_get(HEALTH_PATH, self._healthz)
         app.router.add_get(READY_PATH, self._ready_handler)
         self.api.add_routes(app)
+        self.event_log.add_routes(app)
         return app
 
     async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
@@ -114,7 +182,7 @@ class HttpServer:
             sock.bind((host, port))
             sock.listen(128)
             sock.setblocking(False)
-            runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+            runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, logger=protocol_log)
             await runner.setup()
             await web.SockSite(runner, sock).start()
         except BaseException:
@@ -157,6 +225,8 @@ async def start_http(
     *,
     ready: bool = False,
     max_request_bytes: int | None = None,
+    default_topic: str = DEFAULT_TOPIC,
+    default_topic_partitions: int = DEFAULT_TOPIC_PARTITIONS,
 ) -> HttpServer:
     """Serve ``/metrics``, ``/healthz``, ``/ready`` and the JSON API on ``host:port``; return the server.
 
@@ -164,6 +234,13 @@ async def start_http(
     ``ready=True``). ``max_request_bytes`` limits request bodies (default: the broker's
     ``max_batch_bytes`` plus 1 MiB). Stop it with ``await server.stop()``.
     """
-    server = HttpServer(broker, metrics, ready=ready, max_request_bytes=max_request_bytes)
+    server = HttpServer(
+        broker,
+        metrics,
+        ready=ready,
+        max_request_bytes=max_request_bytes,
+        default_topic=default_topic,
+        default_topic_partitions=default_topic_partitions,
+    )
     await server.start(host, port)
     return server

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -41,7 +41,7 @@ from lkstream.errors import AuthenticationError, LkstreamError
 from lkstream.security.access import Access, bearer_token
 from lkstream.security.principal import Principal
 from lkstream.server.http import HEALTH_PATH, METRICS_PATH, READY_PATH, HttpServer
-from lkstream.server.http_api import error_info, error_response
+from lkstream.server.http_errors import error_info, error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -167,10 +167,8 @@ class HttpAccess:
 class GuardedHttpServer(HttpServer):
     """The daemon's HTTP server with :class:`HttpAccess` in front of every route."""
 
-    def __init__(
-        self, broker: Broker, metrics: BrokerMetrics, guard: HttpAccess, *, max_request_bytes: int | None = None
-    ) -> None:
-        super().__init__(broker, metrics, max_request_bytes=max_request_bytes)
+    def __init__(self, broker: Broker, metrics: BrokerMetrics, guard: HttpAccess, **options: Any) -> None:
+        super().__init__(broker, metrics, **options)
         self.guard = guard
 
     def app(self) -> web.Application:

@@ -110,8 +110,11 @@ class ServerSettings(BaseModel):
         )
 
     def listeners(self) -> list[tuple[str, str]]:
-        """``(host setting, host)`` of every listener (the Kafka listener adds its own here)."""
-        return [("grpc_host", self.grpc_host), ("http_host", self.http_host)]
+        """``(host setting, host)`` of every enabled listener."""
+        hosts = [("grpc_host", self.grpc_host), ("http_host", self.http_host)]
+        if self.kafka_port != -1:
+            hosts.append(("kafka_host", self.kafka_host))
+        return hosts
 
     def check_exposure(self) -> None:
         """Refuse a non-loopback listener unless TLS and authentication are both on (one error line)."""
@@ -129,6 +132,15 @@ class ServerSettings(BaseModel):
                 f"refusing to listen beyond this host ({', '.join(exposed)}) without TLS and authentication: "
                 f"set {' and '.join(missing)}, or bind 127.0.0.1"
             )
+
+    http_default_topic: str = Field(
+        "events",
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="The topic of the HTTP event-log routes POST /produce/{partition} and GET /fetch/{partition}.",
+    )
+    http_default_topic_partitions: int = Field(
+        100, ge=1, le=10_000, description="Partitions of http_default_topic when first used creates it."
+    )
 
     def message_limit(self, broker: BrokerConfig) -> int:
         """The gRPC message size limit, derived from the broker's batch limit unless set."""

@@ -18,6 +18,10 @@ the read-only storage reader and the batch codec.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -82,6 +86,76 @@ class LkstreamDataSource(DataSource):
         return StreamWriter(parse_sink_options(self.options), schema)
 
 
-def register(spark: Any) -> None:
-    """Register the ``lkstream`` format with ``spark`` (a ``SparkSession``)."""
+def register(spark: Any, *, check_workers: bool = True) -> None:
+    """Register the ``lkstream`` format with ``spark`` (a ``SparkSession``), with workers that can run it.
+
+    Spark runs the source and sink in Python worker processes started with the
+    interpreter ``PYSPARK_PYTHON`` names (``spark.pyspark.python``), ``python3`` from
+    ``PATH`` when neither is set, which is rarely the virtualenv lkstream is
+    installed in (a ``ModuleNotFoundError: crc32c`` on the first task). So, before
+    registering, when ``check_workers`` is on:
+
+    * if the workers' interpreter is this one, nothing to do;
+    * if neither ``PYSPARK_PYTHON`` nor ``spark.pyspark.python`` was set and the
+      session is local (``local``, ``local[N]``), the workers of this format (and of
+      the session's Python UDFs) get this interpreter, ``sys.executable``;
+    * otherwise the named interpreter is asked to import lkstream, and if it
+      cannot, :class:`InvalidArgumentError` says what failed and what to set.
+
+    A cluster's executors run elsewhere and are not checked: install lkstream there.
+    """
+    if check_workers:
+        _check_worker_python(spark.sparkContext)
     spark.dataSource.register(LkstreamDataSource)
+
+
+#: What a worker must import: the package and the C extensions it needs.
+_WORKER_IMPORTS = "import crc32c, lkstream.spark"
+_WORKER_CHECK_TIMEOUT_S = 60.0
+
+
+def _check_worker_python(context: Any) -> None:
+    worker = str(getattr(context, "pythonExec", "") or "python3")
+    if _same_interpreter(worker):
+        return
+    local = str(context.master).startswith("local")
+    chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
+    if local and not chosen:
+        # pyspark reads sc.pythonExec when a Python function (this data source, a UDF) is
+        # registered, so workers started from now on run this interpreter.
+        context.pythonExec = sys.executable
+        return
+    if not local:
+        return
+    problem = _import_problem(worker)
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"Spark's Python workers run {worker!r}, which cannot import lkstream ({problem}): set PYSPARK_PYTHON "
+            f"(or spark.pyspark.python) to an interpreter where lkstream is installed, e.g. {sys.executable}, "
+            "before the SparkSession starts (docs/spark.md, 'Python workers')"
+        )
+
+
+def _same_interpreter(worker: str) -> bool:
+    found = shutil.which(worker) or worker
+    return os.path.realpath(found) == os.path.realpath(sys.executable) and os.path.dirname(
+        os.path.abspath(found)
+    ) == os.path.dirname(os.path.abspath(sys.executable))
+
+
+def _import_problem(worker: str) -> str | None:
+    """Why ``worker`` cannot import lkstream's Spark code, or None if it can."""
+    try:
+        done = subprocess.run(
+            [worker, "-c", _WORKER_IMPORTS],
+            capture_output=True,
+            text=True,
+            timeout=_WORKER_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"it does not run: {exc}"
+    if done.returncode == 0:
+        return None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {done.returncode}"

@@ -74,14 +74,15 @@ def test_produce_from_a_file_with_keys_and_consume_raw_from_an_offset(daemon: Da
     assert (done.returncode, done.stdout) == (0, "v0\nv1\nv2\n"), done.stderr
 
 
-def test_consume_json_marks_binary_values_as_base64(daemon: DaemonProcess) -> None:
+def test_consume_json_prints_bytes_that_are_not_utf8_as_base64_objects(daemon: DaemonProcess) -> None:
     with lkstream.connect(daemon.address) as broker:
-        broker.produce_many_sync("bin", [(b"\xff", b"\x00\xfe")])
+        broker.produce_many_sync("bin", [(b"\xff", b"\x00\xfe", [("h", b"\x80"), ("t", b"text")])])
     done = lkstream_cli("consume", "bin", "--bootstrap", daemon.address, "--output", "json")
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
-    assert row["key_encoding"] == row["value_encoding"] == "base64"
-    assert base64.b64decode(row["value"]) == b"\x00\xfe"
+    assert row["key"] == {"base64": base64.b64encode(b"\xff").decode()}
+    assert base64.b64decode(row["value"]["base64"]) == b"\x00\xfe"
+    assert row["headers"] == [{"key": "h", "value": {"base64": "gA=="}}, {"key": "t", "value": "text"}]
 
 
 def test_consume_follow_stops_after_max_messages(daemon: DaemonProcess) -> None:

@@ -219,8 +219,9 @@ async def test_subscribe_receives_records_appended_after_it_started(daemon: Daem
     assert received == [b"before", b"after-1", b"after-2"]
 
 
-async def test_subscribe_ends_with_unavailable_when_the_daemon_shuts_down(daemon: DaemonProcess) -> None:
-    async with lkstream.connect(daemon.address) as broker:
+async def test_subscribe_gives_up_with_unavailable_when_the_daemon_stays_down(daemon: DaemonProcess) -> None:
+    # A stream waits out a restart for retry_timeout_s (tests/integration/test_reconnect.py), then says so.
+    async with lkstream.connect(daemon.address, retry_timeout_s=1.0) as broker:
         await broker.produce_many("live", [(None, b"x")])
         stream = broker.subscribe("live", 0, 1)
         waiting = asyncio.create_task(stream.__anext__())

@@ -448,7 +448,16 @@ def test_openapi_document_is_the_generated_one(api: Api) -> None:
     assert reply.status == 200
     assert reply.body == openapi_document()
     paths = reply.body["paths"]
-    assert set(paths) == {"/produce", "/consume", "/topics", "/topics/{topic}", "/groups/{group}", "/openapi.json"}
+    assert set(paths) == {
+        "/produce",
+        "/consume",
+        "/topics",
+        "/topics/{topic}",
+        "/groups/{group}",
+        "/produce/{partition}",
+        "/fetch/{partition}",
+        "/openapi.json",
+    }
     assert set(paths["/topics"]) == {"get", "post"} and set(paths["/topics/{topic}"]) - {"parameters"} == {
         "get",
         "delete",

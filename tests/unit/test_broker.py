@@ -186,7 +186,7 @@ def test_record_over_max_message_bytes_is_rejected_and_nothing_written(
     with pytest.raises(RecordTooLargeError) as info:
         broker.produce_many_sync("t", [(key, b"small"), (key, b"x" * 1001)])
     assert (info.value.size, info.value.limit) == (1001 + len(key or b""), 1000)
-    assert "exceeds the limit of 1000 bytes" in str(info.value)
+    assert "exceeds max_message_bytes (1000 bytes)" in str(info.value)
     assert all(broker.partition("t", p).log.next_offset == 0 for p in range(partitions))
 
 

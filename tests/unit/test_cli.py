@@ -196,7 +196,7 @@ def test_produce_then_consume_a_data_dir_offline(data_dir: str) -> None:
     result = CliRunner().invoke(cli, ["consume", "t", "--data-dir", data_dir, "--partition", "0", "--output", "json"])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines()]
-    assert rows[-1]["value"] == "/w==" and rows[-1]["value_encoding"] == "base64"
+    assert rows[-1]["value"] == {"base64": "/w=="}
 
 
 def test_consume_offline_from_a_timestamp(data_dir: str) -> None:
@@ -216,6 +216,19 @@ def test_parse_json_line_accepts_the_documented_shapes_and_names_bad_lines() -> 
     assert (item, partition) == ((None, b"v", [("b", b"\x00")]), None)
     item, partition = parse_json_line('{"key": "é", "value": null, "partition": 3}'.encode(), 2)
     assert (item, partition) == (("é".encode(), None, []), 3)
+    # What `consume --output json` prints is accepted as it is: topic, offset and timestamp are ignored.
+    printed = (
+        b'{"topic": "t", "partition": 1, "offset": 7, "timestamp": 1795663613751, "key": {"base64": "/w=="}, '
+        b'"value": "v", "headers": [{"key": "h", "value": null}, {"key": "h", "value": {"base64": "AA=="}}]}'
+    )
+    assert parse_json_line(printed, 3) == ((b"\xff", b"v", [("h", None), ("h", b"\x00")]), 1)
+    # The key_encoding/value_encoding form of older `consume` output still reads.
+    assert parse_json_line(
+        b'{"key": "", "key_encoding": "base64", "value": "AAE=", "value_encoding": "base64"}', 4
+    ) == (
+        (b"", b"\x00\x01", []),
+        None,
+    )
     bad_lines = {
         b"{": "not valid JSON",
         b"\xff": "not valid JSON",
@@ -227,8 +240,14 @@ def test_parse_json_line_accepts_the_documented_shapes_and_names_bad_lines() -> 
         b'{"value": true}': '"value" must be a string',
         b'{"value": "v", "partition": true}': '"partition" must be a non-negative integer',
         b'{"value": "v", "partition": -1}': '"partition" must be a non-negative integer',
-        b'{"value": "v", "headers": ["h"]}': '"headers" must be an object',
+        b'{"value": "v", "headers": ["h"]}': 'header 0 must be an object {"key": name, "value": value}',
+        b'{"value": "v", "headers": "h"}': '"headers" must be a list',
         b'{"value": "v", "headers": {"h": 1}}': "header 'h' must be a string",
+        b'{"value": "v", "headers": [{"key": "h", "value": 1}]}': "header 'h' must be a string",
+        b'{"value": "v", "offset": "3"}': '"offset" must be an integer',
+        b'{"value": "v", "timestamp": 1.5}': '"timestamp" must be an integer',
+        b'{"value": "v", "topic": 7}': '"topic" must be a string',
+        b'{"value": "AAE=", "value_encoding": "hex"}': '"value_encoding" must be "base64"',
     }
     for bad, reason in bad_lines.items():
         with pytest.raises(BadLineError) as info:
