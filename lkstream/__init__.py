@@ -7,6 +7,8 @@ Public names only; everything else lives in subpackages::
     with lkstream.kafka_server(persist_dir=d) as bootstrap: ...   # Kafka clients, in process
 """
 
+from typing import TYPE_CHECKING, Any
+
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.partition import Partition
 from lkstream.client.consumer import Consumer
@@ -50,7 +52,19 @@ from lkstream.storage.offsets import OffsetStore
 
 __version__ = "0.1.0"
 
-from lkstream.kafka.inprocess import kafka_server
+if TYPE_CHECKING:
+    from lkstream.kafka.inprocess import kafka_server
+
+
+def __getattr__(name: str) -> Any:
+    # The Kafka listener pulls in kio's protocol schemas (seconds of imports): load it on first use
+    # only, so `import lkstream` stays light for embedded users.
+    if name == "kafka_server":
+        from lkstream.kafka.inprocess import kafka_server
+
+        return kafka_server
+    raise AttributeError(f"module 'lkstream' has no attribute {name!r}")
+
 
 __all__ = [
     "AuthenticationError",

@@ -5,16 +5,22 @@
 #     and deploy/prometheus/prometheus.yml with `promtool check config`.
 #   kcat (Debian package `kcat`): the kcat leg of the Kafka compatibility matrix
 #     (tests/kafka_wire/test_clients.py).
-#   java 17 (Debian package `openjdk-17-jre-headless`): PySpark's JVM for tests/spark.
+#   java 17 with its compiler module (Debian package `openjdk-17-jdk-headless`): PySpark's JVM for
+#     tests/spark, and the Java kafka-clients leg of the Kafka matrix, which runs
+#     tests/kafka_wire/java/KafkaMatrix.java as a source file (that needs jdk.compiler, not in the JRE).
+#   node and npm (Debian packages `nodejs`, `npm`): the KafkaJS leg of the Kafka matrix
+#     (tests/kafka_wire/test_kafkajs.py runs `npm ci` in tests/kafka_wire/js on first use).
 # Idempotent: installs only what is missing; run as root (CI runs as root) or with sudo.
 set -euo pipefail
 
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
-if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
-    missing+=(openjdk-17-jre-headless)
+if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || ! command -v javac >/dev/null 2>&1; then
+    missing+=(openjdk-17-jdk-headless)
 fi
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install-system-deps: present: $(promtool --version 2>&1 | head -n 1); $(java -version 2>&1 | head -n 1)"

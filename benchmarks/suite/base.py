@@ -85,6 +85,20 @@ class System(abc.ABC):
         """Optional: the system's explicit batch API, when it has one distinct from ``produce``."""
         return None
 
+    # Optional phases of Kafka-protocol systems (benchmarks.suite.kafka_phases); None: not offered.
+
+    def produce_idempotent(self, topic: str, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced | None:
+        """An idempotent producer with small (20 KB) batches into a new one-partition topic."""
+        return None
+
+    def ack_latency_unlingered(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """Produce ack latency with ``linger.ms=0``."""
+        return None
+
+    def group_join(self, topic: str) -> float | None:
+        """Seconds from a new consumer group's subscribe to its first record."""
+        return None
+
 
 def own_pid() -> int:
     return os.getpid()

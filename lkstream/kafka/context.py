@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from lkstream.broker.broker import Broker
     from lkstream.broker.groups.classic import ClassicGroups
     from lkstream.kafka.metadata_cache import MetadataCache
+    from lkstream.kafka.topic_ids import TopicIds
 
 #: The one node of this single-node cluster.
 NODE_ID = 0
@@ -39,6 +40,10 @@ class ListenerSettings:
     idle_timeout_s: float = 600.0  # Kafka's connections.max.idle.ms
     authorizer: Authorizer = field(default_factory=AllowAll)
     sasl: SaslAuthenticator | None = None
+    #: The topic-id switch: serve Metadata v10-12 and KIP-848's ConsumerGroupHeartbeat, which name
+    #: topics by their persisted ids (lkstream.kafka.topic_ids). Off: every API stays below its
+    #: topic-id versions, as before topic ids were persisted.
+    topic_ids: bool = True
 
 
 @dataclass
@@ -51,6 +56,8 @@ class ServerState:
     metadata: MetadataCache
     advertised_host: str
     advertised_port: int
+    versions: dict[int, tuple[int, int]]  # api key -> (min, max) served (protocol.version_table)
+    topic_ids: TopicIds
 
 
 @dataclass

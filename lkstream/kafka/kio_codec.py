@@ -50,6 +50,23 @@ def _writer(cls: Any) -> Any:
     return entity_writer(cls)
 
 
+def warm_up(versions: dict[int, tuple[int, int]]) -> None:
+    """Import and prepare the schemas of every ``api: (min, max)`` version (seconds of imports).
+
+    kio imports a schema module on first use; done by the first request of each API version, that
+    import stalls the listener's event loop (tens to hundreds of milliseconds each), so the
+    listener runs this in a thread before it binds its port.
+    """
+    for api_key, (low, high) in versions.items():
+        for version in range(low, high + 1):
+            try:
+                _reader(api_key, version)
+                cls: Any = response_type(api_key, version)
+                _writer(cls)
+            except Exception:  # a version kio lacks: served by hand or answered UNSUPPORTED_VERSION
+                continue
+
+
 def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Entity:
     """The request body at ``offset`` of ``frame``; :class:`FrameError` if it does not parse."""
     try:
@@ -122,6 +139,14 @@ def _hints(cls: Any) -> dict[str, Any]:
 def _init_fields(cls: Any) -> tuple[tuple[str, bool], ...]:
     """``(name, required)`` of each init field."""
     return tuple((f.name, f.default is MISSING and f.default_factory is MISSING) for f in fields(cls) if f.init)
+
+
+def struct_type(cls: Any, name: str) -> Any:
+    """The class of the (maybe nullable) struct field ``name`` of ``cls``."""
+    hint = _hints(cls)[name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
 
 
 def item_type(cls: Any, name: str) -> Any:

@@ -63,14 +63,16 @@ class ApiKey:
     SASL_AUTHENTICATE: Final = 36
     CREATE_PARTITIONS: Final = 37
     DELETE_GROUPS: Final = 42
+    CONSUMER_GROUP_HEARTBEAT: Final = 68
 
 
-#: ``api_key: (min_version, max_version)`` answered in ApiVersions. The caps stay below the
-#: versions that need topic ids (Fetch 13, Produce 13, Metadata 10, DeleteTopics 6,
-#: CreateTopics 7) until topic ids are persisted; see docs/kafka.md.
+#: ``api_key: (min_version, max_version)`` answered in ApiVersions without the topic-id overlay
+#: below: every API stays under the versions that name topics by id (Fetch 13, Produce 13,
+#: Metadata 10, DeleteTopics 6, CreateTopics 7); see docs/kafka.md. Produce 9-12 and Fetch 12
+#: are flexible versions, encoded by hand like the older ones (lkstream.kafka.hot).
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    ApiKey.PRODUCE: (3, 8),
-    ApiKey.FETCH: (4, 11),
+    ApiKey.PRODUCE: (3, 12),
+    ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 9),
     ApiKey.OFFSET_COMMIT: (2, 8),
@@ -94,6 +96,21 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 }
 
 
+#: What a listener with ``ListenerSettings.topic_ids`` (the default) adds: Metadata with topic ids
+#: (v10-12) and KIP-848's ConsumerGroupHeartbeat, whose assignments name topics by id. Produce and
+#: Fetch stay below their topic-id versions (13) either way: their hand-written codecs address
+#: topics by name.
+TOPIC_ID_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.METADATA: (0, 12),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+}
+
+
+def version_table(*, topic_ids: bool) -> dict[int, tuple[int, int]]:
+    """The versions a listener answers in ApiVersions and serves."""
+    return {**SUPPORTED_VERSIONS, **TOPIC_ID_VERSIONS} if topic_ids else dict(SUPPORTED_VERSIONS)
+
+
 class FrameError(InvalidArgumentError):
     """A frame or request header that cannot be parsed: the connection is closed (nothing else can be read)."""
 
@@ -108,8 +125,8 @@ class RequestHeader:
     body_offset: int  # where the request body starts in the frame
 
 
-def is_supported(api_key: int, api_version: int) -> bool:
-    bounds = SUPPORTED_VERSIONS.get(api_key)
+def is_supported(api_key: int, api_version: int, versions: dict[int, tuple[int, int]] = SUPPORTED_VERSIONS) -> bool:
+    bounds = versions.get(api_key)
     return bounds is not None and bounds[0] <= api_version <= bounds[1]
 
 
@@ -131,7 +148,9 @@ def read_frame_size(prefix: bytes, max_frame_bytes: int) -> int:
     return int(size)
 
 
-def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
+def parse_request_header(
+    frame: bytes | bytearray | memoryview, versions: dict[int, tuple[int, int]] = SUPPORTED_VERSIONS
+) -> RequestHeader:
     """Parse the header at the start of ``frame`` (the bytes after the size prefix)."""
     if len(frame) < _HEADER_FIXED.size:
         raise FrameError(f"request header cut short: {len(frame)} bytes")
@@ -145,7 +164,7 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader
         pos += client_len
     elif client_len < -1:
         raise FrameError(f"request header: bad client_id length {client_len}")
-    flexible = is_supported(api_key, api_version) and is_flexible(api_key, api_version)
+    flexible = is_supported(api_key, api_version, versions) and is_flexible(api_key, api_version)
     if flexible:
         pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible, pos)
@@ -168,6 +187,8 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
 
 
 def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    if pos < len(buf) and buf[pos] == 0:  # the usual case: no tagged fields
+        return pos + 1
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)

@@ -13,9 +13,12 @@ import contextlib
 import logging
 
 from lkstream.broker.broker import Broker
+from lkstream.kafka import kio_codec
 from lkstream.kafka.connection import Connection
 from lkstream.kafka.context import ListenerSettings, ServerState
 from lkstream.kafka.metadata_cache import MetadataCache
+from lkstream.kafka.protocol import version_table
+from lkstream.kafka.topic_ids import TopicIds
 
 log = logging.getLogger("lkstream.kafka")
 
@@ -47,6 +50,11 @@ class KafkaServer:
         return f"{self.advertised_host}:{self.port}"
 
     async def start(self) -> None:
+        versions = version_table(topic_ids=self.settings.topic_ids)
+        # kio imports a schema module on the first request of each API version; doing that inside a
+        # request would stall every connection of the loop. Done here, before the port is bound (a
+        # few hundred milliseconds, once per process), in a thread so that the loop stays free.
+        await asyncio.to_thread(kio_codec.warm_up, versions)
         self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.port)
         self._state = ServerState(
             broker=self.broker,
@@ -55,6 +63,8 @@ class KafkaServer:
             metadata=MetadataCache(lambda: self.broker.topics_version),
             advertised_host=self.advertised_host,
             advertised_port=self.port,
+            versions=versions,
+            topic_ids=TopicIds(self.broker),
         )
 
     async def stop(self) -> None:

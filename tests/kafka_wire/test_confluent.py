@@ -161,3 +161,17 @@ def test_committed_offsets_show_in_lkstream_groups(kafka_bootstrap: str, kafka_b
     lag = kafka_broker.group_lag("reporting")
     assert [(x.topic, x.partition, x.committed, x.lag_messages) for x in lag] == [("lagged", 0, 10, 4)]
     assert "reporting" in [g.group for g in kafka_broker.list_groups()]
+
+
+def test_max_timestamp_lookup_finds_the_newest_record_not_the_last(kafka_bootstrap: str, kafka_broker: Broker) -> None:
+    from confluent_kafka.admin import OffsetSpec
+
+    kafka_broker.create_topic("skewed", 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i, ts in enumerate((1_000, 9_000, 4_000, 9_000, 2_000)):  # the newest twice, neither last
+        producer.produce("skewed", value=f"v{i}".encode(), timestamp=ts)
+        producer.flush(DEADLINE_S)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    answers = admin.list_offsets({TopicPartition("skewed", 0): OffsetSpec.max_timestamp()})
+    found = next(iter(answers.values())).result(DEADLINE_S)
+    assert (found.offset, found.timestamp) == (1, 9_000)  # Kafka's answer: the first record holding it

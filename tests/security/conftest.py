@@ -76,6 +76,7 @@ def secure_daemon(tmp_path: Path) -> Iterator[SecureFactory]:
         settings: dict[str, Any] = {
             "grpc_port": 0,
             "http_port": 0,
+            "kafka_port": 0,  # never the default 9092: another run on this machine may hold it
             "auth": auth,
             "super_users": ["admin"],
             "security_reload_interval_ms": 0,

@@ -224,3 +224,50 @@ def test_http_bodies_are_what_the_daemon_parses() -> None:
     assert [v for e in body.topic_partitions for _, v in produce_items(e.records)] == values[::2] + values[1::2]
     answer = {"records": [record_json(Record("t", 0, i, 0, None, v, []), True) for i, v in enumerate(values)]}
     assert lk_http.record_values(answer) == values
+
+
+def kafka_doc() -> dict[str, Any]:
+    """Two runs of the three systems issue 11's table compares."""
+    raw: list[dict[str, Any]] = []
+    for run, (ours, theirs, ack, grpc) in enumerate([(1.2e6, 0.6e6, 2.0, 8.0), (0.9e6, 0.9e6, 3.0, 2.0)]):
+        common = {"run": run, "value_bytes": 200, "partitions": 1}
+        raw += [
+            {**common, "system": "lkstream-kafka", "metric": "produce", "msg_per_s": ours},
+            {**common, "system": "tansu", "metric": "produce", "msg_per_s": theirs},
+            {**common, "system": "lkstream-kafka", "metric": "group_join", "seconds": 0.2},
+            {**common, "system": "tansu", "metric": "group_join", "seconds": 23.0},
+            {"run": run, "value_bytes": 1024, "partitions": 1, "system": "lkstream-kafka"}
+            | {"metric": "ack_10k_linger0", "p99_ms": ack},
+            {"run": run, "value_bytes": 1024, "partitions": 1, "system": "lkstream-daemon"}
+            | {"metric": "ack_10k", "p99_ms": grpc},
+        ]
+    system = {"label": "x", "durability": "group", "version": "1", "kind": "server", "client": "c"}
+    return {
+        **doc(),
+        "runs": 2,
+        "systems": {name: system for name in ("lkstream-kafka", "tansu", "lkstream-daemon")},
+        "raw": raw,
+        "aggregate": core.aggregate(raw),
+        "ratios": core.pair_ratios(raw),
+    }
+
+
+def test_kafka_targets_compare_run_by_run_and_judge_medians() -> None:
+    from benchmarks.suite import kafka_report
+
+    lines = {row[0].split(":")[0]: row for row in kafka_report.rows(kafka_doc())}
+    produce = lines["confluent-kafka produce, 200 B, 1 partition"]
+    # run ratios 2.0 and 1.0: median 1.5 >= 1; median rate 1.05 M >= the 1 M floor
+    assert produce[3] == "1.50 (1.00-2.00) x" and produce[4] == "pass"
+    assert lines["group join to first record"][4] == "pass"
+    ack = lines["ack p99 at 10k msg/s, linger.ms=0"]
+    assert ack[3] == "0.88 (0.25-1.50) x gRPC" and ack[4] == "pass"  # median of the run ratios 0.25 and 1.5
+    assert lines["consume from the start, 200 B"][4] == "n/a"  # not measured: no verdict
+
+
+def test_kafka_report_replaces_only_the_table_between_its_markers() -> None:
+    from benchmarks.suite import kafka_report
+
+    page = f"# B\n\nhand-written\n\n{kafka_report.START}\nold\n{kafka_report.END}\n\nmore text\n"
+    new = kafka_report.replace_between_markers(page, kafka_report.render(kafka_doc(), "r.json"))
+    assert "old" not in new and "hand-written" in new and "more text" in new and new.count(kafka_report.START) == 1

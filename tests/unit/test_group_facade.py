@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from lkstream import Broker, UnknownMemberError
+from lkstream.broker.groups.classic import JoinAnswer
 from lkstream.broker.groups.types import GroupState, HeartbeatResult
 
 DEADLINE_S = 10.0
@@ -64,3 +66,35 @@ def test_reset_rejects_a_target_that_is_not_earliest_latest_or_an_offset(tmp_pat
         with pytest.raises(ValueError, match="earliest, latest or an offset"):
             broker.reset_offsets("g", "t", to=to)  # type: ignore[arg-type]
         assert broker.groups.fetch_committed("g") == {}
+
+
+def _kafka_join(broker: Broker, group: str, *, require_known_member_id: bool = True) -> Future[JoinAnswer]:
+    """A Kafka client's JoinGroup (classic protocol) straight into the broker's classic coordinator."""
+    return broker.classic_groups.join(
+        group,
+        member_id="",
+        instance_id=None,
+        protocol_type="consumer",
+        protocols=[("range", b"")],
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        require_known_member_id=require_known_member_id,
+    )
+
+
+def test_a_group_name_belongs_to_one_coordinator_at_a_time(tmp_path: Path) -> None:
+    from lkstream import InconsistentGroupProtocolError
+    from lkstream.broker.groups.classic import MemberIdRequiredError
+
+    with Broker(persist_dir=str(tmp_path), partitions=1) as broker:
+        broker.create_topic("t")
+        # A live Kafka client (classic protocol) in "kafka-g" keeps LKSTREAM members out of it ...
+        _kafka_join(broker, "kafka-g", require_known_member_id=False).result(DEADLINE_S)
+        with pytest.raises(InconsistentGroupProtocolError, match="Kafka client"):
+            broker.join_group("kafka-g", ["t"])
+        # ... and a live LKSTREAM member in "lk-g" keeps Kafka clients out of that one.
+        broker.join_group("lk-g", ["t"])
+        with pytest.raises(InconsistentGroupProtocolError):
+            _kafka_join(broker, "lk-g")
+        with pytest.raises(MemberIdRequiredError):  # other names stay free for either
+            _kafka_join(broker, "free")

@@ -35,3 +35,14 @@ def test_version_is_a_string() -> None:
 def test_the_seed_example_names_are_exported() -> None:
     for name in ("Broker", "Consumer", "OffsetStore", "Record", "Partition", "Compression"):
         assert name in lkstream.__all__
+
+
+def test_import_lkstream_does_not_load_the_kafka_protocol_schemas() -> None:
+    # kio's schemas take seconds to import; embedded users must not pay for the Kafka listener.
+    import subprocess
+    import sys
+
+    code = "import sys, lkstream; print('kio' in sys.modules, 'lkstream.kafka' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.split() == ["False", "False"]
+    assert callable(lkstream.kafka_server)  # loaded on first use

@@ -199,7 +199,11 @@ class ClassicGroups:
         protocol_type: str,
         offered: tuple[tuple[str, bytes], ...],
     ) -> None:
-        others = [m for m in g.members.values() if m.member_id != member_id and m.instance_id != instance_id]
+        others = [
+            m
+            for m in g.members.values()
+            if m.member_id != member_id and (instance_id is None or m.instance_id != instance_id)
+        ]
         if not others:
             return
         if g.protocol_type is not None and protocol_type != g.protocol_type:

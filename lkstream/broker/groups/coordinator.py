@@ -214,8 +214,12 @@ class GroupCoordinator:
         member_id_factory: Callable[[str], str] | None = None,
         bounds: Callable[[str, int], tuple[int, int]] | None = None,
         topic_ids: Callable[[], Mapping[str, uuid.UUID]] | None = None,
+        in_other_coordinator: Callable[[str], bool] = lambda _group: False,
     ) -> None:
         self._store = offset_store
+        # Whether a group has live members in the Kafka clients' classic coordinator: a group name
+        # belongs to one coordinator at a time (the classic one refuses the other direction).
+        self._in_other = in_other_coordinator
         self._partitions_for = partitions_for
         # The current incarnation of every topic: offsets are stored with it and read back only for it,
         # so a topic created again under a deleted one's name never inherits its offsets.
@@ -246,8 +250,13 @@ class GroupCoordinator:
         rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         client_id: str = "",
         client_host: str = "",
+        new_member_id: str | None = None,
     ) -> JoinResult:
-        """Join ``group`` (or update a known member's subscription); returns its member id and generation."""
+        """Join ``group`` (or update a known member's subscription); returns its member id and generation.
+
+        ``new_member_id``: the id a new member takes instead of a generated one (Kafka's KIP-848
+        clients choose their own); refused if a live or fenced member of the group has it.
+        """
         validate_group(group)
         subscribed = _check_subscription(topics)
         get_assignor(assignor)
@@ -257,8 +266,13 @@ class GroupCoordinator:
             validate_instance_id(instance_id)
         if member_id is not None:
             validate_member_id(member_id)
+        if new_member_id is not None:
+            validate_member_id(new_member_id)
         validate_client_id(client_id)
         validate_client_id(client_host)
+        if member_id is None and self._in_other(group):
+            # Asked before taking our lock: the classic coordinator calls us under its own lock.
+            raise InconsistentGroupProtocolError(group, assignor, "a Kafka client group (classic protocol)")
         with self._lock:
             now = self._expire_locked()
             g = self._groups.setdefault(group, _GroupState(group))
@@ -272,8 +286,10 @@ class GroupCoordinator:
                     raise InconsistentGroupProtocolError(group, assignor, g.assignor)
             member = self._find_joining_locked(g, member_id, instance_id)
             if member is None:
+                if new_member_id is not None and (new_member_id in g.members or new_member_id in g.fenced):
+                    raise InvalidArgumentError(f"member id {new_member_id!r} is taken in group {group!r}")
                 member = _Member(
-                    member_id=self._new_member_id(client_id),
+                    member_id=new_member_id or self._new_member_id(client_id),
                     instance_id=instance_id,
                     client_id=client_id,
                     client_host=client_host,

@@ -1,7 +1,7 @@
 """Request handlers, one module per area; :data:`HANDLERS` maps each API key to its handler.
 
 A handler takes the request context, the parsed header and the frame, and
-returns the encoded response body (or None for a Produce with acks=0).
+returns the encoded response body, in one piece or in chunks (or None for a Produce with acks=0).
 """
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from lkstream.kafka.context import RequestContext
-from lkstream.kafka.handlers import cluster, data, groups, sasl
+from lkstream.kafka.handlers import cluster, consumer_groups, data, groups, sasl
+from lkstream.kafka.hot import ResponseBody
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
-Handler = Callable[[RequestContext, RequestHeader, bytes], Awaitable[bytes | None]]
+Handler = Callable[[RequestContext, RequestHeader, bytes], Awaitable[ResponseBody]]
+#: Builds the answer to a request whose handler raised: the error code on every partition it named.
+FailureResponse = Callable[[RequestHeader, bytes, int], bytes | None]
 
 HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.PRODUCE: data.produce,
@@ -38,4 +41,12 @@ HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.DELETE_GROUPS: groups.delete_groups,
     ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.consumer_group_heartbeat,
+}
+
+#: APIs whose clients read errors per partition: a handler failure is answered partition by partition
+#: (any other API answers with its top-level error code).
+FAILURE_RESPONSES: Final[dict[int, FailureResponse]] = {
+    ApiKey.PRODUCE: data.produce_failure,
+    ApiKey.FETCH: data.fetch_failure,
 }

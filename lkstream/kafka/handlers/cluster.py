@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -16,8 +17,9 @@ from lkstream.errors import LkstreamError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import CLUSTER_ID, NODE_ID, RequestContext
 from lkstream.kafka.errors import error_code
-from lkstream.kafka.protocol import SUPPORTED_VERSIONS, ApiKey, RequestHeader
+from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import CLUSTER_RESOURCE
+from lkstream.kafka.topic_ids import NIL
 from lkstream.storage.names import validate_topic
 
 _UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
@@ -31,8 +33,8 @@ SOURCE_DEFAULT = 5
 
 
 async def api_versions(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
-    keys = sorted(SUPPORTED_VERSIONS.items())
-    if header.api_version > SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1]:
+    keys = sorted(ctx.server.versions.items())
+    if header.api_version > ctx.server.versions[ApiKey.API_VERSIONS][1]:
         # KIP-511: a version we do not know is answered in the v0 layout, so the client can read
         # UNSUPPORTED_VERSION and the list, then retry with a version from it.
         body = [struct.pack(">hi", ErrorCode.unsupported_version.value, len(keys))]
@@ -55,16 +57,26 @@ async def api_versions(ctx: RequestContext, header: RequestHeader, frame: bytes)
 async def metadata(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
     version = header.api_version
     request = kio_codec.decode_request(ApiKey.METADATA, version, frame, header.body_offset)
+    unknown_ids: tuple[uuid.UUID, ...] = ()
     if request.topics is None or (version == 0 and not request.topics):
         names: tuple[str, ...] | None = None  # all topics
     else:
-        names = tuple(t.name for t in request.topics)
+        # v10+ may name a topic by id instead (name null): resolved here, unknown ids answered apart.
+        resolved = [t.name if t.name is not None else ctx.server.topic_ids.name_of(t.topic_id) for t in request.topics]
+        names = tuple(name for name in resolved if name is not None)
+        unknown_ids = tuple(t.topic_id for t, name in zip(request.topics, resolved, strict=True) if name is None)
     auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
-    key = (version, names, auto_create, str(ctx.principal))
-    return ctx.server.metadata.get(key, lambda: _build_metadata(ctx, version, names, auto_create))
+    key = (version, names, unknown_ids, auto_create, str(ctx.principal))
+    return ctx.server.metadata.get(key, lambda: _build_metadata(ctx, version, names, auto_create, unknown_ids))
 
 
-def _build_metadata(ctx: RequestContext, version: int, names: tuple[str, ...] | None, auto_create: bool) -> bytes:
+def _build_metadata(
+    ctx: RequestContext,
+    version: int,
+    names: tuple[str, ...] | None,
+    auto_create: bool,
+    unknown_ids: tuple[uuid.UUID, ...] = (),
+) -> bytes:
     broker = ctx.broker
     response_cls = kio_codec.response_type(ApiKey.METADATA, version)
     broker_cls = kio_codec.item_type(response_cls, "brokers")
@@ -94,8 +106,21 @@ def _build_metadata(ctx: RequestContext, version: int, names: tuple[str, ...] | 
                 topic_cls,
                 error_code=code,
                 name=name,
+                topic_id=ctx.server.topic_ids.id_of(name) if code == 0 else NIL,
                 is_internal=False,
                 partitions=partitions,
+                topic_authorized_operations=_UNKNOWN_OPERATIONS,
+            )
+        )
+    for topic_id in unknown_ids:
+        topics.append(
+            kio_codec.make(
+                topic_cls,
+                error_code=ErrorCode.unknown_topic_id,
+                name=None,
+                topic_id=topic_id,
+                is_internal=False,
+                partitions=(),
                 topic_authorized_operations=_UNKNOWN_OPERATIONS,
             )
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -26,8 +27,10 @@ from lkstream.kafka.hot import (
     FetchPartitionResult,
     ProducePartition,
     ProducePartitionResult,
+    ResponseChunks,
     encode_fetch_response,
     encode_produce_response,
+    fetch_response_chunks,
     parse_produce_request,
 )
 from lkstream.kafka.protocol import ApiKey, RequestHeader
@@ -49,8 +52,19 @@ def _partition_error(error: Exception) -> ErrorCode:
 
 
 async def produce(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | None:
-    request = parse_produce_request(frame, header.body_offset)
-    broker = ctx.broker
+    """Produce as a coroutine (what :data:`~lkstream.kafka.handlers.HANDLERS` holds)."""
+    outcome = produce_start(ctx, header, frame)
+    return await outcome if isinstance(outcome, Awaitable) else outcome
+
+
+def produce_start(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | Awaitable[bytes | None] | None:
+    """Append every partition's batch now; the answer, or (``sync`` mode) an awaitable of it.
+
+    In ``group`` and ``none`` modes an append is acknowledged once written, so the answer is
+    known before this returns and the connection writes it without scheduling a task: that
+    per-request saving is what a producer with ``linger.ms=0`` or small batches needs.
+    """
+    request = parse_produce_request(frame, header.body_offset, flexible=header.flexible)
     results: list[tuple[str, list[ProducePartitionResult]]] = []
     pending: list[tuple[ProducePartitionResult, Acknowledgement]] = []
     for topic, partitions in request.topics:
@@ -61,13 +75,45 @@ async def produce(ctx: RequestContext, header: RequestHeader, frame: bytes) -> b
             if ack is not None:
                 pending.append((answer, ack))
         results.append((topic, answers))
+    if pending and ctx.broker.config.fsync_mode == "sync":
+        return _produce_after_fsync(ctx, header, request.acks, results, pending)
+    for answer, ack in pending:
+        _acknowledged(answer, ack.wait_sync)  # returns at once: nothing waits outside sync mode
+    return _produce_answer(ctx, header, request.acks, results)
+
+
+async def _produce_after_fsync(
+    ctx: RequestContext,
+    header: RequestHeader,
+    acks: int,
+    results: list[tuple[str, list[ProducePartitionResult]]],
+    pending: list[tuple[ProducePartitionResult, Acknowledgement]],
+) -> bytes | None:
     for answer, ack in pending:
         try:
             await ack.wait()
         except LkstreamError as exc:  # the fsync failed: the records are not acknowledged
-            answer.error_code, answer.error_message, answer.base_offset = error_code(exc), str(exc)[:500], -1
-    if request.acks == 0:
+            _refuse(answer, exc)
+    return _produce_answer(ctx, header, acks, results)
+
+
+def _acknowledged(answer: ProducePartitionResult, wait: Callable[[], None]) -> None:
+    try:
+        wait()
+    except LkstreamError as exc:
+        _refuse(answer, exc)
+
+
+def _refuse(answer: ProducePartitionResult, error: LkstreamError) -> None:
+    answer.error_code, answer.error_message, answer.base_offset = error_code(error), str(error)[:500], -1
+
+
+def _produce_answer(
+    ctx: RequestContext, header: RequestHeader, acks: int, results: list[tuple[str, list[ProducePartitionResult]]]
+) -> bytes | None:
+    if acks == 0:
         return None
+    broker = ctx.broker
     for topic, answers in results:
         for answer in answers:
             if answer.error_code == 0:
@@ -106,7 +152,38 @@ def _produce_error(error: LkstreamError) -> ErrorCode:
     return _partition_error(error)
 
 
-async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+def produce_failure(header: RequestHeader, frame: bytes, code: int) -> bytes | None:
+    """The answer to a Produce whose handler failed unexpectedly: ``code`` on every partition.
+
+    Clients retry per partition on a retriable code; an idempotent producer's retry of a batch
+    that did land is answered as a duplicate, so nothing is written twice.
+    """
+    request = parse_produce_request(frame, header.body_offset, flexible=header.flexible)
+    if request.acks == 0:
+        return None
+    message = "the broker failed to handle this request (see its log)"
+    return encode_produce_response(
+        header.api_version,
+        [
+            (t, [ProducePartitionResult(p.partition, code, -1, -1, message) for p in parts])
+            for t, parts in request.topics
+        ],
+    )
+
+
+def fetch_failure(header: RequestHeader, frame: bytes, code: int) -> bytes:
+    """The answer to a Fetch whose handler failed unexpectedly: ``code`` on every partition asked for."""
+    request = kio_codec.decode_request(ApiKey.FETCH, header.api_version, frame, header.body_offset)
+    return encode_fetch_response(
+        header.api_version,
+        [
+            (t.topic, [FetchPartitionResult(p.partition, code, -1, -1, None) for p in t.partitions])
+            for t in request.topics
+        ],
+    )
+
+
+async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> ResponseChunks:
     request = kio_codec.decode_request(ApiKey.FETCH, header.api_version, frame, header.body_offset)
     wanted = [
         (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, ctx.allowed("read", "topic", t.topic))
@@ -125,7 +202,7 @@ async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> byt
     grouped: dict[str, list[FetchPartitionResult]] = {}
     for topic, answer in answers:
         grouped.setdefault(topic, []).append(answer)
-    return encode_fetch_response(header.api_version, list(grouped.items()))
+    return fetch_response_chunks(header.api_version, list(grouped.items()))
 
 
 def _read_all(
@@ -175,7 +252,7 @@ async def list_offsets(ctx: RequestContext, header: RequestHeader, frame: bytes)
         allowed = ctx.allowed("describe", "topic", topic.name)
         partitions = []
         for p in topic.partitions:
-            code, timestamp, offset = _list_offset(ctx, topic.name, p.partition_index, p.timestamp, allowed)
+            code, timestamp, offset = await _list_offset(ctx, topic.name, p.partition_index, p.timestamp, allowed)
             partitions.append(
                 kio_codec.make(
                     partition_cls,
@@ -190,7 +267,9 @@ async def list_offsets(ctx: RequestContext, header: RequestHeader, frame: bytes)
     return kio_codec.encode(kio_codec.make(response_cls, topics=tuple(topics)))
 
 
-def _list_offset(ctx: RequestContext, topic: str, pid: int, timestamp: Any, allowed: bool) -> tuple[int, int, int]:
+async def _list_offset(
+    ctx: RequestContext, topic: str, pid: int, timestamp: Any, allowed: bool
+) -> tuple[int, int, int]:
     """``(error_code, timestamp, offset)`` for one partition; -1/-1 when no record is at or after ``timestamp``."""
     if not allowed:
         return ErrorCode.topic_authorization_failed, -1, -1
@@ -203,12 +282,8 @@ def _list_offset(ctx: RequestContext, topic: str, pid: int, timestamp: Any, allo
         if ts == EARLIEST_TIMESTAMP:
             return 0, -1, partition.log_start_offset
         if ts == MAX_TIMESTAMP:
-            ts = 0  # no per-log max-timestamp tracking across segments here: the last record stands in
-            high = partition.high_watermark
-            if high == partition.log_start_offset:
-                return 0, -1, -1
-            record = broker.read_from(topic, pid, high - 1, max_msgs=1)
-            return 0, record[0].timestamp, high - 1
+            # Up to 63 timestamp lookups: off the event loop.
+            return (0, *await asyncio.to_thread(_max_timestamp_record, ctx, topic, pid))
         if ts < 0:
             return ErrorCode.invalid_request, -1, -1
         offset = broker.offset_for_timestamp(topic, pid, ts)
@@ -218,6 +293,28 @@ def _list_offset(ctx: RequestContext, topic: str, pid: int, timestamp: Any, allo
         return 0, (found[0].timestamp if found else -1), offset
     except (LkstreamError, KeyError) as exc:
         return _partition_error(exc), -1, -1
+
+
+def _max_timestamp_record(ctx: RequestContext, topic: str, pid: int) -> tuple[int, int]:
+    """``(timestamp, offset)`` of the first record with the largest timestamp (Kafka's MAX_TIMESTAMP).
+
+    Records need not arrive in timestamp order, so the last record is not the answer. The
+    broker's timestamp lookup (sealed segments skipped by their largest timestamp, one batch
+    decoded) is monotone: "some record is at or after T" holds up to the largest timestamp and
+    not beyond, so a binary search over T finds it in at most 63 lookups, without reading the log.
+    """
+    broker = ctx.broker
+    high = broker.partition(topic, pid).high_watermark
+    if broker.offset_for_timestamp(topic, pid, 0) >= high:
+        return -1, -1  # empty, or only records without a timestamp
+    low, top = 0, 2**63 - 1  # invariant: a record is at or after `low`; none is at or after `top + 1`
+    while low < top:
+        middle = (low + top + 1) // 2
+        if broker.offset_for_timestamp(topic, pid, middle) < high:
+            low = middle
+        else:
+            top = middle - 1
+    return low, broker.offset_for_timestamp(topic, pid, low)
 
 
 async def init_producer_id(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:

@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from lkstream.broker.groups.classic import ClassicState, MemberIdRequiredError
-from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, LkstreamError
+from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, LkstreamError, StaleGenerationError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import NODE_ID, RequestContext
 from lkstream.kafka.errors import error_code
@@ -201,16 +201,37 @@ async def _commit(ctx: RequestContext, request: Any, generation: int) -> int:
     if not offsets:
         return 0
     try:
+        if _in_lkstream_coordinator(ctx, group, request.member_id):
+            # A KIP-848 member (ConsumerGroupHeartbeat): fenced by LKSTREAM's coordinator, which
+            # checks that the member owns the partitions and commits with its current epoch.
+            # The journal write fsyncs: off the event loop.
+            await asyncio.to_thread(ctx.broker.groups.commit, group, request.member_id, generation, offsets)
+            return 0
         ctx.server.groups.check_commit(
             group, request.member_id, generation, getattr(request, "group_instance_id", None)
         )
-        # The journal write fsyncs: off the event loop.
         await asyncio.to_thread(ctx.broker.groups.commit_unfenced, group, offsets)
+    except StaleGenerationError:
+        return (
+            ErrorCode.stale_member_epoch
+            if _in_lkstream_coordinator(ctx, group, request.member_id)
+            else ErrorCode.illegal_generation
+        )
     except (LkstreamError, KeyError) as exc:
         if isinstance(exc, InvalidArgumentError) and "partition" in str(exc):
             return ErrorCode.unknown_topic_or_partition
         return _group_error(exc) if isinstance(exc, LkstreamError) else ErrorCode.unknown_topic_or_partition
     return 0
+
+
+def _in_lkstream_coordinator(ctx: RequestContext, group: str, member_id: str) -> bool:
+    """Whether ``member_id`` is a live member of ``group`` in LKSTREAM's coordinator (a KIP-848 client)."""
+    if not member_id or ctx.server.groups.has_members(group):
+        return False
+    try:
+        return any(m.member_id == member_id for m in ctx.broker.groups.describe(group).members)
+    except LkstreamError:
+        return False
 
 
 async def offset_fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
