@@ -134,6 +134,8 @@ class WatchedFile(Generic[T]):
         # Start-up is strict: a file that does not parse is an error, not an empty document.
         self._document = read_file(path, parse, empty)
         self._next_check = clock() + check_interval_s
+        #: Counts the documents loaded: it moves whenever :meth:`current` may answer differently.
+        self.version = 0
 
     def current(self) -> T:
         """The document in force, re-read first if the file changed since the last look."""
@@ -156,4 +158,5 @@ class WatchedFile(Generic[T]):
         except InvalidArgumentError as exc:
             log.error("security file changed but was not loaded, the previous version stays in force: %s", exc)
             return
+        self.version += 1
         log.info("reloaded %s", self.path)
