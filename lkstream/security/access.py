@@ -19,7 +19,7 @@ re-reading each when it changes (:class:`~lkstream.security.watched.WatchedFile`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from lkstream.errors import AuthenticationError, AuthorizationError
 from lkstream.security.acl import Operation, ResourceType
@@ -53,11 +53,13 @@ class Access:
         users: Callable[[], UserDirectory],
         authorizer: Authorizer,
         version: Callable[[], int] = lambda: 0,
+        files: Sequence[WatchedFile[Any]] = (),
     ) -> None:
         self.enabled = enabled
         self._users = users
         self.authorizer = authorizer
         self._version = version
+        self._files = tuple(files)
 
     @classmethod
     def disabled(cls) -> Access:
@@ -80,8 +82,17 @@ class Access:
             return acls.version
 
         return cls(
-            enabled=True, users=users.current, authorizer=AclAuthorizer(acls.current, super_users), version=version
+            enabled=True,
+            users=users.current,
+            authorizer=AclAuthorizer(acls.current, super_users),
+            version=version,
+            files=(users, acls),
         )
+
+    def reload(self) -> None:
+        """Look at the users and ACL files now rather than within the interval (SIGHUP)."""
+        for watched in self._files:
+            watched.check_now()
 
     def acl_version(self) -> int:
         """A number that moves whenever the ACLs in force change (for caches of filtered answers)."""

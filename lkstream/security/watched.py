@@ -148,6 +148,12 @@ class WatchedFile(Generic[T]):
                 self._reload_if_changed()
             return self._document
 
+    def check_now(self) -> None:
+        """Look at the file now, whatever the interval (SIGHUP)."""
+        with self._lock:
+            self._next_check = self._clock() + self._interval
+            self._reload_if_changed()
+
     def _reload_if_changed(self) -> None:
         seen = _identity(self.path)
         if seen == self._seen:
