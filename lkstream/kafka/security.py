@@ -19,6 +19,10 @@ The listener uses :mod:`lkstream.security`, like the gRPC and HTTP surfaces:
   certificate files change) makes the listener SSL, or SASL_SSL with SASL.
 
 Resource names are Kafka's: topic and group names, and the cluster (:data:`CLUSTER_RESOURCE`).
+:data:`API_ACCESS` says what each API the listener serves needs; the handlers ask it
+with ``ctx.allowed`` and answer Kafka's error codes (TOPIC_, GROUP_ and
+CLUSTER_AUTHORIZATION_FAILED). A test sends every API with each needed permission
+left out, and fails for an API without an entry here (tests/security).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 from typing import Final, Literal, Protocol
 
 from lkstream.errors import AuthenticationError
+from lkstream.kafka.protocol import ApiKey
 from lkstream.security.acl import CLUSTER_NAME
 from lkstream.security.authorizer import AllowAll, Authorizer
 from lkstream.security.principal import ANONYMOUS, Principal
@@ -42,6 +47,34 @@ CLUSTER_RESOURCE: Final = CLUSTER_NAME
 SaslAuthenticationFailed = AuthenticationError
 
 
+#: What each API needs (docs/kafka.md, "Security"); the refusal is the error code in brackets.
+API_ACCESS: Final[dict[int, str]] = {
+    ApiKey.API_VERSIONS: "nothing (before authentication)",
+    ApiKey.SASL_HANDSHAKE: "nothing (before authentication)",
+    ApiKey.SASL_AUTHENTICATE: "nothing (before authentication)",
+    ApiKey.PRODUCE: "write on the topic [TOPIC]; a missing topic is not auto-created without create on it",
+    ApiKey.FETCH: "read on the topic [TOPIC]",
+    ApiKey.LIST_OFFSETS: "describe on the topic [TOPIC]",
+    ApiKey.METADATA: "describe on each topic named [TOPIC], create to auto-create it; all topics: filtered",
+    ApiKey.OFFSET_COMMIT: "read on the group [GROUP] and on each topic [TOPIC]; "
+    "a standalone commit that moves an offset back: admin on the cluster [CLUSTER]",
+    ApiKey.OFFSET_FETCH: "describe on the group [GROUP] and on each topic [TOPIC]; all topics: filtered",
+    ApiKey.FIND_COORDINATOR: "describe on the group [GROUP]",
+    ApiKey.JOIN_GROUP: "read on the group [GROUP]; a member id only by the principal that joined with it",
+    ApiKey.SYNC_GROUP: "read on the group [GROUP]; the member's own principal",
+    ApiKey.HEARTBEAT: "read on the group [GROUP]; the member's own principal",
+    ApiKey.LEAVE_GROUP: "read on the group [GROUP]; the member's own principal",
+    ApiKey.DESCRIBE_GROUPS: "describe on the group [GROUP]",
+    ApiKey.LIST_GROUPS: "nothing: lists only groups the principal may describe",
+    ApiKey.DELETE_GROUPS: "delete on the group [GROUP]",
+    ApiKey.CREATE_TOPICS: "create on the topic (or on the cluster) [TOPIC]",
+    ApiKey.DELETE_TOPICS: "delete on the topic [TOPIC]",
+    ApiKey.CREATE_PARTITIONS: "create on the topic [TOPIC]",
+    ApiKey.INIT_PRODUCER_ID: "write on at least one topic [CLUSTER]; transactional ids are refused",
+    ApiKey.DESCRIBE_CONFIGS: "describe on the topic [TOPIC]; broker configs: describe on the cluster [CLUSTER]",
+}
+
+
 class SaslAuthenticator(Protocol):
     """Offers SASL mechanisms and makes a :class:`SaslServer` for one of them."""
 
@@ -55,6 +88,7 @@ class SaslAuthenticator(Protocol):
 
 __all__ = [
     "ANONYMOUS",
+    "API_ACCESS",
     "CLUSTER_RESOURCE",
     "AllowAll",
     "Authorizer",

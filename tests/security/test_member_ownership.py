@@ -12,13 +12,22 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import grpc
 import pytest
+from kio.schema.errors import ErrorCode
 
+import lkstream
 from lkstream.broker.groups.classic import ClassicGroups, MemberIdRequiredError
 from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.errors import MemberOwnerError, UnknownTopicError
+from lkstream.kafka.protocol import ApiKey
+from lkstream.security.acl import AclEntry
 from lkstream.storage.clock import ManualClock
 from lkstream.storage.offsets import OffsetStore
+from lkstream.wire._proto import messaging_pb2 as pb
+from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
+from tests.security.conftest import SecureFactory
+from tests.security.kafka_raw import RawKafka
 
 PROTOCOLS = [("range", b"meta")]
 
@@ -134,3 +143,108 @@ def test_classic_static_instance_cannot_be_taken_over_by_another_principal() -> 
     with pytest.raises(MemberOwnerError):
         join_classic(groups, "mallory", instance_id="worker-1")
     assert list(groups.snapshot("g").members) == [member]  # type: ignore[union-attr]
+
+
+# -- through the daemon's surfaces: gRPC and the Kafka listener ------------------------------------------
+
+
+def both_read(user: str) -> list[AclEntry]:
+    return [
+        AclEntry.build(user, "read", "group", "shared"),
+        AclEntry.build(user, "read", "topic", "orders"),
+        AclEntry.build(user, "describe", "group", "shared"),
+    ]
+
+
+def test_grpc_calls_with_another_principals_member_id_are_refused(secure_daemon: SecureFactory) -> None:
+    daemon = secure_daemon()
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("orders", 1)
+    tokens = {user: daemon.token(user) for user in ("alice", "mallory")}
+    daemon.set_acls(*both_read("alice"), *both_read("mallory"))
+    channel = grpc.insecure_channel(daemon.address)
+    stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+
+    def as_(user: str) -> tuple[tuple[str, str]]:
+        return (("authorization", f"Bearer {tokens[user]}"),)
+
+    try:
+        joined = stub.JoinGroup(pb.JoinGroupRequest(group="shared", topics=["orders"]), metadata=as_("alice"))
+        member, generation = joined.member_id, joined.generation
+        seen = stub.DescribeGroup(pb.DescribeGroupRequest(group="shared"), metadata=as_("mallory"))
+        assert [m.member_id for m in seen.members] == [member]  # the id is no secret
+        hijacks = [
+            lambda: stub.Heartbeat(pb.HeartbeatRequest(group="shared", member_id=member), metadata=as_("mallory")),
+            lambda: stub.SyncGroup(
+                pb.SyncGroupRequest(group="shared", member_id=member, generation=generation), metadata=as_("mallory")
+            ),
+            lambda: stub.CommitOffsets(
+                pb.CommitOffsetsRequest(
+                    group="shared",
+                    member_id=member,
+                    generation=generation,
+                    offsets=[pb.PartitionOffset(topic="orders", partition=0, offset=0)],
+                ),
+                metadata=as_("mallory"),
+            ),
+            lambda: stub.LeaveGroup(pb.LeaveGroupRequest(group="shared", member_id=member), metadata=as_("mallory")),
+            lambda: stub.JoinGroup(
+                pb.JoinGroupRequest(group="shared", topics=["orders"], member_id=member), metadata=as_("mallory")
+            ),
+        ]
+        for hijack in hijacks:
+            with pytest.raises(grpc.RpcError) as refused:
+                hijack()
+            assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+            assert "another principal joined" in refused.value.details()  # type: ignore[attr-defined]
+        stub.Heartbeat(pb.HeartbeatRequest(group="shared", member_id=member), metadata=as_("alice"))
+        after = stub.DescribeGroup(pb.DescribeGroupRequest(group="shared"), metadata=as_("alice"))
+        assert [m.member_id for m in after.members] == [member], "alice is still the member"
+    finally:
+        channel.close()
+
+
+def test_kafka_calls_with_another_principals_member_id_are_refused(secure_daemon: SecureFactory) -> None:
+    daemon = secure_daemon()
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("orders", 1)
+    for user in ("alice", "mallory"):
+        daemon.set_password(user, f"{user}-password")
+    daemon.set_acls(*both_read("alice"), *both_read("mallory"))
+    join = {
+        "group_id": "shared",
+        "session_timeout": 30_000,
+        "rebalance_timeout": 30_000,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00"}],
+    }
+    with RawKafka(daemon.kafka_address) as alice, RawKafka(daemon.kafka_address) as mallory:
+        assert alice.login_scram("SCRAM-SHA-256", "alice", "alice-password").error_code == 0
+        assert mallory.login_scram("SCRAM-SHA-256", "mallory", "mallory-password").error_code == 0
+        first = alice.call(ApiKey.JOIN_GROUP, 7, member_id="", **join)
+        assert first.error_code == ErrorCode.member_id_required
+        joined = alice.call(ApiKey.JOIN_GROUP, 7, member_id=first.member_id, **join)
+        assert joined.error_code == 0
+        member, generation = joined.member_id, joined.generation_id
+        synced = alice.call(ApiKey.SYNC_GROUP, 5, group_id="shared", generation_id=generation, member_id=member)
+        assert synced.error_code == 0
+        seen = mallory.call(ApiKey.DESCRIBE_GROUPS, 5, groups=["shared"])
+        assert [m.member_id for m in seen.groups[0].members] == [member]
+        same = {"group_id": "shared", "member_id": member}
+        commit = {
+            **same,
+            "generation_id_or_member_epoch": generation,
+            "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 0}]}],
+        }
+        hijacks = [
+            mallory.call(ApiKey.HEARTBEAT, 4, generation_id=generation, **same).error_code,
+            mallory.call(ApiKey.SYNC_GROUP, 5, generation_id=generation, **same).error_code,
+            mallory.call(ApiKey.OFFSET_COMMIT, 8, **commit).topics[0].partitions[0].error_code,
+            mallory.call(ApiKey.LEAVE_GROUP, 4, group_id="shared", members=[{"member_id": member}])
+            .members[0]
+            .error_code,
+            mallory.call(ApiKey.JOIN_GROUP, 7, member_id=member, **join).error_code,
+        ]
+        assert hijacks == [ErrorCode.group_authorization_failed] * len(hijacks)
+        assert alice.call(ApiKey.HEARTBEAT, 4, generation_id=generation, **same).error_code == 0
+        assert alice.call(ApiKey.OFFSET_COMMIT, 8, **commit).topics[0].partitions[0].error_code == 0
