@@ -29,16 +29,17 @@ def build(cls: Any, values: dict[str, Any]) -> Any:
     """``cls`` from ``values``: lists of dicts become the nested entity tuples; missing fields are zero."""
     hints = typing.get_type_hints(cls)
     converted: dict[str, Any] = {}
-    for name, value in values.items():
+    for name, given in values.items():
         hint = hints[name]
-        if typing.get_origin(hint) in (typing.Union, typing.Optional) or str(hint).endswith("| None"):
-            args = [a for a in typing.get_args(hint) if a is not type(None)]
-            hint = args[0] if args else hint
-        if isinstance(value, list):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if type(None) in typing.get_args(hint) and args:  # X | None
+            hint = args[0]
+        value = given
+        if isinstance(given, list):
             item = typing.get_args(hint)[0] if typing.get_args(hint) else None
-            value = tuple(build(item, v) if isinstance(v, dict) and item is not None else v for v in value)
-        elif isinstance(value, (int, float)) and hint is not bool and _is_timedelta(hint):
-            value = datetime.timedelta(milliseconds=value)
+            value = tuple(build(item, v) if isinstance(v, dict) and item is not None else v for v in given)
+        elif isinstance(given, (int, float)) and _is_timedelta(hint):
+            value = datetime.timedelta(milliseconds=given)
         converted[name] = value
     return kio_codec.make(cls, **converted)
 
