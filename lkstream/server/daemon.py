@@ -143,7 +143,7 @@ class Daemon:
     def http_address(self) -> str:
         """``host:port`` of the HTTP endpoints (the bound port when ``http_port`` is 0)."""
         assert self.http is not None, "the daemon is not started"
-        return self.http.url.removeprefix("http://")
+        return self.http.url.split("://", 1)[1]
 
     async def start(self) -> None:
         host, port = self.settings.http_host, self.settings.http_port

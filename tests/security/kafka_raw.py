@@ -51,11 +51,21 @@ def _is_timedelta(hint: Any) -> bool:
 class RawKafka:
     """One connection; :meth:`call` sends one request and returns the decoded response."""
 
-    def __init__(self, bootstrap: str, *, tls_ca: str | None = None, client_id: str = "raw") -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        tls_ca: str | None = None,
+        client_cert: tuple[str, str] | None = None,
+        client_id: str = "raw",
+    ) -> None:
         host, port = bootstrap.rsplit(":", 1)
         sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
         if tls_ca is not None:
-            sock = ssl.create_default_context(cafile=tls_ca).wrap_socket(sock, server_hostname="localhost")
+            context = ssl.create_default_context(cafile=tls_ca)
+            if client_cert is not None:
+                context.load_cert_chain(*client_cert)
+            sock = context.wrap_socket(sock, server_hostname="localhost")
         self.sock = sock
         self.client_id = client_id.encode()
         self.correlation = 0
