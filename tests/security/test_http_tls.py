@@ -61,9 +61,12 @@ def test_with_a_client_ca_the_api_needs_a_client_certificate_and_probes_do_not(
 def test_with_a_client_ca_the_kafka_port_requires_a_client_certificate(secure_daemon: SecureFactory) -> None:
     daemon = secure_daemon(tls=True, client_ca=True)
     assert daemon.pki is not None
-    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):  # TLS 1.3 may say so only at the first read
-        with RawKafka(daemon.kafka_address, tls_ca=str(daemon.pki.ca)) as kafka:
-            kafka.call(18, 0)
+    # TLS 1.3 may say so only at the first read.
+    with (
+        pytest.raises((ssl.SSLError, ConnectionError, OSError)),
+        RawKafka(daemon.kafka_address, tls_ca=str(daemon.pki.ca)) as kafka,
+    ):
+        kafka.call(18, 0)
     certificate = (str(daemon.pki.client_cert), str(daemon.pki.client_key))
     with RawKafka(daemon.kafka_address, tls_ca=str(daemon.pki.ca), client_cert=certificate) as kafka:
         assert kafka.call(18, 0).error_code == 0
