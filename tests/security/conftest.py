@@ -97,9 +97,10 @@ def secure_daemon(tmp_path: Path) -> Iterator[SecureFactory]:
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
 
     def start(*, tls: bool = False, client_ca: bool = False, auth: bool = True, **server: Any) -> SecureDaemon:
-        data = tmp_path / "data"
+        # The first daemon's data is tmp_path/data; later ones (a second daemon in one test) get their own.
+        data = tmp_path / ("data" if not started else f"data-{len(started)}")
         users_file, acl_file = data / "security" / "users.json", data / "security" / "acls.json"
-        pki = make_pki(tmp_path / "pki") if tls else None
+        pki = make_pki(tmp_path / f"pki-{len(started)}") if tls else None
         settings: dict[str, Any] = {
             "grpc_port": 0,
             "http_port": 0,
