@@ -72,7 +72,8 @@ def test_credentials_for_a_daemon_with_access_control_are_parsed() -> None:
     )
     credentials = opts.access.credentials
     assert credentials.token == "lkst_x"
-    assert credentials.tls is not None and (credentials.tls.ca_file, credentials.tls.server_name) == ("/ca.pem", "broker")
+    assert credentials.tls is not None
+    assert (credentials.tls.ca_file, credentials.tls.server_name) == ("/ca.pem", "broker")
     assert "lkst_x" not in repr(opts), "the token must not reach a log line"
     system_cas = parse_sink_options({"bootstrap": "h:1", "tls": "true"}).credentials
     assert system_cas.tls is not None and system_cas.tls.ca_file is None and system_cas.token is None
