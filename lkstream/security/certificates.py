@@ -111,6 +111,7 @@ class ServerCertificates:
         seen = self._files()
         if seen in (self._seen, self._failed):
             return False
+        loaded = ""
         try:
             fresh = ServerPem(
                 certificate_chain=_read(self.tls.cert_file),
@@ -118,6 +119,7 @@ class ServerCertificates:
                 client_ca=self._pem.client_ca,
             )
             with _files_of(fresh) as (cert, key):
+                loaded = key
                 load_chain(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert, key)  # the pair loads together
                 with self._lock:
                     for context in self._contexts:
@@ -128,7 +130,7 @@ class ServerCertificates:
                     self.version += 1
         except InvalidArgumentError as exc:
             self._failed = seen
-            reason = str(exc).rpartition(": ")[2]
+            reason = str(exc).split(f"with {loaded}: ", 1)[-1]
             log.error(
                 "TLS certificate files changed but %s with %s do not load (%s); the previous certificate stays",
                 self.tls.cert_file,

@@ -61,7 +61,9 @@ def rotate(live: Pki, new: Pki, *, key_too: bool = True) -> None:
         shutil.copyfile(new.server_key, live.server_key)
 
 
-async def test_a_changed_certificate_is_loaded_into_live_contexts(tmp_path: Path) -> None:
+async def test_a_changed_certificate_is_loaded_into_live_contexts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     live, new = make_pki(tmp_path / "live", "old"), make_pki(tmp_path / "new", "new")
     certificates = ServerCertificates(ServerTls(str(live.server_cert), str(live.server_key)))
     context = certificates.ssl_context()
@@ -70,6 +72,10 @@ async def test_a_changed_certificate_is_loaded_into_live_contexts(tmp_path: Path
     rotate(live, new, key_too=False)  # the certificate without its key: does not load, the old pair stays
     assert not certificates.check()
     assert await served_by(context, live.ca)
+    [refusal] = [r.getMessage() for r in caplog.records if "do not load" in r.getMessage()]
+    assert str(live.server_cert) in refusal and "key values mismatch" in refusal.lower(), refusal
+    assert not certificates.check(), "the same half-done rotation is reported once"
+    assert len([r for r in caplog.records if "do not load" in r.getMessage()]) == 1
     assert certificates.version == 0
     rotate(live, new)
     assert certificates.check()
