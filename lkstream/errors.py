@@ -29,6 +29,7 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── ProducerFencedError            an idempotent producer's epoch is older than the partition's
     ├── AuthenticationError            missing or wrong credentials (never says which part was wrong)
     ├── AuthorizationError             the principal lacks a permission: names principal, operation, resource
+    │   └── MemberOwnerError           a group member id used by a principal other than the one that joined with it
     └── GroupError                     a consumer-group call the coordinator refused (``group``)
         ├── UnknownMemberError         member id unknown (left or expired): join again
         │   └── FencedInstanceError    a static member's old id after a restart took its place
@@ -249,6 +250,27 @@ class AuthorizationError(LkstreamError):
         self.operation = operation
         self.resource_type = resource_type
         self.resource = resource
+
+
+class MemberOwnerError(AuthorizationError):
+    """A principal acted with a group member id that another principal joined with (nothing was done).
+
+    Member ids are visible to anyone who may describe the group; only the principal that
+    joined may heartbeat, sync, commit, leave or rejoin with one (docs/security.md).
+    """
+
+    def __init__(self, group: str, member_id: str, principal: str) -> None:
+        LkstreamError.__init__(
+            self,
+            f"principal {principal!r} may not act as member {member_id!r} of group {group!r}: "
+            "another principal joined with that member id",
+        )
+        self.principal = principal
+        self.operation = "act as member"
+        self.resource_type = "group"
+        self.resource = group
+        self.group = group
+        self.member_id = member_id
 
 
 # -- consumer groups (lkstream.broker.groups) ---------------------------------------------------

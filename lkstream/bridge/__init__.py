@@ -1,5 +1,6 @@
 """Integrations that move LKSTREAM data elsewhere; today the Kafka bridge (:mod:`lkstream.bridge.kafka`)."""
 
 from lkstream.bridge.kafka import BridgeMetrics, BridgeSettings, KafkaBridge
+from lkstream.bridge.target_security import KafkaSecurity
 
-__all__ = ["BridgeMetrics", "BridgeSettings", "KafkaBridge"]
+__all__ = ["BridgeMetrics", "BridgeSettings", "KafkaBridge", "KafkaSecurity"]

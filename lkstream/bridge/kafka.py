@@ -35,6 +35,11 @@ Idempotence: ``"auto"`` (default) asks for an idempotent producer and, if the
 target refuses to hand out a producer id when the producer starts (Tansu does),
 falls back to a plain ``acks=all`` producer, logged once; nothing has been sent
 at that point. ``"on"`` makes that refusal an error, ``"off"`` never asks.
+
+Security: the LKSTREAM side is the ``lkstream.connect(address, token=..., tls=...)``
+the bridge is given; the Kafka side is ``settings.kafka_security``
+(:class:`~lkstream.bridge.target_security.KafkaSecurity`: TLS, SASL PLAIN or SCRAM),
+used by the producer and the admin client alike.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from aiokafka.errors import (
 )
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from lkstream.bridge.target_security import KafkaSecurity
 from lkstream.broker.broker import Broker
 from lkstream.client.consumer import Consumer, ConsumerSource, TopicPartition
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError
@@ -94,6 +100,9 @@ class BridgeSettings:
     idle_flush_s: float = 0.2
     retry_backoff_s: float = 1.0
     linger_ms: int = 5
+    #: TLS and SASL towards the target cluster.
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    #: Further aiokafka producer options (they win over everything above).
     kafka_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -283,6 +292,7 @@ class KafkaBridge:
             "enable_idempotence": self._idempotent,
             "linger_ms": self.settings.linger_ms,
             "client_id": f"lkstream-bridge-{self.settings.group}",
+            **self.settings.kafka_security.client_options(),
         }
         options.update(self.settings.kafka_options)
         return options
@@ -335,7 +345,9 @@ class KafkaBridge:
         """Create missing target topics with the source's partition count (when allowed)."""
         if not self.settings.create_topics:
             return
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.settings.kafka_bootstrap, **self.settings.kafka_security.client_options()
+        )
         try:
             await admin.start()
         except KafkaConnectionError as exc:

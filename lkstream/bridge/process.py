@@ -16,6 +16,7 @@ from prometheus_client import start_http_server
 
 from lkstream.bridge.kafka import BridgeMetrics, BridgeSettings, KafkaBridge
 from lkstream.client.remote import connect
+from lkstream.security.tls import ClientTls
 
 log = logging.getLogger("lkstream.bridge")
 
@@ -26,14 +27,19 @@ async def run_bridge(
     *,
     metrics_host: str = "127.0.0.1",
     metrics_port: int | None = None,
+    token: str | None = None,
+    tls: bool | str | ClientTls | None = None,
 ) -> None:
-    """Run one bridge against the daemon at ``lkstream_address`` until SIGTERM/SIGINT."""
+    """Run one bridge against the daemon at ``lkstream_address`` until SIGTERM/SIGINT.
+
+    ``token`` and ``tls`` reach a daemon with access control (``lkstream.connect``'s).
+    """
     metrics = BridgeMetrics()
     if metrics_port is not None:
         server, _ = start_http_server(metrics_port, metrics_host, registry=metrics.registry)
         log.info("bridge metrics on http://%s:%d/metrics", metrics_host, server.server_port)
     loop = asyncio.get_running_loop()
-    with connect(lkstream_address) as source:
+    with connect(lkstream_address, token=token, tls=tls) as source:
         bridge = KafkaBridge(source, settings, metrics=metrics)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, bridge.stop)

@@ -176,11 +176,16 @@ def bootstrap_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return _bootstrap_only(_token_option(_tls_ca_option(command)))
 
 
-def connect_daemon(bootstrap: str, **options: Any) -> RemoteBroker:
-    """``lkstream.connect(bootstrap, **options)`` with the command's ``--token`` and ``--tls-ca``."""
+def daemon_credentials() -> dict[str, Any]:
+    """The command's ``--token`` and ``--tls-ca`` as ``lkstream.connect``'s ``token`` and ``tls``."""
     ctx = click.get_current_context(silent=True)
     credentials = ctx.meta.get(_CREDENTIALS_KEY, {}) if ctx is not None else {}
-    return connect(bootstrap, token=credentials.get("token"), tls=credentials.get("tls_ca"), **options)
+    return {"token": credentials.get("token"), "tls": credentials.get("tls_ca")}
+
+
+def connect_daemon(bootstrap: str, **options: Any) -> RemoteBroker:
+    """``lkstream.connect(bootstrap, **options)`` with the command's ``--token`` and ``--tls-ca``."""
+    return connect(bootstrap, **daemon_credentials(), **options)
 
 
 def data_dir_option(help_text: str, *, must_exist: bool = True) -> Callable[[Any], Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -15,12 +17,18 @@ from lkstream.kafka.security import (
     SaslAuthenticator,
     SaslServer,
 )
+from lkstream.security.acl import Operation as AclOperation
+from lkstream.security.acl import ResourceType as AclResourceType
 
 if TYPE_CHECKING:
     from lkstream.broker.broker import Broker
     from lkstream.broker.groups.classic import ClassicGroups
     from lkstream.kafka.metadata_cache import MetadataCache
     from lkstream.kafka.topic_ids import TopicIds
+
+#: Handlers name operations and resource types as text; the authorizer takes lkstream.security's enums.
+_OPERATIONS = {op.value: op for op in AclOperation}
+_RESOURCE_TYPES = {kind.value: kind for kind in AclResourceType}
 
 #: The one node of this single-node cluster.
 NODE_ID = 0
@@ -44,6 +52,10 @@ class ListenerSettings:
     #: topics by their persisted ids (lkstream.kafka.topic_ids). Off: every API stays below its
     #: topic-id versions, as before topic ids were persisted.
     topic_ids: bool = True
+    #: TLS (SSL, or SASL_SSL with ``sasl``); None: plaintext.
+    ssl_context: ssl.SSLContext | None = None
+    #: A number that moves when the authorizer's answers may change (cached Metadata answers depend on it).
+    acl_version: Callable[[], int] = lambda: 0
 
 
 @dataclass
@@ -69,11 +81,26 @@ class RequestContext:
     principal: Principal = ANONYMOUS
     sasl_mechanism: str | None = None
     sasl: SaslServer | None = None
+    #: A SASL exchange failed: this connection cannot authenticate any more (the client reconnects).
+    sasl_failed: bool = False
 
     @property
     def broker(self) -> Broker:
         return self.server.broker
 
+    @property
+    def owner(self) -> str | None:
+        """Who owns the group members this connection joins: its principal's name (None: auth off)."""
+        return None if self.principal.anonymous else self.principal.name
+
     def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """The one place every handler asks before it calls the broker."""
-        return self.server.settings.authorizer.authorize(self.principal, operation, resource_type, name)
+        return self.server.settings.authorizer.authorize(
+            self.principal, _OPERATIONS[operation], _RESOURCE_TYPES[resource_type], name
+        )
+
+    def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        """Whether the principal may do ``operation`` on at least one resource of ``resource_type``."""
+        return self.server.settings.authorizer.authorize_any(
+            self.principal, _OPERATIONS[operation], _RESOURCE_TYPES[resource_type]
+        )

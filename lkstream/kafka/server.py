@@ -4,6 +4,10 @@
 free port, see :attr:`port`), ``await stop()`` closes the listener and every
 connection. At most ``settings.max_connections`` clients are served at once;
 one more is closed right after accept (and logged).
+
+Security (docs/kafka.md, "Security"): with ``settings.ssl_context`` the listener
+speaks TLS; with ``settings.sasl`` every connection must authenticate before any
+API but ApiVersions and SASL; ``settings.authorizer`` decides each request.
 """
 
 from __future__ import annotations
@@ -55,7 +59,9 @@ class KafkaServer:
         # request would stall every connection of the loop. Done here, before the port is bound (a
         # few hundred milliseconds, once per process), in a thread so that the loop stays free.
         await asyncio.to_thread(kio_codec.warm_up, versions)
-        self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.port)
+        self._server = await asyncio.start_server(
+            self._accept, self.settings.host, self.settings.port, ssl=self.settings.ssl_context
+        )
         self._state = ServerState(
             broker=self.broker,
             settings=self.settings,

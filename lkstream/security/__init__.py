@@ -12,6 +12,7 @@ docs/security.md.
 ``credentials``    the users file: SCRAM stored keys, hashed bearer tokens
 ``sasl``           sans-io SASL servers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
 ``tls``            server and client TLS material from certificate and key files
+``certificates``   the listeners' certificate and key, reloaded when the files change
 ``watched``        atomic, locked edits and change-driven reloads of those files
 ``access``         :class:`Access`: the one object a surface asks
 =================  ==============================================================

@@ -19,7 +19,7 @@ re-reading each when it changes (:class:`~lkstream.security.watched.WatchedFile`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from lkstream.errors import AuthenticationError, AuthorizationError
 from lkstream.security.acl import Operation, ResourceType
@@ -46,10 +46,20 @@ def bearer_token(header: str | None) -> str | None:
 class Access:
     """Authentication and authorization for every surface of one daemon. Thread-safe."""
 
-    def __init__(self, *, enabled: bool, users: Callable[[], UserDirectory], authorizer: Authorizer) -> None:
+    def __init__(
+        self,
+        *,
+        enabled: bool,
+        users: Callable[[], UserDirectory],
+        authorizer: Authorizer,
+        version: Callable[[], int] = lambda: 0,
+        files: Sequence[WatchedFile[Any]] = (),
+    ) -> None:
         self.enabled = enabled
         self._users = users
         self.authorizer = authorizer
+        self._version = version
+        self._files = tuple(files)
 
     @classmethod
     def disabled(cls) -> Access:
@@ -66,7 +76,27 @@ class Access:
         """
         users = WatchedFile(users_file, UserDirectory.parse, UserDirectory.empty, check_interval_s=check_interval_s)
         acls = WatchedFile(acl_file, AclIndex.parse, AclIndex.empty, check_interval_s=check_interval_s)
-        return cls(enabled=True, users=users.current, authorizer=AclAuthorizer(acls.current, super_users))
+
+        def version() -> int:
+            acls.current()  # look at the file first (at most one stat per interval)
+            return acls.version
+
+        return cls(
+            enabled=True,
+            users=users.current,
+            authorizer=AclAuthorizer(acls.current, super_users),
+            version=version,
+            files=(users, acls),
+        )
+
+    def reload(self) -> None:
+        """Look at the users and ACL files now rather than within the interval (SIGHUP)."""
+        for watched in self._files:
+            watched.check_now()
+
+    def acl_version(self) -> int:
+        """A number that moves whenever the ACLs in force change (for caches of filtered answers)."""
+        return self._version()
 
     # -- authentication ----------------------------------------------------------------------------
 
@@ -94,10 +124,19 @@ class Access:
     def allows(self, principal: Principal, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         return self.authorizer.authorize(principal, operation, resource_type, name)
 
+    def allows_any(self, principal: Principal, operation: Operation, resource_type: ResourceType) -> bool:
+        """Whether ``principal`` may do ``operation`` on at least one resource of ``resource_type``."""
+        return self.authorizer.authorize_any(principal, operation, resource_type)
+
     def require(self, principal: Principal, operation: Operation, resource_type: ResourceType, name: str) -> None:
         """Raise :class:`AuthorizationError` naming what is missing unless ``principal`` may do it."""
         if not self.authorizer.authorize(principal, operation, resource_type, name):
             raise AuthorizationError(principal.name, operation.value, resource_type.value, name)
+
+    @staticmethod
+    def owner(principal: Principal) -> str | None:
+        """The name that owns what ``principal`` creates (group member ids); None for ANONYMOUS (auth off)."""
+        return None if principal.anonymous else principal.name
 
     def is_super_user(self, principal: Principal) -> bool:
         """Whether ``principal`` may do everything (always, with authentication off)."""

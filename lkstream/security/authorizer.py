@@ -10,6 +10,9 @@
   denies everything).
 * Creating a topic: a topic-level entry for the name decides; without one, ``create``
   on the cluster allows creating any topic.
+* :meth:`~Authorizer.authorize_any` asks whether the principal may do an operation on
+  *some* resource of a type (Kafka's ``authorizeByResourceType``): an idempotent Kafka
+  producer's InitProducerId needs ``write`` on at least one topic, as in Kafka 3.0+.
 
 The ACLs come from a :class:`~lkstream.security.watched.WatchedFile`, so a running
 daemon applies ``lkstream acls add|remove`` within the file check interval.
@@ -21,7 +24,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
-from lkstream.security.acl import CLUSTER_NAME, AclDocument, AclEntry, Operation, Permission, ResourceType
+from lkstream.security.acl import (
+    ANY_RESOURCE,
+    CLUSTER_NAME,
+    AclDocument,
+    AclEntry,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from lkstream.security.principal import ANY_PRINCIPAL, Principal
 
 #: The allowed operations that also allow the key.
@@ -37,11 +49,18 @@ class Authorizer(Protocol):
         """Whether ``principal`` may do ``operation`` on the ``resource_type`` called ``name``."""
         ...
 
+    def authorize_any(self, principal: Principal, operation: Operation, resource_type: ResourceType) -> bool:
+        """Whether ``principal`` may do ``operation`` on at least one resource of ``resource_type``."""
+        ...
+
 
 class AllowAll:
     """The authorizer of a daemon without authentication: everything is allowed."""
 
     def authorize(self, principal: Principal, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        return True
+
+    def authorize_any(self, principal: Principal, operation: Operation, resource_type: ResourceType) -> bool:
         return True
 
 
@@ -66,6 +85,17 @@ class AclIndex:
             for entry in self._by_key.get((who, resource_type), ()):
                 if entry.matches_name(name):
                     yield entry
+
+    def of(self, principal: str, resource_type: ResourceType) -> list[AclEntry]:
+        """Every entry for ``principal`` or ``*`` on resources of ``resource_type``."""
+        return [entry for who in (principal, ANY_PRINCIPAL) for entry in self._by_key.get((who, resource_type), ())]
+
+
+def _covers(deny: AclEntry, allow: AclEntry) -> bool:
+    """Whether the ``deny`` entry's names include every name the ``allow`` entry grants."""
+    if deny.pattern is PatternType.LITERAL:
+        return deny.name == ANY_RESOURCE or (allow.pattern is PatternType.LITERAL and allow.name == deny.name)
+    return allow.name.startswith(deny.name) and allow.name != ANY_RESOURCE
 
 
 def _decide(entries: Iterable[AclEntry], operation: Operation) -> bool | None:
@@ -99,3 +129,17 @@ class AclAuthorizer:
             cluster = index.matching(principal.name, ResourceType.CLUSTER, CLUSTER_NAME)
             decision = _decide(cluster, Operation.CREATE)
         return decision is True
+
+    def authorize_any(self, principal: Principal, operation: Operation, resource_type: ResourceType) -> bool:
+        """True when some allow entry grants ``operation`` on names no deny entry fully covers."""
+        if principal.anonymous:
+            return False
+        if principal.name in self.super_users:
+            return True
+        entries = self._acls().of(principal.name, resource_type)
+        granting = {operation, Operation.ALL} | _IMPLIED_BY.get(operation, frozenset())
+        denies = [e for e in entries if e.permission is Permission.DENY and e.operation in (operation, Operation.ALL)]
+        return any(
+            e.permission is Permission.ALLOW and e.operation in granting and not any(_covers(d, e) for d in denies)
+            for e in entries
+        )

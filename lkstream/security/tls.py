@@ -30,6 +30,17 @@ def _read(path: str, setting: str) -> bytes:
         raise InvalidArgumentError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
 
 
+def load_chain(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+    """Load a certificate chain and its key into ``context``; one clear error naming the settings."""
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidArgumentError(
+            f"server.tls_cert_file / server.tls_key_file: cannot load {cert_file} with {key_file}: "
+            f"{getattr(exc, 'strerror', None) or exc}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class ServerPem:
     """A server's TLS material as PEM bytes (what ``grpc.ssl_server_credentials`` takes)."""
@@ -51,17 +62,15 @@ class ServerTls:
     key_file: str
     client_ca_file: str | None = None
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """A server context: TLS 1.2 or newer, client certificates required when a client CA is set."""
+    def ssl_context(self, *, client_certificate_optional: bool = False) -> ssl.SSLContext:
+        """A server context: TLS 1.2 or newer; with a client CA, client certificates are verified.
+
+        They are required, unless ``client_certificate_optional`` (the HTTP port: probes
+        present none, and the JSON API refuses a request without one itself).
+        """
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise InvalidArgumentError(
-                f"server.tls_cert_file / server.tls_key_file: cannot load {self.cert_file} with {self.key_file}: "
-                f"{getattr(exc, 'strerror', None) or exc}"
-            ) from None
+        load_chain(context, self.cert_file, self.key_file)
         if self.client_ca_file is not None:
             try:
                 context.load_verify_locations(cafile=self.client_ca_file)
@@ -70,7 +79,7 @@ class ServerTls:
                     f"server.tls_client_ca_file: cannot load {self.client_ca_file}: "
                     f"{getattr(exc, 'strerror', None) or exc}"
                 ) from None
-            context.verify_mode = ssl.CERT_REQUIRED
+            context.verify_mode = ssl.CERT_OPTIONAL if client_certificate_optional else ssl.CERT_REQUIRED
         return context
 
     def pem(self) -> ServerPem:

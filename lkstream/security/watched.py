@@ -134,6 +134,8 @@ class WatchedFile(Generic[T]):
         # Start-up is strict: a file that does not parse is an error, not an empty document.
         self._document = read_file(path, parse, empty)
         self._next_check = clock() + check_interval_s
+        #: Counts the documents loaded: it moves whenever :meth:`current` may answer differently.
+        self.version = 0
 
     def current(self) -> T:
         """The document in force, re-read first if the file changed since the last look."""
@@ -146,6 +148,12 @@ class WatchedFile(Generic[T]):
                 self._reload_if_changed()
             return self._document
 
+    def check_now(self) -> None:
+        """Look at the file now, whatever the interval (SIGHUP)."""
+        with self._lock:
+            self._next_check = self._clock() + self._interval
+            self._reload_if_changed()
+
     def _reload_if_changed(self) -> None:
         seen = _identity(self.path)
         if seen == self._seen:
@@ -156,4 +164,5 @@ class WatchedFile(Generic[T]):
         except InvalidArgumentError as exc:
             log.error("security file changed but was not loaded, the previous version stays in force: %s", exc)
             return
+        self.version += 1
         log.info("reloaded %s", self.path)

@@ -12,9 +12,14 @@ accepts calls.
 
 Access control (docs/security.md): the daemon's one :class:`~lkstream.security.access.Access`
 is built from the ``server.`` settings before anything starts (a bad TLS or security file
-is exit 2); with ``auth`` on, gRPC gets the access interceptor
-(:mod:`lkstream.server.grpc_access`) and HTTP the access middleware
-(:mod:`lkstream.server.http_access`); with TLS files, the gRPC port is TLS.
+is exit 2). With ``auth`` on, gRPC gets the access interceptor
+(:mod:`lkstream.server.grpc_access`), HTTP the per-route authorizer
+(:mod:`lkstream.server.http_access`; its cross-origin checks apply with auth off too)
+and the Kafka listener SASL and the same authorizer. With TLS files, every listener is
+TLS (the Kafka listener SSL, or SASL_SSL), from one
+:class:`~lkstream.security.certificates.ServerCertificates`: it is checked every
+``security_reload_interval_ms`` and on SIGHUP, and a changed certificate serves new
+connections without a restart (SIGHUP also re-reads the users and ACL files at once).
 
 Shutdown (SIGTERM/SIGINT): ``/ready`` turns 503 and health goes NOT_SERVING,
 Subscribe streams end with UNAVAILABLE, the server stops accepting calls and
@@ -44,15 +49,21 @@ from lkstream.config import BrokerConfig
 from lkstream.errors import InvalidArgumentError, LkstreamError
 from lkstream.kafka import KafkaServer, ListenerSettings
 from lkstream.security.access import Access
+from lkstream.security.certificates import ServerCertificates
+from lkstream.security.credentials import SCRAM_MECHANISMS
+from lkstream.security.sasl import MECHANISMS
 from lkstream.server.grpc_access import AccessInterceptor, server_credentials
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
-from lkstream.server.http import HttpServer, start_http
+from lkstream.server.http import HttpServer
 from lkstream.server.http_access import GuardedHttpServer, HttpAccess
 from lkstream.server.settings import ServerSettings, load_settings
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import PROTOCOL_VERSION
 
 log = logging.getLogger("lkstream.server")
+
+#: The certificate files are looked at no more often than this, whatever security_reload_interval_ms says.
+MIN_CERTIFICATE_CHECK_S = 0.1
 
 
 class Daemon:
@@ -69,6 +80,9 @@ class Daemon:
         self.http: HttpServer | None = None
         #: Authentication and authorization for every listener (docs/security.md).
         self.access = access if access is not None else settings.access(broker.config)
+        #: The listeners' certificate and key, followed on disk (None: plaintext).
+        self.certificates = ServerCertificates(settings.tls) if settings.tls is not None else None
+        self._watcher: asyncio.Task[None] | None = None
         limit = settings.message_limit(broker.config)
         self.server = grpc.aio.server(
             interceptors=[AccessInterceptor(self.access, broker, self.metrics)] if self.access.enabled else [],
@@ -90,12 +104,11 @@ class Daemon:
         busy = port_in_use(settings.grpc_host, settings.grpc_port)
         if busy is not None:  # asked first: gRPC core would log its own multi-line error before failing
             raise InvalidArgumentError(cannot_listen("gRPC", address, busy, "grpc"))
-        tls = settings.tls
         try:
-            if tls is None:
+            if self.certificates is None:
                 self.port = self.server.add_insecure_port(address)
             else:
-                self.port = self.server.add_secure_port(address, server_credentials(tls))
+                self.port = self.server.add_secure_port(address, server_credentials(self.certificates))
         except RuntimeError:  # grpcio >= 1.60 raises where older releases returned 0
             self.port = 0
         if self.port == 0:
@@ -103,15 +116,23 @@ class Daemon:
         self.address = f"{settings.grpc_host}:{self.port}"
         self.kafka: KafkaServer | None = None
         if settings.kafka_port >= 0:
-            self.kafka = KafkaServer(
-                broker,
-                ListenerSettings(
-                    host=settings.kafka_host,
-                    port=settings.kafka_port,
-                    advertised_host=settings.kafka_advertised_host,
-                    max_frame_bytes=settings.message_limit(broker.config),
-                ),
-            )
+            self.kafka = KafkaServer(broker, self._kafka_settings())
+
+    def _kafka_settings(self) -> ListenerSettings:
+        """The Kafka listener: TLS with the certificates, SASL and the ACLs with authentication."""
+        settings = self.settings
+        # PLAIN sends the password itself: offered only over TLS.
+        mechanisms = MECHANISMS if self.certificates is not None else SCRAM_MECHANISMS
+        return ListenerSettings(
+            host=settings.kafka_host,
+            port=settings.kafka_port,
+            advertised_host=settings.kafka_advertised_host,
+            max_frame_bytes=settings.message_limit(self.broker.config),
+            authorizer=self.access.authorizer,
+            sasl=self.access.sasl(mechanisms) if self.access.enabled else None,
+            ssl_context=None if self.certificates is None else self.certificates.ssl_context(),
+            acl_version=self.access.acl_version,
+        )
 
     @property
     def kafka_address(self) -> str:
@@ -122,7 +143,7 @@ class Daemon:
     def http_address(self) -> str:
         """``host:port`` of the HTTP endpoints (the bound port when ``http_port`` is 0)."""
         assert self.http is not None, "the daemon is not started"
-        return self.http.url.removeprefix("http://")
+        return self.http.url.split("://", 1)[1]
 
     async def start(self) -> None:
         host, port = self.settings.http_host, self.settings.http_port
@@ -133,11 +154,12 @@ class Daemon:
                 "default_topic": self.settings.http_default_topic,
                 "default_topic_partitions": self.settings.http_default_topic_partitions,
             }
-            if self.access.enabled:
-                self.http = GuardedHttpServer(self.broker, self.metrics, self._http_guard(), **options)
-                await self.http.start(host, port)
-            else:
-                self.http = await start_http(self.broker, self.metrics, host, port, **options)
+            self.http = GuardedHttpServer(self.broker, self.metrics, self._http_guard(), **options)
+            # Client certificates are asked for, not required: probes of the open routes present none.
+            context = (
+                None if self.certificates is None else self.certificates.ssl_context(client_certificate_optional=True)
+            )
+            await self.http.start(host, port, ssl_context=context)
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
@@ -151,19 +173,37 @@ class Daemon:
                 raise InvalidArgumentError(message) from None
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if self.certificates is not None:
+            self._watcher = asyncio.create_task(self._watch_certificates())
         self.http.set_ready()
 
     def _http_guard(self) -> HttpAccess:
-        # Phase 1 of access control on HTTP: cross-origin checks and authentication, and the JSON API
-        # for super users only until its routes ask the authorizer themselves (docs/security.md).
+        # Cross-origin checks for everyone (a web page must not drive a local daemon, auth or not),
+        # authentication with auth on; each route's ACL check is added by GuardedHttpServer.
+        tls = self.settings.tls
         return HttpAccess(
             self.access,
             self.metrics,
             bound_host=self.settings.http_host,
             allowed_hosts=self.settings.http_allowed_hosts,
             allowed_origins=self.settings.http_allowed_origins,
-            super_users_only=True,
+            require_client_certificate=tls is not None and tls.client_ca_file is not None,
         )
+
+    def reload(self) -> None:
+        """Look at the certificate files and the users and ACL files now (SIGHUP)."""
+        log.info("SIGHUP: checking the TLS certificate and the security files")
+        if self.certificates is not None:
+            self.certificates.check()
+        self.access.reload()
+
+    async def _watch_certificates(self) -> None:
+        # On the event loop: the asyncio listeners' contexts must not change under a handshake.
+        assert self.certificates is not None
+        interval = max(self.settings.security_reload_interval_ms / 1000.0, MIN_CERTIFICATE_CHECK_S)
+        while True:
+            await asyncio.sleep(interval)
+            self.certificates.check()
 
     async def stop(self) -> None:
         """Turn not-ready, stop accepting, let in-flight calls finish within the grace period,
@@ -173,6 +213,8 @@ class Daemon:
                 self.http.set_not_ready()
             await self.health.enter_graceful_shutdown()
             self.service.stopping.set()
+            if self._watcher is not None:
+                self._watcher.cancel()
             if self.kafka is not None:
                 await self.kafka.stop()
             await self.server.stop(self.settings.shutdown_grace_s)
@@ -236,6 +278,7 @@ async def serve(
     except BaseException:
         broker.close()
         raise
+    loop.add_signal_handler(signal.SIGHUP, daemon.reload)
     try:
         await daemon.start()
         if ready is not None:
@@ -295,8 +338,12 @@ def run_daemon(
 def _log_security(settings: ServerSettings, config: BrokerConfig) -> None:
     tls = settings.tls
     users, acls = settings.security_files(config)
+    kafka = ""
+    if settings.kafka_port != -1 and settings.auth:
+        kafka = f"; Kafka SASL {', '.join(MECHANISMS if tls is not None else SCRAM_MECHANISMS)}"
     log.info(
-        "TLS %s; authentication %s",
+        "TLS %s; authentication %s%s",
         "off" if tls is None else "on" + (", client certificates required" if tls.client_ca_file else ""),
         f"on (users {users}, ACLs {acls})" if settings.auth else "off: every caller may do anything",
+        kafka,
     )

@@ -4,6 +4,9 @@ Each RPC is one call of the broker's group surface (:mod:`lkstream.broker.groups
 this module only converts messages. Coordinator calls take microseconds and run
 on the event loop; commits wait for an fsync and run in a worker thread; a
 Heartbeat long poll waits on the group's change signal without blocking the loop.
+
+Every member call passes the calling principal as the member's ``owner``: only the
+principal that joined may use a member id (docs/security.md).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class GroupRpcs:
     metrics: BrokerMetrics
     #: The names the calling principal may describe (BrokerService.visible).
     visible: Callable[[ResourceType, list[str]], list[str]]
+    #: The calling principal's name as group members' owner; None without authentication (BrokerService.owner).
+    owner: Callable[[], str | None]
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Context) -> pb.JoinGroupResponse:
         async with guard(context, self.metrics):
@@ -51,6 +56,7 @@ class GroupRpcs:
                 rebalance_timeout_ms=request.rebalance_timeout_ms or DEFAULT_REBALANCE_TIMEOUT_MS,
                 client_id=request.client_id,
                 client_host=context.peer() or "",
+                owner=self.owner(),
             )
             return pb.JoinGroupResponse(
                 member_id=result.member_id,
@@ -68,6 +74,7 @@ class GroupRpcs:
                 request.generation,
                 from_topic_partitions(request.released),
                 request.max_wait_ms,
+                owner=self.owner(),
             )
             return pb.HeartbeatResponse(
                 generation=result.generation,
@@ -81,14 +88,18 @@ class GroupRpcs:
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: Context) -> pb.SyncGroupResponse:
         async with guard(context, self.metrics):
             result = self.broker.sync_group(
-                request.group, request.member_id, request.generation, from_topic_partitions(request.released)
+                request.group,
+                request.member_id,
+                request.generation,
+                from_topic_partitions(request.released),
+                owner=self.owner(),
             )
             return pb.SyncGroupResponse(generation=result.generation, assignment=to_topic_partitions(result.assignment))
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: Context) -> pb.LeaveGroupResponse:
         async with guard(context, self.metrics):
-            self.broker.leave_group(request.group, request.member_id)
+            self.broker.leave_group(request.group, request.member_id, owner=self.owner())
             return pb.LeaveGroupResponse()
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -114,6 +125,7 @@ class GroupRpcs:
             offsets,
             member_id=member_id,
             generation=generation if member_id else None,
+            owner=self.owner(),
         )
         for (topic, pid), offset in offsets.items():
             self.metrics.record_committed(topic, group, pid, offset)

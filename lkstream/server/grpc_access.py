@@ -16,7 +16,9 @@ For every call it
 Refusals travel like every other error (status, class name and fields in trailing
 metadata; counted in ``lk_request_errors_total{code}``). Without ``auth`` there is no
 interceptor and no per-call cost. TLS is independent: :func:`server_credentials`
-builds gRPC's credentials from the same files as every other listener.
+builds gRPC's credentials from the same files as every other listener; they ask the
+daemon's :class:`~lkstream.security.certificates.ServerCertificates` on every new
+connection, so a reloaded certificate serves the next handshake (no restart).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import AuthorizationError, LkstreamError
 from lkstream.security.access import AUTHORIZATION_KEY, Access
+from lkstream.security.certificates import ServerCertificates
 from lkstream.security.principal import ANONYMOUS, Principal
-from lkstream.security.tls import ServerTls
+from lkstream.security.tls import ServerPem
 from lkstream.server.guard import fail
 from lkstream.server.rpc_permissions import RPC_NEEDS
 
@@ -60,14 +63,32 @@ def call_principal() -> Principal:
     return CALL_PRINCIPAL.get()
 
 
-def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
-    """gRPC server credentials from the TLS files (client certificates required when a client CA is set)."""
-    tls.check()
-    pem = tls.pem()
-    return grpc.ssl_server_credentials(
-        [(pem.private_key, pem.certificate_chain)],
-        root_certificates=pem.client_ca,
-        require_client_auth=pem.require_client_certificate,
+def _certificate_configuration(pem: ServerPem) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [(pem.private_key, pem.certificate_chain)], root_certificates=pem.client_ca
+    )
+
+
+def server_credentials(certificates: ServerCertificates) -> grpc.ServerCredentials:
+    """gRPC server credentials that follow ``certificates`` (client certificates required with a client CA).
+
+    gRPC calls the fetcher before each new connection's handshake, from one of its own
+    threads; it only compares a version number and, when it moved, hands over the new pair.
+    """
+    served = certificates.version
+    initial = certificates.pem()
+
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        nonlocal served
+        if certificates.version == served:
+            return None  # unchanged: gRPC keeps what it has
+        served = certificates.version
+        return _certificate_configuration(certificates.pem())
+
+    return grpc.dynamic_ssl_server_credentials(
+        _certificate_configuration(initial),
+        fetch,  # type: ignore[arg-type]  # gRPC documents None as "unchanged"; its stubs leave it out
+        require_client_authentication=initial.require_client_certificate,
     )
 
 

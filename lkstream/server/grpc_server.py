@@ -362,6 +362,10 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
             raise InvalidArgumentError("an admin request needs one action")
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def owner(self) -> str | None:
+        """The calling principal's name, which owns the group members it joins (None without authentication)."""
+        return Access.owner(call_principal()) if self.access.enabled else None
+
     def visible(self, resource_type: ResourceType, names: list[str]) -> list[str]:
         """The names of ``names`` the calling principal may describe (all of them without authentication)."""
         if not self.access.enabled:

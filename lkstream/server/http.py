@@ -35,6 +35,11 @@ Request bodies are limited to ``max_request_bytes`` (default: the broker's
 ``port=0`` binds a free port; :attr:`HttpServer.port` tells which. The
 default host is loopback (``DEFAULT_HOST``); bind another address only on
 purpose (a container sets ``0.0.0.0``).
+
+TLS: :meth:`HttpServer.start` takes an ``ssl_context`` (the daemon's, reloaded in
+place when the certificate files change); every route, the open ones included,
+is then served over HTTPS only. Access control is
+:class:`~lkstream.server.http_access.GuardedHttpServer` (docs/security.md).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 
 from aiohttp import web
@@ -51,6 +57,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
+from lkstream.security.access import Access
 from lkstream.server.http_api import HttpApi
 from lkstream.server.http_eventlog import EventLogRoutes
 from lkstream.server.settings import REQUEST_HEADROOM_BYTES
@@ -124,13 +131,16 @@ class HttpServer:
         max_request_bytes: int | None = None,
         default_topic: str = DEFAULT_TOPIC,
         default_topic_partitions: int = DEFAULT_TOPIC_PARTITIONS,
+        access: Access | None = None,
     ) -> None:
         self.broker = broker
         self.metrics = metrics
         self._ready = ready
         #: Largest request body accepted (413 above it).
         self.max_request_bytes = max_request_bytes or broker.config.max_batch_bytes + REQUEST_HEADROOM_BYTES
-        self.api = HttpApi(broker, metrics, max_request_bytes=self.max_request_bytes, is_ready=lambda: self.ready)
+        self.api = HttpApi(
+            broker, metrics, max_request_bytes=self.max_request_bytes, is_ready=lambda: self.ready, access=access
+        )
         self.event_log = EventLogRoutes(
             broker,
             metrics,
@@ -142,6 +152,7 @@ class HttpServer:
         self._runner: web.AppRunner | None = None
         self.host = ""
         self.port = 0
+        self.tls = False
 
     # -- readiness -----------------------------------------------------------------------------
 
@@ -174,7 +185,9 @@ class HttpServer:
         self.event_log.add_routes(app)
         return app
 
-    async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    async def start(
+        self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -184,12 +197,13 @@ class HttpServer:
             sock.setblocking(False)
             runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, logger=protocol_log)
             await runner.setup()
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
         except BaseException:
             sock.close()
             raise
         self._runner = runner
         self.host, self.port = sock.getsockname()[:2]
+        self.tls = ssl_context is not None
 
     async def stop(self) -> None:
         """Close the listener and open connections. Idempotent."""
@@ -200,7 +214,7 @@ class HttpServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     # -- handlers ------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""Access control for the HTTP listener: an aiohttp middleware in front of every route.
+"""Access control for the HTTP listener: two aiohttp middlewares around every route.
 
-In order, for every request:
+:meth:`HttpAccess.middleware` (outermost), with authentication on or off, in order:
 
 1. **Open routes** (``GET``/``HEAD`` of ``/metrics``, ``/healthz``, ``/ready``) pass
    untouched: probes and scrapers carry no credentials and name the pod's address.
@@ -9,19 +9,28 @@ In order, for every request:
    ``server.http_allowed_hosts``; otherwise 421. A web page that re-points its own
    host name at 127.0.0.1 (DNS rebinding) sends its own name and is refused.
 3. **Origin**: a browser's ``Origin`` header must be one of
-   ``server.http_allowed_origins`` (none by default); otherwise 403. Scripts and
-   command-line clients send none.
+   ``server.http_allowed_origins`` (none by default); otherwise 403. A browser that
+   says the request comes from another site (``Sec-Fetch-Site: cross-site`` or
+   ``same-site``) without an allowed ``Origin`` is refused too. Scripts and
+   command-line clients send neither.
 4. **Content type**: a request with a body must say ``application/json``; otherwise
    415. A page cannot send JSON cross-origin without a CORS preflight, which this
-   server never grants, so it cannot drive a local daemon with a "simple" form or
-   ``text/plain`` request either.
+   server never grants. The one exception is seed 003's ``POST /produce/{partition}``,
+   which also takes a form body (``curl -d key=...&value=...``): a form is what any
+   page can post, so for it the Host, Origin and Sec-Fetch-Site checks above are
+   the defence (every current browser sends ``Origin`` with a cross-origin POST).
 5. **Authentication** (``server.auth: true``): ``Authorization: Bearer <token>`` into a
    principal (401 with ``WWW-Authenticate: Bearer`` otherwise), accepted only over TLS
-   or from a loopback peer (403: a token must not cross a network in plaintext). The
-   principal is left in ``request["lkstream.principal"]`` for the route's own checks.
-6. **Authorization**: ``super_users_only`` lets only super users through. That is the
-   daemon's rule until each route asks :meth:`Access.require` for its own operation
-   (phase 2: the routes are being reorganised); it fails closed meanwhile.
+   or from a loopback peer (403: a token must not cross a network in plaintext). With
+   ``server.tls_client_ca_file``, a verified client certificate too (403; the TLS
+   layer asks for one but lets the open routes go without, for probes). The principal
+   is left in ``request[PRINCIPAL_KEY]`` (ANONYMOUS with authentication off).
+
+:meth:`RouteAuthorizer.middleware` (innermost, inside the API's error mapping; only with
+authentication on): looks up the route's rule in
+:data:`~lkstream.server.http_permissions.ROUTE_NEEDS` and asks
+:meth:`Access.require` for each need (403 naming the missing operation and resource);
+a route without a rule is refused.
 
 Refusals are the JSON API's error bodies (``{"error": {"code", "message"}}``) and are
 counted in ``lk_request_errors_total{code}`` by the gRPC code they match.
@@ -37,19 +46,32 @@ from aiohttp import web
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.errors import AuthenticationError, LkstreamError
+from lkstream.errors import AuthenticationError, AuthorizationError, LkstreamError
 from lkstream.security.access import Access, bearer_token
-from lkstream.security.principal import Principal
 from lkstream.server.http import HEALTH_PATH, METRICS_PATH, READY_PATH, HttpServer
 from lkstream.server.http_errors import error_info, error_response
+from lkstream.server.http_models import parse_body
+from lkstream.server.http_permissions import (
+    PARSED_BODY_KEY,
+    PRINCIPAL_KEY,
+    ROUTE_NEEDS,
+    RouteCall,
+    route_key,
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Routes anyone may GET or HEAD, with any Host, without credentials.
 OPEN_PATHS: Final = frozenset({METRICS_PATH, HEALTH_PATH, READY_PATH})
-PRINCIPAL_KEY: Final = web.RequestKey("lkstream.principal", Principal)
 JSON_TYPES: Final = ("application/json",)
+FORM_TYPES: Final = ("application/x-www-form-urlencoded", "multipart/form-data")
+#: Routes that also take a form body (seed 003).
+FORM_ROUTES: Final = frozenset({"POST /produce/{partition}"})
+#: Sec-Fetch-Site values of a request a page of another site made.
+_FOREIGN_SITES: Final = frozenset({"cross-site", "same-site"})
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+__all__ = ["PRINCIPAL_KEY", "GuardedHttpServer", "HttpAccess", "RouteAuthorizer"]
 
 
 def _is_loopback(host: str) -> bool:
@@ -69,8 +91,12 @@ def _host_name(host_header: str) -> str:
     return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
+def _is_open(request: web.Request) -> bool:
+    return request.method in ("GET", "HEAD") and request.path in OPEN_PATHS
+
+
 class HttpAccess:
-    """The middleware's settings and the middleware itself (:meth:`middleware`)."""
+    """The outer middleware's settings and the middleware itself (:meth:`middleware`)."""
 
     def __init__(
         self,
@@ -80,7 +106,7 @@ class HttpAccess:
         bound_host: str = "127.0.0.1",
         allowed_hosts: Iterable[str] = (),
         allowed_origins: Iterable[str] = (),
-        super_users_only: bool = False,
+        require_client_certificate: bool = False,
     ) -> None:
         self.access = access
         self.metrics = metrics
@@ -88,7 +114,7 @@ class HttpAccess:
         if bound_host not in ("", "0.0.0.0", "::"):
             self.allowed_hosts.add(bound_host.strip("[]").lower())
         self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
-        self.super_users_only = super_users_only
+        self.require_client_certificate = require_client_certificate
 
     def _refuse(self, status: int, code: str, message: str, grpc_code: str) -> web.Response:
         if self.metrics is not None:
@@ -110,15 +136,24 @@ class HttpAccess:
                 "PERMISSION_DENIED",
             )
         origin = request.headers.get("Origin")
-        if origin is not None and origin.rstrip("/").lower() not in self.allowed_origins:
+        allowed_origin = origin is not None and origin.rstrip("/").lower() in self.allowed_origins
+        if origin is not None and not allowed_origin:
             return self._refuse(
                 403,
                 "origin_not_allowed",
                 f"Origin {origin!r} may not call this API (server.http_allowed_origins)",
                 "PERMISSION_DENIED",
             )
+        if request.headers.get("Sec-Fetch-Site", "").lower() in _FOREIGN_SITES and not allowed_origin:
+            return self._refuse(
+                403,
+                "origin_not_allowed",
+                "a page of another site may not call this API (server.http_allowed_origins)",
+                "PERMISSION_DENIED",
+            )
         has_body = request.body_exists or (request.content_length or 0) > 0
-        if request.method in _BODY_METHODS and has_body and request.content_type not in JSON_TYPES:
+        accepted = JSON_TYPES + FORM_TYPES if route_key(request) in FORM_ROUTES else JSON_TYPES
+        if request.method in _BODY_METHODS and has_body and request.content_type not in accepted:
             return self._refuse(
                 415,
                 "unsupported_media_type",
@@ -137,26 +172,31 @@ class HttpAccess:
             return self._refuse(
                 403, "tls_required", "a token is accepted only over TLS or from this machine", "PERMISSION_DENIED"
             )
+        if self.require_client_certificate and not self._client_certificate(request):
+            return self._refuse(
+                403,
+                "client_certificate_required",
+                "this API requires a client certificate from the configured CA (server.tls_client_ca_file)",
+                "UNAUTHENTICATED",
+            )
         try:
             principal = self.access.authenticate_bearer(header)
         except AuthenticationError as exc:
             response = self._refuse_error(401, exc, "UNAUTHENTICATED")
             response.headers["WWW-Authenticate"] = 'Bearer realm="lkstream"'
             return response
-        if self.super_users_only and not self.access.is_super_user(principal):
-            return self._refuse(
-                403,
-                "authorization",
-                f"principal {principal.name!r} may not use the HTTP JSON API: with authentication on it serves "
-                "super users only (server.super_users); use gRPC, where ACLs apply per call",
-                "PERMISSION_DENIED",
-            )
         request[PRINCIPAL_KEY] = principal
         return None
 
+    @staticmethod
+    def _client_certificate(request: web.Request) -> bool:
+        # With CERT_OPTIONAL the TLS layer verified any certificate sent; getpeercert() is {} without one.
+        transport = request.transport
+        return bool(transport is not None and transport.get_extra_info("peercert"))
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method in ("GET", "HEAD") and request.path in OPEN_PATHS:
+        if _is_open(request):
             return await handler(request)
         refusal = self._cross_origin(request) or self._authenticate(request)
         if refusal is not None:
@@ -164,14 +204,47 @@ class HttpAccess:
         return await handler(request)
 
 
+class RouteAuthorizer:
+    """The inner middleware: each route's needs (:data:`ROUTE_NEEDS`) asked of the authorizer."""
+
+    def __init__(
+        self, access: Access, broker: Broker, read_body: Callable[[web.Request], Awaitable[bytes]], default_topic: str
+    ) -> None:
+        self.access = access
+        self.broker = broker
+        self.read_body = read_body
+        self.default_topic = default_topic
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if _is_open(request) or request.match_info.http_exception is not None:
+            return await handler(request)  # probes; unknown routes answer 404/405 as before
+        principal = request[PRINCIPAL_KEY]
+        key = route_key(request)
+        rule = ROUTE_NEEDS.get(key or "")
+        if rule is None:  # a new route without an entry in the table: fail closed
+            raise AuthorizationError(principal.name, f"call {key} (no access rule)", "cluster", "cluster")
+        body: Any = None
+        if rule.body is not None:
+            body = parse_body(rule.body, await self.read_body(request))
+            request[PARSED_BODY_KEY] = body
+        call = RouteCall(request.match_info, body, self.broker, self.default_topic)
+        for operation, resource_type, name in rule.needs(call):
+            self.access.require(principal, operation, resource_type, name)
+        return await handler(request)
+
+
 class GuardedHttpServer(HttpServer):
-    """The daemon's HTTP server with :class:`HttpAccess` in front of every route."""
+    """The daemon's HTTP server: :class:`HttpAccess` outermost and, with authentication, :class:`RouteAuthorizer`."""
 
     def __init__(self, broker: Broker, metrics: BrokerMetrics, guard: HttpAccess, **options: Any) -> None:
-        super().__init__(broker, metrics, **options)
+        super().__init__(broker, metrics, access=guard.access, **options)
         self.guard = guard
 
     def app(self) -> web.Application:
         app = super().app()
         app.middlewares.insert(0, self.guard.middleware)  # outermost: before the API's error mapping
+        if self.guard.access.enabled:
+            authorizer = RouteAuthorizer(self.guard.access, self.broker, self.api.read_body, self.event_log.topic)
+            app.middlewares.append(authorizer.middleware)  # innermost: its refusals are mapped and counted
         return app

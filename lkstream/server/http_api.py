@@ -44,6 +44,11 @@ while the group has no live members (gRPC consumers of a group are fenced), so
 an HTTP client cannot overwrite the progress of a running group; two HTTP
 clients of one group read the same partitions. Commits only move forward.
 
+Access control (docs/security.md): with authentication on, the access middlewares
+(:mod:`lkstream.server.http_access`) check each route's needs before its handler runs
+and may hand it the body they parsed (:meth:`HttpApi.parsed_body`); the listings answer only
+what the caller may describe (:meth:`HttpApi.visible`).
+
 Concurrency: as in the gRPC servicer, the broker's synchronous append and read
 calls run inline on the event loop; only waits (fsync acks, long polls, offset
 file commits in a worker thread) are awaited.
@@ -58,9 +63,10 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
+from pydantic import BaseModel
 from pydantic_core import to_json
 
 from lkstream.broker.broker import Broker
@@ -73,6 +79,8 @@ from lkstream.errors import (
     UnknownTopicError,
 )
 from lkstream.format.codec import decode_batches
+from lkstream.security.access import Access
+from lkstream.security.acl import Operation, ResourceType
 from lkstream.server.http_errors import (
     JSON_TYPE,
     ApiError,
@@ -105,6 +113,7 @@ from lkstream.server.http_models import (
     topic_json,
 )
 from lkstream.server.http_openapi import openapi_document
+from lkstream.server.http_permissions import PARSED_BODY_KEY, PRINCIPAL_KEY
 from lkstream.storage.names import validate_group
 from lkstream.wire.contract import status_for
 
@@ -140,6 +149,7 @@ class _Target:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=BaseModel)
 
 
 class HttpApi:
@@ -156,9 +166,12 @@ class HttpApi:
         *,
         max_request_bytes: int,
         is_ready: Callable[[], bool],
+        access: Access | None = None,
     ) -> None:
         self.broker = broker
         self.metrics = metrics
+        #: Asked only to filter listings; the access middlewares check every route before it gets here.
+        self.access = access or Access.disabled()
         self.max_request_bytes = max_request_bytes
         # A response is bounded like a request: record bytes plus JSON overhead stay near this.
         self.max_fetch_bytes = max(1024, max_request_bytes // 2)
@@ -220,12 +233,27 @@ class HttpApi:
         if not self.is_ready():
             raise ApiError(503, "not_ready", "the daemon is starting or shutting down; retry later")
 
-    async def _body(self, request: web.Request) -> bytes:
+    async def read_body(self, request: web.Request) -> bytes:
+        """The request body (413 above ``max_request_bytes``; 400 when it does not decode)."""
         length = request.content_length
         if length is not None and length > self.max_request_bytes:
             raise web.HTTPRequestEntityTooLarge(max_size=self.max_request_bytes, actual_size=length)
         with body_errors(request):
             return await request.read()
+
+    async def parsed_body(self, request: web.Request, model: type[M]) -> M:
+        """The body as ``model``: parsed already by the access check, or parsed now."""
+        parsed = request.get(PARSED_BODY_KEY)
+        if isinstance(parsed, model):
+            return parsed
+        return parse_body(model, await self.read_body(request))
+
+    def visible(self, request: web.Request, resource_type: ResourceType, names: Iterable[str]) -> list[str]:
+        """The ``names`` the caller may describe (all of them without authentication)."""
+        if not self.access.enabled:
+            return list(names)
+        principal = request[PRINCIPAL_KEY]
+        return [name for name in names if self.access.allows(principal, Operation.DESCRIBE, resource_type, name)]
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.Response(body=self._openapi, content_type=JSON_TYPE)
@@ -234,7 +262,7 @@ class HttpApi:
 
     async def produce(self, request: web.Request) -> web.Response:
         self.check_ready()
-        body = parse_body(ProduceRequest, await self._body(request))
+        body = await self.parsed_body(request, ProduceRequest)
         started = time.perf_counter()
         try:
             entries = body.topic_partitions
@@ -305,7 +333,7 @@ class HttpApi:
 
     async def consume(self, request: web.Request) -> web.Response:
         self.check_ready()
-        body = parse_body(ConsumeRequest, await self._body(request))
+        body = await self.parsed_body(request, ConsumeRequest)
         started = time.perf_counter()
         try:
             targets = await self._targets(body)
@@ -454,11 +482,11 @@ class HttpApi:
 
     async def list_topics(self, request: web.Request) -> web.Response:
         self.check_ready()
-        return json_response({"topics": self.broker.list_topics()})
+        return json_response({"topics": self.visible(request, ResourceType.TOPIC, self.broker.list_topics())})
 
     async def create_topic(self, request: web.Request) -> web.Response:
         self.check_ready()
-        body = parse_body(CreateTopicRequest, await self._body(request))
+        body = await self.parsed_body(request, CreateTopicRequest)
         self.broker.create_topic(
             body.name, body.partitions, retention_ms=body.retention_ms, retention_bytes=body.retention_bytes
         )
@@ -477,7 +505,11 @@ class HttpApi:
         self.check_ready()
         group = validate_group(request.match_info["group"])
         rows = []
-        for (topic, pid), offset in sorted(self.broker.groups.fetch_committed(group).items()):
+        committed = self.broker.groups.fetch_committed(group)
+        topics = set(self.visible(request, ResourceType.TOPIC, {topic for topic, _ in committed}))
+        for (topic, pid), offset in sorted(committed.items()):
+            if topic not in topics:
+                continue
             high: int | None = None
             start: int | None = None
             with contextlib.suppress(UnknownTopicError, InvalidArgumentError):

@@ -59,6 +59,10 @@ _ERRORS: Final = {
     416: "Offset out of range: the error carries earliest and latest.",
     429: "Backpressure: too many bytes in flight; see Retry-After.",
     503: "Starting or shutting down; see Retry-After.",
+    401: "Authentication on: no bearer token, or an unknown or revoked one (WWW-Authenticate: Bearer).",
+    403: "Not allowed: an ACL is missing (the message names it), a foreign Origin, a token over plaintext.",
+    415: "The body is not Content-Type: application/json (a form is accepted where the route says so).",
+    421: "The Host header is not this server (server.http_allowed_hosts).",
 }
 
 
@@ -121,7 +125,7 @@ def openapi_document() -> dict[str, Any]:
 
     topic = _path_param("topic", TOPIC_PATTERN, "Topic name.")
     group = _path_param("group", GROUP_PATTERN, "Group id (no '__', no trailing '_').")
-    return {
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "LKSTREAM HTTP JSON API",
@@ -230,5 +234,22 @@ def openapi_document() -> dict[str, Any]:
                 }
             },
         },
-        "components": {"schemas": top["$defs"]},
+        "components": {
+            "schemas": top["$defs"],
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "lkst_<id>_<secret>"}},
+        },
+        # A token is needed only with server.auth on (docs/security.md): either way is valid.
+        "security": [{}, {"bearer": []}],
     }
+    return _with_access_errors(document)
+
+
+def _with_access_errors(document: dict[str, Any]) -> dict[str, Any]:
+    """Every operation may meet the access checks (lkstream.server.http_access): add their answers."""
+    for item in document["paths"].values():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            statuses = [401, 403, 421] + ([415] if "requestBody" in operation else [])
+            operation["responses"].update(_errors(*statuses))
+    return document

@@ -38,7 +38,7 @@ READ, WRITE, CREATE, DELETE, DESCRIBE, ADMIN = (
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 
 
-def _would_create(broker: Broker, topic: str, asked: bool = True) -> list[Need]:
+def would_create(broker: Broker, topic: str, asked: bool = True) -> list[Need]:
     """``create`` on ``topic`` when the call would auto-create it (asked, allowed by config, missing)."""
     if not (asked and broker.config.auto_create_topics):
         return []
@@ -75,12 +75,12 @@ def _admin(request: Any, broker: Broker) -> list[Need]:
         return [(DELETE, TOPIC, request.delete_topic.name)]
     if action == "describe_topic":
         d = request.describe_topic
-        return [(DESCRIBE, TOPIC, d.name), *_would_create(broker, d.name, d.create_if_missing)]
+        return [(DESCRIBE, TOPIC, d.name), *would_create(broker, d.name, d.create_if_missing)]
     return []  # list_topics is filtered; no action is the servicer's INVALID_ARGUMENT
 
 
 RPC_NEEDS: Final[dict[str, Rule]] = {
-    "Produce": lambda r, b: [(WRITE, TOPIC, r.topic), *_would_create(b, r.topic)],
+    "Produce": lambda r, b: [(WRITE, TOPIC, r.topic), *would_create(b, r.topic)],
     "Fetch": _read,
     "Subscribe": _read,
     "SubscribeBatches": _read,

@@ -48,7 +48,7 @@ class LogView(Protocol):
 def open_view(access: Access, *, fetch_max_bytes: int = 4 * 1024 * 1024) -> LogView:
     """A :class:`LogView` on ``access``; raises ``BrokerUnavailableError`` / ``InvalidArgumentError`` early."""
     if access.bootstrap:
-        return DaemonView(connect(access.bootstrap), fetch_max_bytes)
+        return DaemonView(connect(access.bootstrap, **access.credentials.connect_options()), fetch_max_bytes)
     assert access.path is not None
     return DirectoryView(DataDirReader(access.path))
 

@@ -8,6 +8,12 @@ on the driver instead of a stack trace from a Spark worker.
 
 Offsets in JSON options follow Kafka's conventions: ``{"topic": {"0": 23}}``,
 with ``-2`` meaning earliest and ``-1`` latest.
+
+A daemon with access control (docs/security.md) takes ``token`` (a bearer token; Spark
+redacts options named like it in its UI and logs) and TLS: ``tlsCa`` (a CA file),
+``tls=true`` (the system's CAs), ``tlsCert``/``tlsKey`` (a client certificate) and
+``tlsServerName``. Files are read where the connection is made, the driver and every
+executor, as Kafka's ``kafka.ssl.truststore.location`` is: put them where both see them.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from lkstream.errors import InvalidArgumentError
+from lkstream.security.tls import ClientTls
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -26,8 +33,12 @@ LATEST: Final = -1
 #: Options Spark itself may put in the map (``load(path)``, ``save(path)``, a checkpoint).
 _SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 
+#: How to reach a daemon with access control (both the source and the sink take them).
+CREDENTIAL_OPTIONS: Final = frozenset({"token", "tls", "tlsca", "tlscert", "tlskey", "tlsservername"})
+
 SOURCE_OPTIONS: Final = frozenset(
     {
+        *CREDENTIAL_OPTIONS,
         "bootstrap",
         "path",
         "subscribe",
@@ -46,17 +57,33 @@ SOURCE_OPTIONS: Final = frozenset(
         "fetchmaxbytes",
     }
 )
-SINK_OPTIONS: Final = frozenset({"bootstrap", "topic", "compression", "batchbytes"})
+SINK_OPTIONS: Final = frozenset({*CREDENTIAL_OPTIONS, "bootstrap", "topic", "compression", "batchbytes"})
 
 DEFAULT_FETCH_MAX_BYTES: Final = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
+class Credentials:
+    """What a daemon with access control asks of a client: a token and TLS settings (all optional)."""
+
+    token: str | None = None
+    tls: ClientTls | None = None
+
+    def connect_options(self) -> dict[str, object]:
+        """Keyword arguments of ``lkstream.connect``."""
+        return {"token": self.token, "tls": self.tls}
+
+    def __repr__(self) -> str:  # the token never reaches a log line or a Spark plan
+        return f"Credentials(token={'***' if self.token else None}, tls={self.tls!r})"
+
+
+@dataclass(frozen=True)
 class Access:
-    """Where the log is: a daemon address (``bootstrap``) or a data directory (``path``)."""
+    """Where the log is: a daemon address (``bootstrap``, with its credentials) or a data directory (``path``)."""
 
     bootstrap: str | None = None
     path: str | None = None
+    credentials: Credentials = field(default_factory=Credentials)
 
     def describe(self) -> str:
         return f"daemon {self.bootstrap}" if self.bootstrap else f"data directory {self.path}"
@@ -110,6 +137,7 @@ class SinkOptions:
     topic: str | None = None
     compression: str | None = None
     batch_bytes: int = 1024 * 1024
+    credentials: Credentials = field(default_factory=Credentials)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -189,6 +217,18 @@ def _offsets(opts: dict[str, str], name: str, default: str, *, allow: tuple[str,
     return spec
 
 
+def _credentials(opts: dict[str, str]) -> Credentials:
+    """``token`` and the TLS options; a certificate needs its key, and TLS options need TLS."""
+    ca, cert, key, name = (opts.get(k) or None for k in ("tlsca", "tlscert", "tlskey", "tlsservername"))
+    use_tls = _bool(opts, "tls", default=any((ca, cert, key, name)))
+    if not use_tls and any((ca, cert, key, name)):
+        raise InvalidArgumentError("options tlsCa, tlsCert, tlsKey and tlsServerName need TLS: drop tls=false")
+    if (cert is None) != (key is None):
+        raise InvalidArgumentError("a client certificate needs both options tlsCert and tlsKey")
+    tls = ClientTls(ca_file=ca, cert_file=cert, key_file=key, server_name=name) if use_tls else None
+    return Credentials(token=opts.get("token") or None, tls=tls)
+
+
 def _access(opts: dict[str, str]) -> Access:
     bootstrap, path = opts.get("bootstrap"), opts.get("path")
     if bool(bootstrap) == bool(path):
@@ -196,7 +236,10 @@ def _access(opts: dict[str, str]) -> Access:
             "set exactly one of the options bootstrap (a daemon address, host:port) "
             "and path (a data directory, read-only)"
         )
-    return Access(bootstrap=bootstrap or None, path=path or None)
+    credentials = _credentials(opts)
+    if path and (credentials.token or credentials.tls):
+        raise InvalidArgumentError("options token and tls* are for a daemon (bootstrap), not a data directory")
+    return Access(bootstrap=bootstrap or None, path=path or None, credentials=credentials)
 
 
 def _subscription(opts: dict[str, str]) -> Subscription:
@@ -280,4 +323,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         topic=opts.get("topic") or None,
         compression=opts.get("compression") or None,
         batch_bytes=_int(opts, "batchBytes", minimum=1024) or 1024 * 1024,
+        credentials=_credentials(opts),
     )

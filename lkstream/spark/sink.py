@@ -110,7 +110,12 @@ class _ArrowProducer:
     def write(self, batches: Iterator[pa.RecordBatch]) -> Written:
         opts = self.options
         total = 0
-        with connect(opts.bootstrap, batch_bytes=opts.batch_bytes, compression=opts.compression) as broker:
+        with connect(
+            opts.bootstrap,
+            batch_bytes=opts.batch_bytes,
+            compression=opts.compression,
+            **opts.credentials.connect_options(),
+        ) as broker:
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
@@ -171,7 +176,7 @@ class _ArrowProducer:
 
 def _check_reachable(options: SinkOptions) -> None:
     """Connect once on the driver so an unreachable daemon or missing topic fails at query start."""
-    with connect(options.bootstrap) as broker:
+    with connect(options.bootstrap, **options.credentials.connect_options()) as broker:
         if options.topic is not None:
             try:
                 broker.describe_topic(options.topic)

@@ -34,6 +34,7 @@ from lkstream.errors import (
     InconsistentGroupProtocolError,
     InvalidArgumentError,
     LkstreamError,
+    MemberOwnerError,
     NotPartitionOwnerError,
     OffsetOutOfRangeError,
     OffsetRegressionError,
@@ -85,6 +86,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (OutOfOrderSequenceError, Code.FAILED_PRECONDITION),
     (ProducerFencedError, Code.FAILED_PRECONDITION),
     (AuthenticationError, Code.UNAUTHENTICATED),
+    (MemberOwnerError, Code.PERMISSION_DENIED),
     (AuthorizationError, Code.PERMISSION_DENIED),
     # Consumer groups: retriable refusals are ABORTED, "this member must rejoin" NOT_FOUND.
     (FencedInstanceError, Code.FAILED_PRECONDITION),

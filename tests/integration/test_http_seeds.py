@@ -160,6 +160,7 @@ def test_a_gzip_body_that_is_not_gzip_is_a_400_and_a_real_one_is_read(daemon: Da
         assert "Content-Encoding: gzip" in error["message"]
     request = urllib.request.Request(f"http://{daemon.http_address}/produce", data=gzip.compress(body), method="POST")
     request.add_header("Content-Encoding", "gzip")
+    request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=30) as response:
         assert json.loads(response.read())["results"][0]["offsets"] == [{"partition": 0, "offset": 0}]
     assert "Traceback" not in "".join(daemon.output)

@@ -6,7 +6,8 @@ counterexample found once belongs in an ``@example``.
 * SASL servers fed arbitrary bytes at any step raise only ``AuthenticationError``.
 * The ACL and users files: arbitrary JSON is a document or an ``InvalidArgumentError``,
   never another exception; a parsed ACL document round-trips.
-* The authorizer agrees with a brute-force reading of the rules in docs/security.md.
+* The authorizer agrees with a brute-force reading of the rules in docs/security.md, and
+  ``authorize_any`` holds exactly when ``authorize`` holds for some name.
 * ``bearer_token`` accepts any header value without raising.
 """
 
@@ -182,3 +183,40 @@ def test_authorizer_agrees_with_the_documented_rules(
 def test_bearer_token_never_raises(header: str) -> None:
     token = bearer_token(header)
     assert token is None or (token and token == token.strip())
+
+
+@settings(SETTINGS, max_examples=2000)
+@given(
+    st.lists(entries, max_size=12),
+    st.sampled_from(["alice", "bob"]),
+    st.sampled_from([Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.DELETE]),
+    st.sampled_from([ResourceType.TOPIC, ResourceType.GROUP]),
+)
+@example(
+    [
+        ("alice", Permission.ALLOW, Operation.WRITE, ResourceType.TOPIC, PatternType.PREFIX, "a"),
+        ("alice", Permission.DENY, Operation.WRITE, ResourceType.TOPIC, PatternType.PREFIX, "ab"),
+    ],
+    "alice",
+    Operation.WRITE,
+    ResourceType.TOPIC,
+)
+def test_authorize_any_holds_exactly_when_some_name_is_authorized(
+    raw: list[tuple[str, Permission, Operation, ResourceType, PatternType, str]],
+    who: str,
+    op: Operation,
+    kind: ResourceType,
+) -> None:
+    """InitProducerId's "write on at least one topic": true iff authorize is true for some name.
+
+    Every name that can decide is an entry's name, or one extended by a suffix no entry
+    names (``zq``), or such a suffix alone.
+    """
+    acl = [e for e in map(build, raw) if e is not None]
+    index = AclIndex(acl)
+    authorizer = AclAuthorizer(lambda: index)
+    principal = Principal(who, "token")
+    stems = {e.name for e in acl if e.name != ANY_RESOURCE} | {""}
+    universe = {stem + suffix for stem in stems for suffix in ("", "zq")} - {""}
+    some_name = any(authorizer.authorize(principal, op, kind, name) for name in universe)
+    assert authorizer.authorize_any(principal, op, kind) == some_name

@@ -3,13 +3,15 @@
 ``secure_daemon(tls=..., client_ca=..., **server)`` starts ``python -m lkstream.grpc_server``
 on free loopback ports (the integration suite's :class:`DaemonProcess`) with
 ``auth: true``, the files re-read on every call (``security_reload_interval_ms: 0``) and
-``admin`` as super user; ``SecureDaemon.token(user)`` makes users and tokens the way
-``lkstream users add`` does, ``grant``/``revoke`` edit the ACL file.
+``admin`` as super user; ``SecureDaemon.token(user)`` and ``set_password(user, pw)`` make
+users, tokens and passwords the way ``lkstream users add`` does, ``grant``/``set_acls``
+edit the ACL file. Every listener binds a free port (the Kafka one too).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,8 @@ from lkstream.security.watched import edit_file
 from tests.integration.conftest import REPO, DaemonProcess
 from tests.security.certs import Pki, make_pki
 
+KAFKA_READY = re.compile(r"lkstream daemon ready: .* kafka=(\S+)")
+
 
 @dataclass
 class SecureDaemon:
@@ -36,6 +40,29 @@ class SecureDaemon:
     @property
     def address(self) -> str:
         return self.process.address
+
+    @property
+    def kafka_address(self) -> str:
+        """``host:port`` of the Kafka listener, from the ready line."""
+        for line in self.process.output:
+            match = KAFKA_READY.search(line)
+            if match:
+                return match.group(1)
+        raise AssertionError("no Kafka listener in the ready line")
+
+    @property
+    def http_url(self) -> str:
+        scheme = "https" if self.pki is not None else "http"
+        return f"{scheme}://{self.process.http_address}"
+
+    def set_password(self, user: str, password: str) -> None:
+        edit_file(
+            str(self.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.set_password(user, password, iterations=4096),
+        )
 
     def token(self, user: str) -> str:
         return edit_file(
@@ -70,9 +97,10 @@ def secure_daemon(tmp_path: Path) -> Iterator[SecureFactory]:
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
 
     def start(*, tls: bool = False, client_ca: bool = False, auth: bool = True, **server: Any) -> SecureDaemon:
-        data = tmp_path / "data"
+        # The first daemon's data is tmp_path/data; later ones (a second daemon in one test) get their own.
+        data = tmp_path / ("data" if not started else f"data-{len(started)}")
         users_file, acl_file = data / "security" / "users.json", data / "security" / "acls.json"
-        pki = make_pki(tmp_path / "pki") if tls else None
+        pki = make_pki(tmp_path / f"pki-{len(started)}") if tls else None
         settings: dict[str, Any] = {
             "grpc_port": 0,
             "http_port": 0,

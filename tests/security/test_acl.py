@@ -173,3 +173,31 @@ def test_entry_describe_reads_as_a_sentence() -> None:
         == "deny 'bob' to admin the cluster"
     )
     assert AclEntry.build("bob", "admin", "cluster", "").pattern is PatternType.LITERAL
+
+
+def test_authorize_any_needs_an_allow_that_no_deny_covers() -> None:
+    write = Operation.WRITE
+    assert not authorizer().authorize_any(ALICE, write, T)
+    assert authorizer(allow("alice", "write", "topic", "orders")).authorize_any(ALICE, write, T)
+    assert authorizer(allow("*", "all", "topic", "logs.", pattern="prefix")).authorize_any(BOB, write, T)
+    assert not authorizer(allow("alice", "read", "topic", "orders")).authorize_any(ALICE, write, T)
+    assert not authorizer(allow("alice", "all", "group", "g")).authorize_any(ALICE, write, T)
+    covered = [
+        deny("alice", "write", "topic", "*"),
+        deny("alice", "write", "topic", "ord", pattern="prefix"),
+        deny("alice", "write", "topic", "orders"),
+        deny("*", "all", "topic", "orders"),
+    ]
+    for refusal in covered:
+        az = authorizer(allow("alice", "write", "topic", "orders"), refusal)
+        assert not az.authorize_any(ALICE, write, T), refusal.describe()
+    # A deny of one topic leaves the rest of a prefix grant usable; a deny of another operation changes nothing.
+    assert authorizer(
+        allow("alice", "write", "topic", "orders.", pattern="prefix"), deny("alice", "write", "topic", "orders.eu")
+    ).authorize_any(ALICE, write, T)
+    assert authorizer(allow("alice", "write", "topic", "orders"), deny("alice", "read", "topic", "*")).authorize_any(
+        ALICE, write, T
+    )
+    assert authorizer(super_users=("alice",)).authorize_any(ALICE, write, T)
+    assert not authorizer(allow("*", "write", "topic", "*")).authorize_any(ANONYMOUS, write, T)
+    assert AllowAll().authorize_any(ANONYMOUS, write, T)

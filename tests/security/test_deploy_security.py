@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ import yaml
 
 from lkstream.errors import InvalidArgumentError
 from lkstream.server.settings import load_settings
+from tests.security.conftest import SecureFactory
 from tests.unit.test_deploy import DEPLOY, REPO, k8s_objects, shipped_config
 
 
@@ -17,7 +21,7 @@ def test_shipped_config_passes_the_loopback_rule_with_tls_and_auth(tmp_path: Pat
     path.write_text(yaml.safe_dump(shipped_config()))
     settings, _ = load_settings(path, env={})  # raises if a non-loopback listener lacked TLS or auth
     assert settings.auth and settings.tls is not None
-    assert settings.grpc_host == "0.0.0.0"
+    assert settings.grpc_host == settings.http_host == settings.kafka_host == "0.0.0.0"
 
 
 def test_shipped_config_without_tls_or_auth_would_be_refused(tmp_path: Path) -> None:
@@ -50,3 +54,14 @@ def test_k8s_mounts_the_tls_secret_where_the_config_looks() -> None:
 def test_example_prod_and_the_configmap_agree() -> None:
     assert yaml.safe_load((REPO / "conf" / "example-prod.yml").read_text()) == shipped_config()
     assert "lkstream users add admin --token" in (DEPLOY / "systemd" / "lkstream.service").read_text()
+
+
+def test_the_images_healthcheck_passes_against_a_tls_daemon(secure_daemon: SecureFactory) -> None:
+    from tests.unit.test_deploy import dockerfile
+
+    daemon = secure_daemon(tls=True)
+    health = next(args for instruction, args in dockerfile() if instruction == "HEALTHCHECK")
+    command = json.loads(health.split("CMD", 1)[1])
+    port = daemon.process.http_address.rsplit(":", 1)[1]
+    argv = [sys.executable, *command[1:-1], command[-1].replace(":8080/", f":{port}/")]
+    assert subprocess.run(argv, timeout=30, check=False).returncode == 0

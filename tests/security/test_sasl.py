@@ -69,6 +69,19 @@ def test_rfc7677_exchange_with_a_wrong_proof_fails() -> None:
     assert not server.complete and server.principal is None
 
 
+def test_a_final_message_that_does_not_echo_the_servers_nonce_exactly_fails() -> None:
+    # RFC 5802 5.1: the nonce must be the one the server sent. librdkafka before 2.6.1 repeats the
+    # client's part (confluentinc/librdkafka#4895); Kafka 4 refuses that, and so does this server.
+    users = rfc_directory()
+    server = ScramServer("SCRAM-SHA-256", lambda: users, b"k" * 32, nonce=RFC7677["server_nonce"])
+    server.step(RFC7677["client_first"])
+    client_nonce = b"rOprNGfwEbeRWgbNEkqO"
+    repeated = RFC7677["client_final"].replace(b"r=" + client_nonce, b"r=" + client_nonce + client_nonce)
+    with pytest.raises(AuthenticationError):
+        server.step(repeated)
+    assert not server.complete
+
+
 def drive(client: Any, server: SaslServer) -> None:
     """Run an aiokafka authenticator against ``server`` exactly as aiokafka's connection does."""
     reply: bytes | None = None

@@ -63,3 +63,32 @@ def test_split_makes_about_min_partitions_contiguous_pieces() -> None:
     pieces = _split([(("t", 0), 0, 1000, True), (("t", 1), 0, 10, True)], 4)
     assert [(a, b) for tp, a, b, _ in pieces if tp == ("t", 0)] == [(0, 250), (250, 500), (500, 750), (750, 1000)]
     assert [(a, b) for tp, a, b, _ in pieces if tp == ("t", 1)] == [(0, 10)]
+
+
+def test_credentials_for_a_daemon_with_access_control_are_parsed() -> None:
+    opts = parse_source_options(
+        {"bootstrap": "h:1", "subscribe": "a", "token": "lkst_x", "tlsCa": "/ca.pem", "tlsServerName": "broker"},
+        streaming=False,
+    )
+    credentials = opts.access.credentials
+    assert credentials.token == "lkst_x"
+    assert credentials.tls is not None
+    assert (credentials.tls.ca_file, credentials.tls.server_name) == ("/ca.pem", "broker")
+    assert "lkst_x" not in repr(opts), "the token must not reach a log line"
+    system_cas = parse_sink_options({"bootstrap": "h:1", "tls": "true"}).credentials
+    assert system_cas.tls is not None and system_cas.tls.ca_file is None and system_cas.token is None
+    plain = parse_sink_options({"bootstrap": "h:1"}).credentials
+    assert plain.connect_options() == {"token": None, "tls": None}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"bootstrap": "h:1", "tls": "false", "tlsCa": "/ca.pem"}, "need TLS"),
+        ({"bootstrap": "h:1", "tlsCert": "/c.pem"}, "both options tlsCert and tlsKey"),
+        ({"path": "/d", "token": "lkst_x"}, "for a daemon"),
+    ],
+)
+def test_bad_credential_options_name_the_problem(options: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        parse_source_options({"subscribe": "a", **options}, streaming=False)

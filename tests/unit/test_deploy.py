@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 GRPC_PORT = 9090
 HTTP_PORT = DEFAULT_PORT
+KAFKA_PORT = 9092
 DATA_DIR = "/data"
 CONFIG_PATH = "/etc/lkstream/config.yml"
 SERVER_COMMAND = ["python", "-m", "lkstream.grpc_server", "--config", CONFIG_PATH]
@@ -191,7 +192,7 @@ def test_dockerfile() -> None:
         return [a for i, a in lines if i == name]
 
     assert get("FROM") == ["python:3.11-slim"]
-    assert sorted(int(p) for a in get("EXPOSE") for p in a.split()) == [HTTP_PORT, GRPC_PORT]
+    assert sorted(int(p) for a in get("EXPOSE") for p in a.split()) == [HTTP_PORT, GRPC_PORT, KAFKA_PORT]
     assert any(DATA_DIR in json.loads(a) for a in get("VOLUME"))
     users = get("USER")
     assert users and users[-1] not in ("root", "0")
@@ -199,7 +200,8 @@ def test_dockerfile() -> None:
     order = [i for i, _ in lines]
     assert order.index("USER") > max(i for i, name in enumerate(order) if name == "RUN")
     health = get("HEALTHCHECK")
-    assert len(health) == 1 and f"127.0.0.1:{HTTP_PORT}{HEALTH_PATH}" in health[0]
+    # The baked config turns TLS on: the probe speaks HTTPS.
+    assert len(health) == 1 and f"https://127.0.0.1:{HTTP_PORT}{HEALTH_PATH}" in health[0]
     assert json.loads(get("CMD")[-1]) == SERVER_COMMAND
     copies = [shlex.split(a) for a in get("COPY")]
     config_copy = [c for c in copies if c[-1] == CONFIG_PATH]
@@ -271,7 +273,7 @@ def test_k8s_manifests() -> None:
     (container,) = pod["containers"]
     assert container["command"] == SERVER_COMMAND
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": HTTP_PORT, "grpc": GRPC_PORT}
+    assert ports == {"http": HTTP_PORT, "grpc": GRPC_PORT, "kafka": KAFKA_PORT}
 
     def probe_port(probe: dict[str, Any]) -> int:
         port = probe["httpGet"]["port"]
@@ -281,6 +283,10 @@ def test_k8s_manifests() -> None:
     assert container["readinessProbe"]["httpGet"]["path"] == READY_PATH
     assert probe_port(container["livenessProbe"]) == HTTP_PORT
     assert probe_port(container["readinessProbe"]) == HTTP_PORT
+    # TLS is on in the shipped config: the HTTP port speaks HTTPS only, probes and scrapes included.
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    assert annotations["prometheus.io/scheme"] == "https"
 
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -296,7 +302,11 @@ def test_k8s_manifests() -> None:
     service = objects["Service"]
     assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
     service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
-    assert service_ports == {"grpc": (GRPC_PORT, "grpc"), "http": (HTTP_PORT, "http")}
+    assert service_ports == {
+        "grpc": (GRPC_PORT, "grpc"),
+        "http": (HTTP_PORT, "http"),
+        "kafka": (KAFKA_PORT, "kafka"),
+    }
 
     kustomization = load_yaml_docs(DEPLOY / "k8s" / "kustomization.yaml")[0]
     listed = set(kustomization["resources"])

@@ -237,6 +237,7 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "ProducerFencedError": (409, "producer_fenced"),
         "AuthenticationError": (401, "authentication"),
         "AuthorizationError": (403, "authorization"),
+        "MemberOwnerError": (403, "member_owner"),
         # issue 12: through the gRPC table (RESOURCE_EXHAUSTED, FAILED_PRECONDITION, INVALID_ARGUMENT)
         "TooManyOpenFilesError": (429, "too_many_open_files"),
         "StorageAccessError": (409, "storage_access"),

@@ -27,6 +27,11 @@ State machine (Kafka's names)::
 * Sessions: a member not heard from (any request) within its session timeout
   is removed and the group rebalances. Waiting JoinGroup/SyncGroup calls
   count as being heard from.
+* Ownership: a join records its ``owner`` (the authenticated principal's name,
+  None for a trusted caller). Only that owner may rejoin, sync, heartbeat, leave
+  or commit with the member id (or take over its static instance), whatever else
+  it learned from DescribeGroups; anyone else gets :class:`MemberOwnerError`.
+  ``owner=None`` (authentication off, the embedded API) is trusted.
 
 Calls never block: :meth:`ClassicGroups.join` and :meth:`ClassicGroups.sync`
 return a :class:`concurrent.futures.Future` that completes when the answer is
@@ -53,6 +58,7 @@ from lkstream.errors import (
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
     InvalidArgumentError,
+    MemberOwnerError,
     RebalanceInProgressError,
     StaleGenerationError,
     UnknownMemberError,
@@ -101,6 +107,7 @@ class ClassicMember:
     assignment: bytes = b""
     join: Future[JoinAnswer] | None = None
     sync: Future[bytes] | None = None
+    owner: str | None = None  # the principal that joined with this member id (None: a trusted caller)
 
     def metadata(self, protocol: str) -> bytes:
         return next(m for name, m in self.protocols if name == protocol)
@@ -115,7 +122,8 @@ class ClassicGroup:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, ClassicMember] = field(default_factory=dict)
-    pending: dict[str, float] = field(default_factory=dict)  # member ids handed out by MEMBER_ID_REQUIRED
+    # member ids handed out by MEMBER_ID_REQUIRED: deadline, and the owner the join was for
+    pending: dict[str, tuple[float, str | None]] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     fenced: set[str] = field(default_factory=set)
     rebalance_deadline: float = 0.0
@@ -148,8 +156,12 @@ class ClassicGroups:
         client_id: str = "",
         client_host: str = "",
         require_known_member_id: bool = True,
+        owner: str | None = None,
     ) -> Future[JoinAnswer]:
-        """Join (or rejoin); the future completes when the rebalance does (see the module docstring)."""
+        """Join (or rejoin); the future completes when the rebalance does (see the module docstring).
+
+        ``owner``: the principal joining (None: a trusted caller); see "Ownership" above.
+        """
         validate_group(group)
         offered = tuple(protocols)
         if not offered or not protocol_type:
@@ -172,6 +184,7 @@ class ClassicGroups:
                 require_known=require_known_member_id,
                 session_timeout_ms=session_timeout_ms,
                 client_id=client_id,
+                owner=owner,
             )
             future: Future[JoinAnswer] = Future()
             if member is None:  # static takeover in a stable group: answered at once, no rebalance
@@ -222,32 +235,38 @@ class ClassicGroups:
         require_known: bool,
         session_timeout_ms: int,
         client_id: str,
+        owner: str | None,
     ) -> ClassicMember | None:
         """The member a join is for (new, known, or a static takeover); None: static rejoin without rebalance."""
         if member_id in g.fenced:
             raise FencedInstanceError(g.name, member_id, instance_id or "")
         if instance_id is not None and instance_id in g.instances:
-            old_id = g.instances[instance_id]
-            if member_id == old_id:
-                return g.members[old_id]
-            if member_id and member_id != old_id:
+            old = g.members[g.instances[instance_id]]
+            _check_owner(g.name, member_id or old.member_id, old.owner, owner)
+            if member_id == old.member_id:
+                return old
+            if member_id and member_id != old.member_id:
                 raise FencedInstanceError(g.name, member_id, instance_id)
-            return self._take_over_locked(g, g.members[old_id], client_id)
+            return self._take_over_locked(g, old, client_id)
         if member_id:
             if member_id in g.members:
+                _check_owner(g.name, member_id, g.members[member_id].owner, owner)
                 return g.members[member_id]
             if member_id in g.pending:
+                _check_owner(g.name, member_id, g.pending[member_id][1], owner)
                 del g.pending[member_id]
-                return self._add_member_locked(g, member_id, instance_id, now)
+                return self._add_member_locked(g, member_id, instance_id, now, owner)
             raise UnknownMemberError(g.name, member_id)
         new_id = f"{client_id[:64] or 'member'}-{uuid.uuid4()}"
         if require_known and instance_id is None:
-            g.pending[new_id] = now + session_timeout_ms
+            g.pending[new_id] = (now + session_timeout_ms, owner)
             raise MemberIdRequiredError(g.name, new_id)
-        return self._add_member_locked(g, new_id, instance_id, now)
+        return self._add_member_locked(g, new_id, instance_id, now, owner)
 
-    def _add_member_locked(self, g: ClassicGroup, member_id: str, instance_id: str | None, now: float) -> ClassicMember:
-        member = ClassicMember(member_id, instance_id, "", "", 10_000, 30_000, "", (), now)
+    def _add_member_locked(
+        self, g: ClassicGroup, member_id: str, instance_id: str | None, now: float, owner: str | None
+    ) -> ClassicMember:
+        member = ClassicMember(member_id, instance_id, "", "", 10_000, 30_000, "", (), now, owner=owner)
         g.members[member_id] = member
         if instance_id is not None:
             g.instances[instance_id] = member_id
@@ -323,6 +342,8 @@ class ClassicGroups:
         generation: int,
         assignments: Mapping[str, bytes],
         instance_id: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> Future[bytes]:
         """The member's assignment; the leader's call carries everyone's. Completes when the leader synced."""
         done: list[_Completion] = []
@@ -330,7 +351,7 @@ class ClassicGroups:
         with self._lock:
             now = self._clock.monotonic_ms()
             self._expire_locked(now, done)
-            g, member = self._member_locked(group, member_id, instance_id, now)
+            g, member = self._member_locked(group, member_id, instance_id, now, owner)
             if generation != g.generation:
                 raise StaleGenerationError(group, member_id, generation, g.generation)
             if g.state is ClassicState.PREPARING_REBALANCE:
@@ -350,14 +371,16 @@ class ClassicGroups:
         _run(done)
         return future
 
-    def heartbeat(self, group: str, member_id: str, generation: int, instance_id: str | None = None) -> None:
+    def heartbeat(
+        self, group: str, member_id: str, generation: int, instance_id: str | None = None, *, owner: str | None = None
+    ) -> None:
         """Keep the member alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
         done: list[_Completion] = []
         try:
             with self._lock:
                 now = self._clock.monotonic_ms()
                 self._expire_locked(now, done)
-                g, _member = self._member_locked(group, member_id, instance_id, now)
+                g, _member = self._member_locked(group, member_id, instance_id, now, owner)
                 if generation != g.generation:
                     raise StaleGenerationError(group, member_id, generation, g.generation)
                 if g.state is ClassicState.PREPARING_REBALANCE:
@@ -365,10 +388,12 @@ class ClassicGroups:
         finally:
             _run(done)
 
-    def leave(self, group: str, members: Iterable[tuple[str, str | None]]) -> list[GroupError | None]:
+    def leave(
+        self, group: str, members: Iterable[tuple[str, str | None]], *, owner: str | None = None
+    ) -> list[GroupError | MemberOwnerError | None]:
         """Remove members ``(member id, instance id)``; per member None or the error it got."""
         done: list[_Completion] = []
-        results: list[GroupError | None] = []
+        results: list[GroupError | MemberOwnerError | None] = []
         with self._lock:
             now = self._clock.monotonic_ms()
             self._expire_locked(now, done)
@@ -387,6 +412,9 @@ class ClassicGroups:
                 if member is None:
                     results.append(UnknownMemberError(group, member_id))
                     continue
+                if owner is not None and member.owner != owner:
+                    results.append(MemberOwnerError(group, member_id, owner))
+                    continue
                 self._remove_locked(g, member)
                 self._member_left_locked(g, now, done)
                 results.append(None)
@@ -402,9 +430,11 @@ class ClassicGroups:
 
     # -- offsets fencing and inspection ----------------------------------------------------------
 
-    def check_commit(self, group: str, member_id: str, generation: int, instance_id: str | None = None) -> bool:
-        """Whether a commit may proceed: True for a member of the current generation, False for a
-        standalone commit (generation < 0) into a group without members; raises otherwise."""
+    def check_commit(
+        self, group: str, member_id: str, generation: int, instance_id: str | None = None, *, owner: str | None = None
+    ) -> bool:
+        """Whether a commit may proceed: True for a member of the current generation (and of ``owner``),
+        False for a standalone commit (generation < 0) into a group without members; raises otherwise."""
         with self._lock:
             now = self._clock.monotonic_ms()
             g = self._groups.get(group)
@@ -412,7 +442,7 @@ class ClassicGroups:
                 if g is not None and g.members:
                     raise GroupNotEmptyError(group, len(g.members), "commit without a member id and generation")
                 return False
-            g, _member = self._member_locked(group, member_id, instance_id, now)
+            g, _member = self._member_locked(group, member_id, instance_id, now, owner)
             if g.state is ClassicState.COMPLETING_REBALANCE:
                 raise RebalanceInProgressError(group, member_id, g.generation)
             if generation != g.generation:
@@ -448,7 +478,7 @@ class ClassicGroups:
     # -- internals (under the lock) ----------------------------------------------------------------
 
     def _member_locked(
-        self, group: str, member_id: str, instance_id: str | None, now: float
+        self, group: str, member_id: str, instance_id: str | None, now: float, owner: str | None = None
     ) -> tuple[ClassicGroup, ClassicMember]:
         g = self._groups.get(group)
         if g is not None and member_id in g.fenced:
@@ -458,6 +488,7 @@ class ClassicGroups:
         member = g.members[member_id]
         if instance_id is not None and member.instance_id != instance_id:
             raise FencedInstanceError(group, member_id, instance_id)
+        _check_owner(group, member_id, member.owner, owner)
         member.last_seen = now
         return g, member
 
@@ -483,7 +514,7 @@ class ClassicGroups:
 
     def _expire_locked(self, now: float, done: list[_Completion]) -> None:
         for g in self._groups.values():
-            g.pending = {k: deadline for k, deadline in g.pending.items() if deadline > now}
+            g.pending = {k: pending for k, pending in g.pending.items() if pending[0] > now}
             expired = [
                 m
                 for m in g.members.values()
@@ -499,6 +530,12 @@ class ClassicGroups:
     @staticmethod
     def _fail_later(done: list[_Completion], future: Future[bytes], error: Exception) -> None:
         done.append(functools.partial(_reject, future, error))
+
+
+def _check_owner(group: str, member_id: str, member_owner: str | None, owner: str | None) -> None:
+    """Refuse ``owner`` acting as a member another principal joined with (None: a trusted caller)."""
+    if owner is not None and owner != member_owner:
+        raise MemberOwnerError(group, member_id, owner)
 
 
 def _select_protocol(members: list[ClassicMember]) -> str:

@@ -46,6 +46,11 @@ This is Kafka's KIP-848 consumer protocol expressed with the classic RPC names.
   member id, with no rebalance when its subscription is unchanged. The old
   member id is fenced (:class:`FencedInstanceError`).
 * ``leave`` removes the member at once and rebalances.
+* Ownership: ``join`` records its ``owner`` (the authenticated principal's name;
+  None for a trusted caller: the embedded API, a daemon without authentication).
+  Only that owner may rejoin, heartbeat, sync, leave or commit with the member id,
+  or take over its static instance; anyone else gets
+  :class:`~lkstream.errors.MemberOwnerError`, though DescribeGroup shows member ids.
 
 Fenced, monotonic commits
 -------------------------
@@ -105,7 +110,7 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, MemberOwnerError, OffsetOutOfRangeError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import (
     validate_client_id,
@@ -137,6 +142,7 @@ class _Member:
     owned: set[TopicPartition] = field(default_factory=set)
     target: set[TopicPartition] = field(default_factory=set)
     revoke_since: float | None = None  # when it was first told to revoke something still owned
+    owner: str | None = None  # the principal that joined with this member id (None: a trusted caller)
 
     @property
     def sort_key(self) -> str:
@@ -251,11 +257,13 @@ class GroupCoordinator:
         client_id: str = "",
         client_host: str = "",
         new_member_id: str | None = None,
+        owner: str | None = None,
     ) -> JoinResult:
         """Join ``group`` (or update a known member's subscription); returns its member id and generation.
 
         ``new_member_id``: the id a new member takes instead of a generated one (Kafka's KIP-848
         clients choose their own); refused if a live or fenced member of the group has it.
+        ``owner``: the principal joining (None: a trusted caller); see "Ownership" above.
         """
         validate_group(group)
         subscribed = _check_subscription(topics)
@@ -284,7 +292,7 @@ class GroupCoordinator:
                 ]
                 if others:
                     raise InconsistentGroupProtocolError(group, assignor, g.assignor)
-            member = self._find_joining_locked(g, member_id, instance_id)
+            member = self._find_joining_locked(g, member_id, instance_id, owner)
             if member is None:
                 if new_member_id is not None and (new_member_id in g.members or new_member_id in g.fenced):
                     raise InvalidArgumentError(f"member id {new_member_id!r} is taken in group {group!r}")
@@ -298,6 +306,7 @@ class GroupCoordinator:
                     session_timeout_ms=session_timeout_ms,
                     rebalance_timeout_ms=rebalance_timeout_ms,
                     last_seen=now,
+                    owner=owner,
                 )
                 g.members[member.member_id] = member
                 if instance_id is not None:
@@ -319,15 +328,17 @@ class GroupCoordinator:
             member.generation = g.generation
             return JoinResult(member.member_id, g.generation, assignor, rebalance)
 
-    def _find_joining_locked(self, g: _GroupState, member_id: str | None, instance_id: str | None) -> _Member | None:
+    def _find_joining_locked(
+        self, g: _GroupState, member_id: str | None, instance_id: str | None, owner: str | None
+    ) -> _Member | None:
         """The member a join continues (a known id, or a static takeover); None for a new member."""
         if member_id is not None and member_id in g.members:
-            return g.members[member_id]
+            return _owned_by(g, g.members[member_id], owner)
         if member_id is not None and member_id in g.fenced:
             # A zombie of a restarted static member must not fence its successor in turn.
             self._raise_unknown(g, member_id)
         if instance_id is not None and instance_id in g.instances:
-            return self._take_over_locked(g, g.members[g.instances[instance_id]])
+            return self._take_over_locked(g, _owned_by(g, g.members[g.instances[instance_id]], owner))
         if member_id is not None:
             self._raise_unknown(g, member_id)
         return None
@@ -348,6 +359,7 @@ class GroupCoordinator:
             owned=old.owned,
             target=old.target,
             revoke_since=old.revoke_since,
+            owner=old.owner,
         )
         del g.members[old.member_id]
         g.members[new.member_id] = new
@@ -367,6 +379,8 @@ class GroupCoordinator:
         member_id: str,
         generation: int | None = None,
         released: Iterable[TopicPartition] = (),
+        *,
+        owner: str | None = None,
     ) -> HeartbeatResult:
         """Keep ``member_id`` alive, take its released partitions, grant free ones, say what to revoke.
 
@@ -376,7 +390,7 @@ class GroupCoordinator:
         freed = _check_released(released)
         with self._lock:
             now = self._expire_locked()
-            g, member = self._live_member_locked(group, member_id)
+            g, member = self._live_member_locked(group, member_id, owner)
             if generation is not None and generation > g.generation:
                 raise StaleGenerationError(group, member_id, generation, member.generation)
             assigned = self._reconcile_locked(g, member, freed, now)
@@ -390,12 +404,20 @@ class GroupCoordinator:
                 stable=self._stable_for(g, member),
             )
 
-    def sync(self, group: str, member_id: str, generation: int, released: Iterable[TopicPartition] = ()) -> SyncResult:
+    def sync(
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        released: Iterable[TopicPartition] = (),
+        *,
+        owner: str | None = None,
+    ) -> SyncResult:
         """The member's assignment, once it is stable for that member; else :class:`RebalanceInProgressError`."""
         freed = _check_released(released)
         with self._lock:
             now = self._expire_locked()
-            g, member = self._live_member_locked(group, member_id)
+            g, member = self._live_member_locked(group, member_id, owner)
             self._reconcile_locked(g, member, freed, now)
             if generation != g.generation or not self._stable_for(g, member):
                 member.generation = g.generation
@@ -403,11 +425,11 @@ class GroupCoordinator:
             member.generation = g.generation
             return SyncResult(g.generation, frozenset(member.owned))
 
-    def leave(self, group: str, member_id: str) -> None:
+    def leave(self, group: str, member_id: str, *, owner: str | None = None) -> None:
         """Remove the member now (its partitions become free) and rebalance the rest."""
         with self._lock:
             now = self._expire_locked()
-            g, member = self._live_member_locked(group, member_id)
+            g, member = self._live_member_locked(group, member_id, owner)
             self._remove_locked(g, member, now)
 
     def tick(self) -> int:
@@ -435,6 +457,8 @@ class GroupCoordinator:
         member_id: str | None,
         generation: int | None,
         offsets: Mapping[TopicPartition, int],
+        *,
+        owner: str | None = None,
     ) -> None:
         """Durably commit ``offsets`` (next offset to read) for ``group``, fenced (see the module docstring)."""
         validate_group(group)
@@ -450,7 +474,7 @@ class GroupCoordinator:
                         raise GroupNotEmptyError(group, live, "commit without a member id and generation")
                     self._check_partitions_exist(checked)
                 else:
-                    g, member = self._live_member_locked(group, member_id)
+                    g, member = self._live_member_locked(group, member_id, owner)
                     if generation != member.generation:
                         raise StaleGenerationError(
                             group, member_id, -1 if generation is None else generation, member.generation
@@ -592,7 +616,7 @@ class GroupCoordinator:
             raise FencedInstanceError(g.name, member_id, g.fenced[member_id])
         raise UnknownMemberError(g.name if g is not None else "?", member_id)
 
-    def _live_member_locked(self, group: str, member_id: str) -> tuple[_GroupState, _Member]:
+    def _live_member_locked(self, group: str, member_id: str, owner: str | None = None) -> tuple[_GroupState, _Member]:
         validate_group(group)
         validate_member_id(member_id)
         g = self._groups.get(group)
@@ -601,7 +625,7 @@ class GroupCoordinator:
                 raise UnknownMemberError(group, member_id)
             self._raise_unknown(g, member_id)
         assert g is not None
-        member = g.members[member_id]
+        member = _owned_by(g, g.members[member_id], owner)
         member.last_seen = self._clock.monotonic_ms()
         return g, member
 
@@ -731,6 +755,13 @@ class GroupCoordinator:
             default=math.inf,
         )
         return removed
+
+
+def _owned_by(g: _GroupState, member: _Member, owner: str | None) -> _Member:
+    """``member``, unless ``owner`` is a principal other than the one that joined with it."""
+    if owner is not None and owner != member.owner:
+        raise MemberOwnerError(g.name, member.member_id, owner)
+    return member
 
 
 def _id_of(ids: Mapping[str, uuid.UUID] | None, topic: str) -> uuid.UUID | None:

@@ -78,8 +78,13 @@ class GroupCalls:
         rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         client_id: str = "",
         client_host: str = "",
+        owner: str | None = None,
     ) -> JoinResult:
-        """Join ``group`` subscribed to ``topics`` (or update a member); see docs/groups.md."""
+        """Join ``group`` subscribed to ``topics`` (or update a member); see docs/groups.md.
+
+        ``owner`` (every group call): the authenticated principal acting; only the one that
+        joined may use the member id. None: a trusted caller (this process; auth off).
+        """
         return self.groups.join(
             group,
             topics,
@@ -90,6 +95,7 @@ class GroupCalls:
             rebalance_timeout_ms=rebalance_timeout_ms,
             client_id=client_id,
             client_host=client_host,
+            owner=owner,
         )
 
     def heartbeat(
@@ -99,6 +105,8 @@ class GroupCalls:
         generation: int | None = None,
         released: Iterable[TopicPartition] = (),
         max_wait_ms: int = 0,
+        *,
+        owner: str | None = None,
     ) -> HeartbeatResult:
         """Keep the member alive and learn what to consume; with ``max_wait_ms``, a long poll.
 
@@ -107,10 +115,10 @@ class GroupCalls:
         polling) and answers again.
         """
         seen = self.groups.changed.version(group)
-        result = self.groups.heartbeat(group, member_id, generation, released)
+        result = self.groups.heartbeat(group, member_id, generation, released, owner=owner)
         wait_s = _wait_s(max_wait_ms)
         if wait_s and _idle(result) and self.groups.changed.wait(group, seen, wait_s):
-            result = self.groups.heartbeat(group, member_id, generation)
+            result = self.groups.heartbeat(group, member_id, generation, owner=owner)
         return result
 
     async def heartbeat_async(
@@ -120,24 +128,32 @@ class GroupCalls:
         generation: int | None = None,
         released: Iterable[TopicPartition] = (),
         max_wait_ms: int = 0,
+        *,
+        owner: str | None = None,
     ) -> HeartbeatResult:
         """:meth:`heartbeat` for an event loop: the long poll does not block it."""
         seen = self.groups.changed.version(group)
-        result = self.groups.heartbeat(group, member_id, generation, released)
+        result = self.groups.heartbeat(group, member_id, generation, released, owner=owner)
         wait_s = _wait_s(max_wait_ms)
         if wait_s and _idle(result) and await self.groups.changed.wait_async(group, seen, wait_s):
-            result = self.groups.heartbeat(group, member_id, generation)
+            result = self.groups.heartbeat(group, member_id, generation, owner=owner)
         return result
 
     def sync_group(
-        self, group: str, member_id: str, generation: int, released: Iterable[TopicPartition] = ()
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        released: Iterable[TopicPartition] = (),
+        *,
+        owner: str | None = None,
     ) -> SyncResult:
         """The member's settled assignment, or :class:`~lkstream.errors.RebalanceInProgressError`."""
-        return self.groups.sync(group, member_id, generation, released)
+        return self.groups.sync(group, member_id, generation, released, owner=owner)
 
-    def leave_group(self, group: str, member_id: str) -> None:
+    def leave_group(self, group: str, member_id: str, *, owner: str | None = None) -> None:
         """Leave now: the member's partitions move to the others at once."""
-        self.groups.leave(group, member_id)
+        self.groups.leave(group, member_id, owner=owner)
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -148,9 +164,10 @@ class GroupCalls:
         *,
         member_id: str | None = None,
         generation: int | None = None,
+        owner: str | None = None,
     ) -> None:
         """Durably and atomically commit ``{(topic, partition): next offset}``; fenced for members."""
-        self.groups.commit(group, member_id, generation, offsets)
+        self.groups.commit(group, member_id, generation, offsets, owner=owner)
 
     def reset_offsets(
         self,

@@ -89,17 +89,17 @@ async def consumer_group_heartbeat(ctx: RequestContext, header: RequestHeader, f
         return answer(ErrorCode.group_authorization_failed)
     try:
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            ctx.broker.leave_group(request.group_id, request.member_id)
+            ctx.broker.leave_group(request.group_id, request.member_id, owner=ctx.owner)
             return answer(0, member_id=request.member_id, member_epoch=request.member_epoch)
         member_id = _join_if_needed(ctx, request, header.client_id)
         owned = _reported(ctx, request.topic_partitions)
         coordinator = ctx.broker.groups
-        result = coordinator.heartbeat(request.group_id, member_id)
+        result = coordinator.heartbeat(request.group_id, member_id, owner=ctx.owner)
         # Released: what it was told to give back and no longer reports. Partitions granted but not
         # yet acknowledged are missing from its report too, and must stay its own.
         released = result.revoke - owned if owned is not None else frozenset()
         if released:
-            result = coordinator.heartbeat(request.group_id, member_id, released=released)
+            result = coordinator.heartbeat(request.group_id, member_id, released=released, owner=ctx.owner)
     except UnknownMemberError as exc:
         return answer(ErrorCode.unknown_member_id, str(exc))
     except FencedInstanceError as exc:
@@ -151,6 +151,7 @@ def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
             client_id=client_id,
             client_host=ctx.client_host,
             new_member_id=request.member_id or None,
+            owner=ctx.owner,
         )
         return joined.member_id
     if not request.member_id:

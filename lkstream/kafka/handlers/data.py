@@ -34,7 +34,6 @@ from lkstream.kafka.hot import (
     parse_produce_request,
 )
 from lkstream.kafka.protocol import ApiKey, RequestHeader
-from lkstream.kafka.security import CLUSTER_RESOURCE
 
 #: ListOffsets timestamps with a special meaning (Kafka's ListOffsetsRequest constants).
 LATEST_TIMESTAMP = -1
@@ -68,10 +67,10 @@ def produce_start(ctx: RequestContext, header: RequestHeader, frame: bytes) -> b
     results: list[tuple[str, list[ProducePartitionResult]]] = []
     pending: list[tuple[ProducePartitionResult, Acknowledgement]] = []
     for topic, partitions in request.topics:
-        allowed = ctx.allowed("write", "topic", topic)
+        refused = _write_refused(ctx, topic)
         answers = [ProducePartitionResult(part.partition, 0, -1, -1) for part in partitions]
         for part, answer in zip(partitions, answers, strict=True):
-            ack = _append(ctx, topic, part, answer, transactional_id=request.transactional_id, allowed=allowed)
+            ack = _append(ctx, topic, part, answer, transactional_id=request.transactional_id, refused=refused)
             if ack is not None:
                 pending.append((answer, ack))
         results.append((topic, answers))
@@ -121,6 +120,22 @@ def _produce_answer(
     return encode_produce_response(header.api_version, results)
 
 
+def _write_refused(ctx: RequestContext, topic: str) -> int:
+    """The error code of a Produce to ``topic`` the principal may not make (0 when it may).
+
+    Write on the topic, and a topic that is missing is not auto-created without create on it
+    (UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a produce to a topic it did not create).
+    """
+    if not ctx.allowed("write", "topic", topic):
+        return ErrorCode.topic_authorization_failed
+    if ctx.broker.config.auto_create_topics and not ctx.allowed("create", "topic", topic):
+        try:
+            ctx.broker.partitions_for(topic)
+        except LkstreamError:
+            return ErrorCode.unknown_topic_or_partition
+    return 0
+
+
 def _append(
     ctx: RequestContext,
     topic: str,
@@ -128,13 +143,13 @@ def _append(
     answer: ProducePartitionResult,
     *,
     transactional_id: str | None,
-    allowed: bool,
+    refused: int,
 ) -> Acknowledgement | None:
     """Append one partition's batch now; the acknowledgement to await, or None (``answer`` holds the error)."""
     if transactional_id is not None:
         answer.error_code, answer.error_message = ErrorCode.invalid_request, "transactions are not supported"
-    elif not allowed:
-        answer.error_code = ErrorCode.topic_authorization_failed
+    elif refused:
+        answer.error_code = refused
     elif part.records is None:
         answer.error_code, answer.error_message = ErrorCode.invalid_record, "no records"
     else:
@@ -324,7 +339,8 @@ async def init_producer_id(ctx: RequestContext, header: RequestHeader, frame: by
     if request.transactional_id is not None:
         # Transactions are out of scope (single node, no transaction coordinator): say so clearly.
         code, producer_id, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1
-    elif not ctx.allowed("write", "cluster", CLUSTER_RESOURCE):
+    elif not ctx.allowed_any("write", "topic"):
+        # An idempotent producer needs write on some topic (Kafka 3.0+, KIP-679), not a cluster permission.
         code, producer_id, epoch = ErrorCode.cluster_authorization_failed, -1, -1
     else:
         producer_id, epoch = await asyncio.to_thread(ctx.broker.init_producer_id)  # may fsync a block

@@ -4,6 +4,14 @@ Membership is :class:`~lkstream.broker.groups.classic.ClassicGroups` (Kafka's
 client-side assignment); committed offsets go through the broker's group
 coordinator into the offsets journal, so ``lkstream groups`` and LKSTREAM
 consumers see them. This node coordinates every group.
+
+Access (docs/kafka.md, "Security"): FindCoordinator and DescribeGroups need
+``describe`` on the group, the member APIs ``read`` on it, and only the principal
+that joined may use a member id (``owner``); OffsetCommit needs ``read`` on the
+group and on each topic (TOPIC_AUTHORIZATION_FAILED for the others), and a
+standalone commit that moves an offset back is an offset reset: ``admin`` on the
+cluster; OffsetFetch needs ``describe`` on the group and answers only topics the
+principal may describe; ListGroups lists only groups it may describe.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from lkstream.kafka import kio_codec
 from lkstream.kafka.context import NODE_ID, RequestContext
 from lkstream.kafka.errors import error_code
 from lkstream.kafka.protocol import ApiKey, RequestHeader
+from lkstream.kafka.security import CLUSTER_RESOURCE
 
 _COORDINATOR_GROUP = 0  # FindCoordinator key_type: group (1 is transaction)
 
@@ -38,6 +47,17 @@ async def find_coordinator(ctx: RequestContext, header: RequestHeader, frame: by
     request = kio_codec.decode_request(ApiKey.FIND_COORDINATOR, header.api_version, frame, header.body_offset)
     response_cls = kio_codec.response_type(ApiKey.FIND_COORDINATOR, header.api_version)
     key_type = getattr(request, "key_type", _COORDINATOR_GROUP)
+    if key_type == _COORDINATOR_GROUP and not ctx.allowed("describe", "group", request.key):
+        return kio_codec.encode(
+            kio_codec.make(
+                response_cls,
+                error_code=ErrorCode.group_authorization_failed,
+                error_message=None,
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        )
     if key_type != _COORDINATOR_GROUP:
         return kio_codec.encode(
             kio_codec.make(
@@ -86,6 +106,7 @@ async def join_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
             client_id=header.client_id,
             client_host=ctx.client_host,
             require_known_member_id=version >= 4,
+            owner=ctx.owner,
         )
         joined = await asyncio.wrap_future(future)
     except MemberIdRequiredError as exc:
@@ -124,6 +145,7 @@ async def sync_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
                 request.generation_id,
                 {a.member_id: bytes(a.assignment) for a in request.assignments},
                 getattr(request, "group_instance_id", None),
+                owner=ctx.owner,
             )
             code, assignment = 0, await asyncio.wrap_future(future)
         except LkstreamError as exc:
@@ -144,7 +166,11 @@ async def heartbeat(ctx: RequestContext, header: RequestHeader, frame: bytes) ->
     else:
         try:
             ctx.server.groups.heartbeat(
-                request.group_id, request.member_id, request.generation_id, getattr(request, "group_instance_id", None)
+                request.group_id,
+                request.member_id,
+                request.generation_id,
+                getattr(request, "group_instance_id", None),
+                owner=ctx.owner,
             )
         except LkstreamError as exc:
             code = _group_error(exc)
@@ -160,7 +186,7 @@ async def leave_group(ctx: RequestContext, header: RequestHeader, frame: bytes) 
         leaving = [(request.member_id, None)]
     if not ctx.allowed("read", "group", request.group_id):
         return kio_codec.encode(kio_codec.make(response_cls, error_code=ErrorCode.group_authorization_failed))
-    results = ctx.server.groups.leave(request.group_id, leaving)
+    results = ctx.server.groups.leave(request.group_id, leaving, owner=ctx.owner)
     codes = [0 if r is None else _group_error(r) for r in results]
     if header.api_version < 3:
         return kio_codec.encode(kio_codec.make(response_cls, error_code=codes[0]))
@@ -178,13 +204,15 @@ async def offset_commit(ctx: RequestContext, header: RequestHeader, frame: bytes
     topic_cls = kio_codec.item_type(response_cls, "topics")
     partition_cls = kio_codec.item_type(topic_cls, "partitions")
     generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
-    code = await _commit(ctx, request, generation)
+    refused = _commit_refusals(ctx, request)
+    code = await _commit(ctx, request, generation, refused)
     topics = tuple(
         kio_codec.make(
             topic_cls,
             name=t.name,
             partitions=tuple(
-                kio_codec.make(partition_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+                kio_codec.make(partition_cls, partition_index=p.partition_index, error_code=refused.get(t.name, code))
+                for p in t.partitions
             ),
         )
         for t in request.topics
@@ -192,12 +220,24 @@ async def offset_commit(ctx: RequestContext, header: RequestHeader, frame: bytes
     return kio_codec.encode(kio_codec.make(response_cls, topics=topics))
 
 
-async def _commit(ctx: RequestContext, request: Any, generation: int) -> int:
-    """One error code for the whole commit: Kafka's clients treat a commit as a unit too."""
+def _commit_refusals(ctx: RequestContext, request: Any) -> dict[str, int]:
+    """Per topic, the error code of partitions the principal may not commit (``read`` on group and topic)."""
+    if not ctx.allowed("read", "group", request.group_id):
+        return {t.name: ErrorCode.group_authorization_failed for t in request.topics}
+    return {
+        t.name: ErrorCode.topic_authorization_failed for t in request.topics if not ctx.allowed("read", "topic", t.name)
+    }
+
+
+async def _commit(ctx: RequestContext, request: Any, generation: int, refused: dict[str, int]) -> int:
+    """One error code for the whole commit (but ``refused`` topics): Kafka's clients treat a commit as a unit too."""
     group = request.group_id
-    if not ctx.allowed("read", "group", group) or not all(ctx.allowed("read", "topic", t.name) for t in request.topics):
-        return ErrorCode.group_authorization_failed
-    offsets = {(t.name, p.partition_index): p.committed_offset for t in request.topics for p in t.partitions}
+    offsets = {
+        (t.name, p.partition_index): p.committed_offset
+        for t in request.topics
+        if t.name not in refused
+        for p in t.partitions
+    }
     if not offsets:
         return 0
     try:
@@ -205,11 +245,16 @@ async def _commit(ctx: RequestContext, request: Any, generation: int) -> int:
             # A KIP-848 member (ConsumerGroupHeartbeat): fenced by LKSTREAM's coordinator, which
             # checks that the member owns the partitions and commits with its current epoch.
             # The journal write fsyncs: off the event loop.
-            await asyncio.to_thread(ctx.broker.groups.commit, group, request.member_id, generation, offsets)
+            await asyncio.to_thread(
+                ctx.broker.groups.commit, group, request.member_id, generation, offsets, owner=ctx.owner
+            )
             return 0
-        ctx.server.groups.check_commit(
-            group, request.member_id, generation, getattr(request, "group_instance_id", None)
+        member = ctx.server.groups.check_commit(
+            group, request.member_id, generation, getattr(request, "group_instance_id", None), owner=ctx.owner
         )
+        if not member and not _may_rewind(ctx, group, offsets):
+            return ErrorCode.cluster_authorization_failed
+        # The journal write fsyncs: off the event loop.
         await asyncio.to_thread(ctx.broker.groups.commit_unfenced, group, offsets)
     except StaleGenerationError:
         return (
@@ -234,6 +279,14 @@ def _in_lkstream_coordinator(ctx: RequestContext, group: str, member_id: str) ->
         return False
 
 
+def _may_rewind(ctx: RequestContext, group: str, offsets: dict[tuple[str, int], int]) -> bool:
+    """A standalone commit below a committed offset is an offset reset: it needs ``admin`` on the cluster."""
+    if ctx.allowed("admin", "cluster", CLUSTER_RESOURCE):
+        return True
+    committed = ctx.broker.groups.fetch_committed(group, offsets)
+    return all(offset >= committed.get(tp, offset) for tp, offset in offsets.items())
+
+
 async def offset_fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
     request = kio_codec.decode_request(ApiKey.OFFSET_FETCH, header.api_version, frame, header.body_offset)
     response_cls = kio_codec.response_type(ApiKey.OFFSET_FETCH, header.api_version)
@@ -251,28 +304,31 @@ async def offset_fetch(ctx: RequestContext, header: RequestHeader, frame: bytes)
     if request.topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, pid in sorted(committed):
-            wanted.setdefault(topic, []).append(pid)
+            if ctx.allowed("describe", "topic", topic):  # all topics: those the principal may describe
+                wanted.setdefault(topic, []).append(pid)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in request.topics}
     topics = tuple(
         kio_codec.make(
             topic_cls,
             name=name,
-            partitions=tuple(
-                kio_codec.make(
-                    partition_cls,
-                    partition_index=pid,
-                    committed_offset=committed.get((name, pid), -1),
-                    committed_leader_epoch=-1,
-                    metadata="",
-                    error_code=0,
-                )
-                for pid in pids
-            ),
+            partitions=tuple(_fetched_partition(ctx, partition_cls, committed, name, pid) for pid in pids),
         )
         for name, pids in wanted.items()
     )
     return kio_codec.encode(kio_codec.make(response_cls, topics=topics, error_code=0))
+
+
+def _fetched_partition(ctx: RequestContext, partition_cls: Any, committed: dict[Any, int], topic: str, pid: int) -> Any:
+    allowed = ctx.allowed("describe", "topic", topic)
+    return kio_codec.make(
+        partition_cls,
+        partition_index=pid,
+        committed_offset=committed.get((topic, pid), -1) if allowed else -1,
+        committed_leader_epoch=-1,
+        metadata="",
+        error_code=0 if allowed else ErrorCode.topic_authorization_failed,
+    )
 
 
 async def list_groups(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:

@@ -4,9 +4,19 @@ SaslHandshake v0 would switch the connection to raw SASL tokens (no Kafka
 framing); clients use v1, where the tokens travel in SaslAuthenticate
 requests, and only that form is served (a v0 handshake gets
 UNSUPPORTED_SASL_MECHANISM with the list).
+
+One authentication per connection: a second handshake, or a SaslAuthenticate
+without a handshake or after the exchange ended, is ILLEGAL_SASL_STATE. A
+refused exchange is SASL_AUTHENTICATION_FAILED, answered after
+:data:`FAILED_AUTHENTICATION_DELAY_S` (Kafka's
+``connection.failed.authentication.delay.ms``), and leaves the connection
+unable to authenticate: the client reports the failure and reconnects.
 """
 
 from __future__ import annotations
+
+import asyncio
+from typing import Final
 
 from kio.schema.errors import ErrorCode
 
@@ -14,6 +24,9 @@ from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import SaslAuthenticationFailed
+
+#: How long a refused authentication waits before it is answered (slows password guessing per connection).
+FAILED_AUTHENTICATION_DELAY_S: Final = 0.1
 
 
 async def sasl_handshake(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
@@ -25,12 +38,12 @@ async def sasl_handshake(ctx: RequestContext, header: RequestHeader, frame: byte
         return kio_codec.encode(
             kio_codec.make(response_cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=mechanisms)
         )
-    if ctx.sasl is not None:
+    if ctx.sasl is not None or ctx.sasl_failed:
         return kio_codec.encode(
             kio_codec.make(response_cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=mechanisms)
         )
     ctx.sasl_mechanism = request.mechanism
-    ctx.sasl = authenticator.start(request.mechanism)
+    ctx.sasl = authenticator.new(request.mechanism)
     return kio_codec.encode(kio_codec.make(response_cls, error_code=0, mechanisms=mechanisms))
 
 
@@ -39,18 +52,18 @@ async def sasl_authenticate(ctx: RequestContext, header: RequestHeader, frame: b
     response_cls = kio_codec.response_type(ApiKey.SASL_AUTHENTICATE, header.api_version)
     server = ctx.sasl
     if server is None or server.complete:
+        message = "authenticated already" if server is not None else "send SaslHandshake first"
         return kio_codec.encode(
-            kio_codec.make(
-                response_cls, error_code=ErrorCode.illegal_sasl_state, error_message="send SaslHandshake first"
-            )
+            kio_codec.make(response_cls, error_code=ErrorCode.illegal_sasl_state, error_message=message)
         )
     try:
         answer = server.step(bytes(request.auth_bytes))
     except SaslAuthenticationFailed as exc:
-        ctx.sasl = None
+        ctx.sasl, ctx.sasl_failed = None, True
+        await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
         return kio_codec.encode(
             kio_codec.make(response_cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc))
         )
-    if server.complete:
+    if server.complete and server.principal is not None:
         ctx.principal = server.principal
     return kio_codec.encode(kio_codec.make(response_cls, error_code=0, auth_bytes=answer))
