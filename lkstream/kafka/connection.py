@@ -9,6 +9,13 @@ starts only after every earlier request finished. At most
 ``max_inflight_requests`` requests wait per connection; reading stops until
 the oldest is answered.
 
+Limits (issue 12, finding 7 and 8): a request's size is reserved in the broker's
+admission budget before its bytes are read (no room: the connection is not read
+until there is, for up to ``read_timeout_s``), and its bytes must then arrive
+within ``read_timeout_s``; a connection that sends no request for
+``idle_timeout_s`` is closed. The reservation is released when the request's
+response is ready.
+
 Failures stay with the request or the connection that caused them:
 
 * an unknown API key, or a version outside the table, gets an error response
@@ -29,6 +36,8 @@ from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode
 
+from lkstream.broker.admission import Admission
+from lkstream.errors import OverloadedError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
 from lkstream.kafka.handlers import HANDLERS
@@ -84,18 +93,43 @@ class Connection:
         settings = self._state.settings
         while True:
             prefix = await asyncio.wait_for(self._reader.readexactly(4), settings.idle_timeout_s)
-            frame = await self._reader.readexactly(read_frame_size(prefix, settings.max_frame_bytes))
-            header = parse_request_header(frame)
-            if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
-                raise FrameError(f"API {header.api_key} before SASL authentication completed")
-            produce = header.api_key == ApiKey.PRODUCE
-            if self._unfinished and not (produce and self._produce_only):
-                await asyncio.wait(set(self._unfinished))  # keep side effects in request order
-            task = asyncio.ensure_future(self._dispatch(header, frame))
+            size = read_frame_size(prefix, settings.max_frame_bytes)
+            admission = await self._admit(size)
+            try:
+                frame = await self._read_frame(size)
+                header = parse_request_header(frame)
+                if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
+                    raise FrameError(f"API {header.api_key} before SASL authentication completed")
+                produce = header.api_key == ApiKey.PRODUCE
+                if self._unfinished and not (produce and self._produce_only):
+                    await asyncio.wait(set(self._unfinished))  # keep side effects in request order
+                task = asyncio.ensure_future(self._dispatch(header, frame))
+            except BaseException:
+                admission.release()
+                raise
+            task.add_done_callback(lambda _, held=admission: held.release())  # type: ignore[misc]
             self._unfinished.add(task)
             self._produce_only = produce and self._produce_only if len(self._unfinished) > 1 else produce
             task.add_done_callback(self._finished)
             await self._responses.put((header, task))
+
+    async def _admit(self, size: int) -> Admission:
+        """Hold ``size`` bytes of the broker's admission budget before reading the request.
+
+        No room: the connection is not read (its bytes wait in the socket, as with
+        Kafka's ``queued.max.request.bytes``) for up to ``read_timeout_s``, then closed.
+        """
+        try:
+            return await self.ctx.broker.admission.admit(size, "kafka", self._state.settings.read_timeout_s)
+        except OverloadedError as exc:
+            raise FrameError(f"not read: {exc}") from None
+
+    async def _read_frame(self, size: int) -> bytes:
+        try:
+            return await asyncio.wait_for(self._reader.readexactly(size), self._state.settings.read_timeout_s)
+        except TimeoutError:
+            timeout = self._state.settings.read_timeout_s
+            raise FrameError(f"a request of {size} bytes did not arrive within {timeout:g} s") from None
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete

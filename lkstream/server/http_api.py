@@ -46,7 +46,8 @@ clients of one group read the same partitions. Commits only move forward.
 
 Concurrency: as in the gRPC servicer, the broker's synchronous append and read
 calls run inline on the event loop; only waits (fsync acks, long polls, offset
-file commits in a worker thread) are awaited.
+file commits in a worker thread) are awaited, and admin work (creating, describing
+and deleting topics, auto-creating one on produce) runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from lkstream.errors import (
     LkstreamError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    TopicExistsError,
     UnknownTopicError,
 )
 from lkstream.format.codec import decode_batches
@@ -197,6 +199,8 @@ class HttpApi:
             return error_response(status, error_info(exc))
         except web.HTTPRequestEntityTooLarge:
             return self._too_large()
+        except ConnectionError:
+            raise  # the client went (or was cut off for a slow body): nobody to answer, not a server error
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -270,12 +274,26 @@ class HttpApi:
     async def _produce_entry(self, entry: ProduceEntry) -> list[tuple[int, int]]:
         runs = produce_runs(entry.records, entry.partition)
         self._refuse_before_creating(entry.topic, runs)
+        await self._create_if_missing(entry.topic)
         if len(runs) == 1:
             return await self.broker.produce_many(entry.topic, runs[0][1], partition=runs[0][0])
         results: list[tuple[int, int]] = []
         for partition, items in runs:  # records that name their own partitions, in order
             results += await self.broker.produce_many(entry.topic, items, partition=partition)
         return results
+
+    async def _create_if_missing(self, topic: str) -> None:
+        """Auto-create ``topic`` (if the broker does) in a worker thread: admin work stays off the event loop."""
+        if not self.broker.config.auto_create_topics:
+            return  # the produce says unknown_topic
+        with contextlib.suppress(UnknownTopicError):
+            self.broker.partitions_for(topic)
+            return
+        await asyncio.to_thread(self._create_quietly, topic)
+
+    def _create_quietly(self, topic: str) -> None:
+        with contextlib.suppress(TopicExistsError):  # a concurrent request created it
+            self.broker.create_topic(topic)
 
     def _refuse_before_creating(self, topic: str, runs: Sequence[tuple[int | None, Sequence[tuple[Any, ...]]]]) -> None:
         """Refuse, before the broker auto-creates ``topic``, what it would refuse only after creating it.
@@ -459,18 +477,23 @@ class HttpApi:
     async def create_topic(self, request: web.Request) -> web.Response:
         self.check_ready()
         body = parse_body(CreateTopicRequest, await self._body(request))
+        # Thousands of partitions are seconds of file-system work: in a worker thread (issue 12, finding 9).
+        return json_response(await asyncio.to_thread(self._create_topic, body), status=201)
+
+    def _create_topic(self, body: CreateTopicRequest) -> dict[str, Any]:
         self.broker.create_topic(
             body.name, body.partitions, retention_ms=body.retention_ms, retention_bytes=body.retention_bytes
         )
-        return json_response(topic_json(self.broker.describe_topic(body.name)), status=201)
+        return topic_json(self.broker.describe_topic(body.name))
 
     async def describe_topic(self, request: web.Request) -> web.Response:
         self.check_ready()
-        return json_response(topic_json(self.broker.describe_topic(request.match_info["topic"])))
+        name = request.match_info["topic"]
+        return json_response(await asyncio.to_thread(lambda: topic_json(self.broker.describe_topic(name))))
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         self.check_ready()
-        self.broker.delete_topic(request.match_info["topic"])
+        await asyncio.to_thread(self.broker.delete_topic, request.match_info["topic"])
         return web.Response(status=204)
 
     async def describe_group(self, request: web.Request) -> web.Response:

@@ -25,6 +25,7 @@ Errors are the JSON error bodies of the rest of the API (docs/http.md).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Callable
@@ -68,29 +69,31 @@ class EventLogRoutes:
         app.router.add_post("/produce/{partition}", self.produce)
         app.router.add_get("/fetch/{partition}", self.fetch)
 
-    def _partition(self, request: web.Request) -> int:
+    async def _partition(self, request: web.Request) -> int:
         raw = request.match_info["partition"]
         if not raw.isdigit():
             raise InvalidArgumentError(f"partition must be a number, not {raw!r}")
-        count = self._ensure_topic()
+        count = await self._ensure_topic()
         pid = int(raw)
         if pid >= count:
             raise InvalidArgumentError(f"partition {pid} does not exist in {self.topic!r} (it has {count} partitions)")
         return pid
 
-    def _ensure_topic(self) -> int:
-        """The default topic's partition count, creating it on first use."""
+    async def _ensure_topic(self) -> int:
+        """The default topic's partition count, creating it on first use (in a worker thread: admin work)."""
         try:
             return self.broker.partitions_for(self.topic)
         except UnknownTopicError:
-            pass
+            return await asyncio.to_thread(self._create)
+
+    def _create(self) -> int:
         with contextlib.suppress(TopicExistsError):  # created by a concurrent request
             self.broker.create_topic(self.topic, self.partitions)
         return self.broker.partitions_for(self.topic)
 
     async def produce(self, request: web.Request) -> web.Response:
         self.check_ready()
-        pid = self._partition(request)
+        pid = await self._partition(request)
         key, value = await _key_and_value(request)
         limit = self.broker.config.max_message_bytes
         if len(key or b"") + len(value) > limit:
@@ -100,7 +103,7 @@ class EventLogRoutes:
 
     async def fetch(self, request: web.Request) -> web.Response:
         self.check_ready()
-        pid = self._partition(request)
+        pid = await self._partition(request)
         partition = self.broker.partition(self.topic, pid)
         offset = _query_int(request, "offset", partition.log_start_offset, 2**63 - 1)
         wanted = _query_int(request, "max", DEFAULT_FETCH_RECORDS, MAX_FETCH_RECORDS)
