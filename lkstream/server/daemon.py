@@ -102,6 +102,7 @@ class Daemon:
             raise InvalidArgumentError(cannot_listen("gRPC", address, "in use or not a local address", "grpc"))
         self.address = f"{settings.grpc_host}:{self.port}"
         self.kafka: KafkaServer | None = None
+        self.trimmer: HeapTrimmer | None = None  # hands memory back after request bursts (started with the loop)
         if settings.kafka_port >= 0:
             self.kafka = KafkaServer(
                 broker,
@@ -187,6 +188,8 @@ class Daemon:
             try:
                 self.broker.close()
             finally:
+                if self.trimmer is not None:
+                    self.trimmer.close()
                 self.metrics.close()
                 if self.http is not None:
                     await self.http.stop()

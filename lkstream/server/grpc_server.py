@@ -25,7 +25,6 @@ signal handling, the ready line, HTTP start/stop and shutdown order) is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -43,13 +42,12 @@ from lkstream.errors import (
     CorruptRecordError,
     InvalidArgumentError,
     OffsetOutOfRangeError,
-    TopicExistsError,
-    UnknownTopicError,
 )
 from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batch, decode_batches, iter_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
+from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.group_rpcs import GroupRpcs
 from lkstream.server.grpc_access import call_principal
 from lkstream.server.guard import guard
@@ -174,22 +172,8 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
         return pb.ProduceResponse(partition=pid, base_offset=base, last_offset=last)
 
     async def _ensure_topic(self, name: str, *, create: bool) -> int:
-        """Partition count of ``name``; create it first if asked and the broker auto-creates topics.
-
-        Creating is admin work (directories, fsyncs, one per partition): it runs in a
-        worker thread, so other clients' calls are not held up (issue 12, finding 9).
-        """
-        try:
-            return self.broker.partitions_for(name)
-        except UnknownTopicError:
-            if not (create and self.broker.config.auto_create_topics):
-                raise
-        return await asyncio.to_thread(self._create_if_missing, name)
-
-    def _create_if_missing(self, name: str) -> int:
-        with contextlib.suppress(TopicExistsError):
-            self.broker.create_topic(name)
-        return self.broker.partitions_for(name)
+        """Partition count of ``name``; create it first (in a worker thread) if asked and the broker auto-creates."""
+        return await ensure_topic(self.broker, name, create=create)
 
     # -- fetch and subscribe ---------------------------------------------------------------------
 

@@ -71,10 +71,10 @@ from lkstream.errors import (
     LkstreamError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
-    TopicExistsError,
     UnknownTopicError,
 )
 from lkstream.format.codec import decode_batches
+from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.http_errors import (
     JSON_TYPE,
     ApiError,
@@ -274,26 +274,14 @@ class HttpApi:
     async def _produce_entry(self, entry: ProduceEntry) -> list[tuple[int, int]]:
         runs = produce_runs(entry.records, entry.partition)
         self._refuse_before_creating(entry.topic, runs)
-        await self._create_if_missing(entry.topic)
+        with contextlib.suppress(UnknownTopicError):  # auto-creation is off: the produce says unknown_topic
+            await ensure_topic(self.broker, entry.topic)  # an auto-create, in a worker thread
         if len(runs) == 1:
             return await self.broker.produce_many(entry.topic, runs[0][1], partition=runs[0][0])
         results: list[tuple[int, int]] = []
         for partition, items in runs:  # records that name their own partitions, in order
             results += await self.broker.produce_many(entry.topic, items, partition=partition)
         return results
-
-    async def _create_if_missing(self, topic: str) -> None:
-        """Auto-create ``topic`` (if the broker does) in a worker thread: admin work stays off the event loop."""
-        if not self.broker.config.auto_create_topics:
-            return  # the produce says unknown_topic
-        with contextlib.suppress(UnknownTopicError):
-            self.broker.partitions_for(topic)
-            return
-        await asyncio.to_thread(self._create_quietly, topic)
-
-    def _create_quietly(self, topic: str) -> None:
-        with contextlib.suppress(TopicExistsError):  # a concurrent request created it
-            self.broker.create_topic(topic)
 
     def _refuse_before_creating(self, topic: str, runs: Sequence[tuple[int | None, Sequence[tuple[Any, ...]]]]) -> None:
         """Refuse, before the broker auto-creates ``topic``, what it would refuse only after creating it.

@@ -25,8 +25,6 @@ Errors are the JSON error bodies of the rest of the API (docs/http.md).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, Final
@@ -35,8 +33,9 @@ from aiohttp import web
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.errors import InvalidArgumentError, RecordTooLargeError, TopicExistsError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, RecordTooLargeError
 from lkstream.format.codec import decode_batches
+from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.http_errors import ApiError, body_errors, json_response
 from lkstream.server.http_models import record_json
 
@@ -73,23 +72,12 @@ class EventLogRoutes:
         raw = request.match_info["partition"]
         if not raw.isdigit():
             raise InvalidArgumentError(f"partition must be a number, not {raw!r}")
-        count = await self._ensure_topic()
+        # The default topic on first use (its 100 partitions are admin work: in a worker thread).
+        count = await ensure_topic(self.broker, self.topic, partitions=self.partitions)
         pid = int(raw)
         if pid >= count:
             raise InvalidArgumentError(f"partition {pid} does not exist in {self.topic!r} (it has {count} partitions)")
         return pid
-
-    async def _ensure_topic(self) -> int:
-        """The default topic's partition count, creating it on first use (in a worker thread: admin work)."""
-        try:
-            return self.broker.partitions_for(self.topic)
-        except UnknownTopicError:
-            return await asyncio.to_thread(self._create)
-
-    def _create(self) -> int:
-        with contextlib.suppress(TopicExistsError):  # created by a concurrent request
-            self.broker.create_topic(self.topic, self.partitions)
-        return self.broker.partitions_for(self.topic)
 
     async def produce(self, request: web.Request) -> web.Response:
         self.check_ready()

@@ -67,7 +67,7 @@ class HttpLimits:
         """Bytes to reserve for ``request``'s body: its length, or the limit when it does not say (chunked)."""
         length = request.content_length
         if length is not None:
-            return min(length, self.max_request_bytes)  # larger ones are refused unread (413)
+            return length if length <= self.max_request_bytes else 0  # larger: refused unread (413), not held
         return self.max_request_bytes if request.body_exists else 0
 
     @web.middleware
