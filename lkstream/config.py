@@ -114,6 +114,13 @@ class BrokerConfig(BaseModel):
         description="Largest inflated / compressed size of a batch a producer sends (compression bombs).",
     )
     max_inflight_bytes: int = Field(256 * MiB, ge=1, description="Accepted, unacknowledged bytes before Backpressure.")
+    max_admitted_bytes: int = Field(
+        64 * MiB,
+        ge=64 * 1024,
+        le=2**40,
+        description="Request bytes the daemon's listeners (gRPC, HTTP, Kafka) hold at once, read and not yet "
+        "answered; beyond it a request is refused before it is decoded (Overloaded: RESOURCE_EXHAUSTED, HTTP 429).",
+    )
     hot_tail_bytes: int = Field(8 * MiB, ge=0, description="Newest batches kept in memory per partition.")
     checkpoint_interval_ms: int = Field(1000, ge=1, description="How often checkpoint.meta follows group commit.")
 

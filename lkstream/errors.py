@@ -17,6 +17,7 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── OffsetOutOfRangeError          offset outside [log_start_offset, next_offset]
     ├── CorruptRecordError             a batch failed its length, magic or CRC check
     ├── BackpressureError              in-flight bytes above ``max_inflight_bytes`` (retriable)
+    │   └── OverloadedError            listeners hold ``max_admitted_bytes`` of requests: refused unread (retriable)
     ├── StorageError                   an OS-level I/O failure, with the path
     │   ├── DiskFullError              ENOSPC / EDQUOT (retriable once space is freed)
     │   ├── TooManyOpenFilesError      EMFILE / ENFILE: the descriptor limit (retriable)
@@ -134,6 +135,30 @@ class BackpressureError(LkstreamError):
         )
         self.inflight_bytes = inflight_bytes
         self.limit = limit
+
+
+class OverloadedError(BackpressureError):
+    """The daemon's listeners hold ``max_admitted_bytes`` of requests: this one was refused before it was decoded.
+
+    Nothing was done, so a retry cannot duplicate anything; ``retry_after_ms`` says when
+    to try again (HTTP: ``Retry-After``). ``admitted_bytes`` is what the listeners held,
+    ``size`` what this request needed.
+    """
+
+    retriable = True
+
+    def __init__(self, admitted_bytes: int, size: int, limit: int, retry_after_ms: int) -> None:
+        refused = f"{size} more would exceed it" if size else "it takes no more record data until some are answered"
+        LkstreamError.__init__(
+            self,
+            f"overloaded: the daemon holds {admitted_bytes} bytes of requests (max_admitted_bytes={limit}) and "
+            f"{refused}; nothing was done, retry in {retry_after_ms} ms",
+        )
+        self.inflight_bytes = admitted_bytes
+        self.admitted_bytes = admitted_bytes
+        self.size = size
+        self.limit = limit
+        self.retry_after_ms = retry_after_ms
 
 
 class StorageError(LkstreamError):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
+from lkstream.broker.admission import AdmissionBudget
 from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
@@ -135,11 +136,15 @@ class Broker(GroupCalls):
         self.files = FileBudget(derive_capacity(self.config.max_open_files, self.config.open_files_reserve))
         self._lock = threading.RLock()
         self._closed = False
+        # Copy on write: replaced whole under _lock, never changed in place, so readers (produce,
+        # fetch, listings, offsets) take no lock and never wait for an admin call (issue 12, finding 9).
         self._topics: dict[str, _Topic] = {}
         #: Bumped whenever a topic appears, disappears or changes its partition count (caches key on it).
         self.topics_version = 0
         self._sticky = StickyPartitioner()
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
+        #: Request bytes the daemon's listeners hold before decoding (issue 12, finding 8).
+        self.admission = AdmissionBudget(self.config.max_admitted_bytes)
         self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
         self.recoveries: list[LogRecovery] = []
@@ -180,13 +185,18 @@ class Broker(GroupCalls):
         self._group_ticker.start()
 
     def _open_existing_topics(self) -> None:
-        for name in self._store.list():
-            try:
-                self._open_topic(name)
-            except (InvalidArgumentError, UnknownTopicError) as exc:
-                # A stray directory (lost+found, a hand-made folder) must not stop the broker;
-                # `lkstream verify` reports it.
-                log.warning("ignoring %s in %s: %s", name, self._store.root, exc)
+        opened: dict[str, _Topic] = {}
+        try:
+            for name in self._store.list():
+                try:
+                    opened[name] = self._open_topic(name)
+                except (InvalidArgumentError, UnknownTopicError) as exc:
+                    # A stray directory (lost+found, a hand-made folder) must not stop the broker;
+                    # `lkstream verify` reports it.
+                    log.warning("ignoring %s in %s: %s", name, self._store.root, exc)
+        finally:
+            self._topics = opened  # what _abandon_open closes if a later one failed
+            self.topics_version += 1
 
     def _reconcile_offsets(self) -> None:
         """Committed offsets belong to topics that exist (issue 12, finding 6).
@@ -246,8 +256,11 @@ class Broker(GroupCalls):
                 with contextlib.suppress(Exception):
                     partition.close()
             raise
-        topic = _Topic(name, settings, partitions, topic_id)
-        self._topics[name] = topic
+        return _Topic(name, settings, partitions, topic_id)
+
+    def _publish(self, topic: _Topic) -> _Topic:
+        """Make ``topic`` visible (caller holds ``_lock``)."""
+        self._topics = {**self._topics, topic.name: topic}
         self.topics_version += 1
         return topic
 
@@ -304,7 +317,7 @@ class Broker(GroupCalls):
             raise PartitionLimitError(name, settings.partitions, existing, self.config.max_partitions)
         self._store.create(name, settings)
         try:
-            return self._open_topic(name)
+            return self._publish(self._open_topic(name))
         except BaseException as exc:
             try:
                 self._store.delete(name)
@@ -324,7 +337,7 @@ class Broker(GroupCalls):
             self._check_open()
             topic = self._topic(name, create=False)
             trashed = self._store.move_to_trash(name)
-            del self._topics[name]
+            self._topics = {key: value for key, value in self._topics.items() if key != name}
             self.topics_version += 1
             for partition in topic.partitions:
                 with contextlib.suppress(LkstreamError):  # its files are already in the trash
@@ -376,8 +389,7 @@ class Broker(GroupCalls):
         self.groups.topics_changed()
 
     def list_topics(self) -> list[str]:
-        with self._lock:
-            return sorted(self._topics)
+        return sorted(self._topics)
 
     def describe_topic(self, name: str) -> TopicDescription:
         topic = self._topic(name, create=False)
@@ -389,8 +401,7 @@ class Broker(GroupCalls):
 
     def topic_ids(self) -> dict[str, uuid.UUID]:
         """``{topic: id}`` of every topic."""
-        with self._lock:
-            return {name: t.topic_id for name, t in self._topics.items()}
+        return {name: t.topic_id for name, t in self._topics.items()}
 
     def list_committed(self) -> dict[tuple[str, str, int], int]:
         """Committed offsets of the topics that exist, ``{(group, topic, partition): offset}``."""
@@ -424,13 +435,14 @@ class Broker(GroupCalls):
         if topic is not None:
             return topic
         validate_topic(name)
+        self._check_open()
+        if not (create and self.config.auto_create_topics):
+            raise UnknownTopicError(name)  # no lock: a read never waits for an admin call
         with self._lock:
             self._check_open()
             topic = self._topics.get(name)
             if topic is not None:
                 return topic
-            if not (create and self.config.auto_create_topics):
-                raise UnknownTopicError(name)
             return self._create_locked(name, self._defaults())
 
     # -- produce --------------------------------------------------------------------------------

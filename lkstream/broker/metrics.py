@@ -17,6 +17,9 @@ Read from broker state at scrape time (nothing on the produce path):
   group has not consumed (now minus the timestamp of the record at its committed offset,
   read with ``broker.read_from(..., max_msgs=1)``); 0 when caught up;
 - ``lk_inflight_bytes`` gauge: produce bytes accepted and not yet acknowledged;
+- ``lk_admitted_bytes`` gauge and ``lk_admission_refused_total{listener}`` counter: request
+  bytes the daemon's listeners hold before answering, and requests refused by
+  ``max_admitted_bytes`` (:mod:`lkstream.broker.admission`; ``listener`` is grpc, http or kafka);
 - ``lk_recovery_truncations_total`` counter: partitions whose log was truncated at open;
 - ``lk_disk_free_bytes`` and ``lk_disk_total_bytes`` gauges: the filesystem of ``persist_dir``.
 
@@ -98,6 +101,8 @@ METRIC_NAMES = (
     "lk_consumer_lag_seconds",
     "lk_segment_size_bytes",
     "lk_inflight_bytes",
+    "lk_admitted_bytes",
+    "lk_admission_refused_total",
     "lk_fsync_latency_seconds",
     "lk_produce_latency_seconds",
     "lk_fetch_latency_seconds",
@@ -106,6 +111,9 @@ METRIC_NAMES = (
     "lk_disk_free_bytes",
     "lk_disk_total_bytes",
 )
+
+#: The listeners that reserve request bytes in the broker's admission budget (a fixed label set).
+ADMISSION_LISTENERS = ("grpc", "http", "kafka")
 
 GroupKey = tuple[str, str, int]  # (topic, group, partition)
 _Family = CounterMetricFamily | GaugeMetricFamily
@@ -303,6 +311,12 @@ class _BrokerCollector(Collector):
             labels=["topic", "group", "partition"],
         )
         yield GaugeMetricFamily("lk_inflight_bytes", "Produce bytes accepted and not yet acknowledged.")
+        yield GaugeMetricFamily("lk_admitted_bytes", "Request bytes the listeners hold, read and not yet answered.")
+        yield CounterMetricFamily(
+            "lk_admission_refused",
+            "Requests refused (or, Kafka, not read in time) by max_admitted_bytes.",
+            labels=["listener"],
+        )
         yield CounterMetricFamily("lk_recovery_truncations", "Partitions whose log was truncated when opened.")
         yield GaugeMetricFamily("lk_disk_free_bytes", "Free bytes on the filesystem of persist_dir.")
         yield GaugeMetricFamily("lk_disk_total_bytes", "Total bytes of the filesystem of persist_dir.")
@@ -348,6 +362,10 @@ class _BrokerCollector(Collector):
 
         stats = broker.stats()
         families["lk_inflight_bytes"].add_metric([], stats.inflight_bytes)
+        families["lk_admitted_bytes"].add_metric([], broker.admission.held)
+        refused = dict(broker.admission.refused)
+        for listener in ADMISSION_LISTENERS:
+            families["lk_admission_refused"].add_metric([listener], refused.get(listener, 0))
         families["lk_recovery_truncations"].add_metric([], stats.recovery_truncations)
         try:
             usage = shutil.disk_usage(broker.persist_dir)

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from lkstream.client.retry import Attempts, Retry, wrong_protocol
+from lkstream.client.retry import Attempts, Retry, retry_advice_s, wrong_protocol
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, LkstreamError
 from lkstream.security.tls import ClientTls
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -82,8 +82,12 @@ class RemoteCalls:
     def _lost(self, exc: grpc.RpcError, delay: float) -> None:
         """Say once per outage that the daemon went away (the CLI shows WARNING lines on stderr).
 
-        Not while connecting: a daemon never reached is one error at the end, not an outage.
+        Not while connecting: a daemon never reached is one error at the end, not an outage;
+        nor when an overloaded daemon asked to come back later (it is there).
         """
+        if retry_advice_s(exc) is not None:
+            log.debug("the daemon at %s is overloaded; retrying in %.2f s", self.address, delay)
+            return
         if self._reached and self._unavailable_since is None:
             self._unavailable_since = time.monotonic()
             details = ((exc.details() if hasattr(exc, "details") else "") or "").splitlines()

@@ -20,8 +20,13 @@ failure, whether to try again and after how long:
   duplicate, never a loss); ``UNSENT`` calls (topic create and delete, group
   joins, operator resets) only when the request provably never left the client
   ("connection refused").
+* **Overloaded:** ``OverloadedError`` (RESOURCE_EXHAUSTED: the daemon's listeners hold
+  ``max_admitted_bytes`` and refused the request before decoding it) is retried for
+  every call kind, no sooner than its ``retry_after_ms`` (times a jitter factor in
+  [1, 1.5)), within the same time bound.
 * **Never retried:** an answer the daemon gave (an error class in the trailing
-  metadata), except ``BrokerClosedError`` (it is shutting down and did nothing);
+  metadata), except ``BrokerClosedError`` (it is shutting down and did nothing)
+  and ``OverloadedError``;
   and an address that answers HTTP/1.x (the daemon's HTTP port given as
   ``--bootstrap``): that fails at once with a message naming the gRPC port.
 
@@ -32,6 +37,7 @@ as ``kcat -b localhost`` does for Kafka's 9092; gRPC would otherwise use 443.
 from __future__ import annotations
 
 import enum
+import json
 import random
 import time
 from typing import Any, Final
@@ -39,7 +45,7 @@ from typing import Any, Final
 import grpc
 
 from lkstream.errors import BrokerUnavailableError, LkstreamError
-from lkstream.wire.contract import ERROR_CLASS_KEY
+from lkstream.wire.contract import ERROR_CLASS_KEY, ERROR_DETAIL_KEY
 
 #: The daemon's gRPC port when an address names none (``server.grpc_port``'s default).
 DEFAULT_PORT: Final = 9090
@@ -61,6 +67,8 @@ _NOT_SENT_MARKERS: Final = (
 _HTTP1_MARKERS: Final = ("http1.x server", "http/1", "expected settings frame")
 # Daemon answers that mean "nothing was done, I am stopping": retried like a refused connection.
 _RETRIABLE_ANSWERS: Final = frozenset({"BrokerClosedError"})
+# Daemon answers that mean "nothing was done, come back after retry_after_ms" (RESOURCE_EXHAUSTED).
+_REFUSED_UNREAD: Final = frozenset({"OverloadedError"})
 
 
 class Retry(enum.Enum):
@@ -103,6 +111,19 @@ def wrong_protocol(address: str, exc: grpc.RpcError) -> LkstreamError | None:
     )
 
 
+def retry_advice_s(exc: grpc.RpcError) -> float | None:
+    """The ``retry_after_ms`` an overloaded daemon sent with ``exc`` (in seconds), or None."""
+    _, _, trailing = _status(exc)
+    raw = trailing.get(ERROR_DETAIL_KEY)
+    if not raw:
+        return None
+    try:
+        advice = json.loads(raw).get("retry_after_ms")
+    except (ValueError, AttributeError):
+        return None
+    return advice / 1000.0 if isinstance(advice, int) and advice > 0 else None
+
+
 class Attempts:
     """The retry state of one call: ``delay(exc)`` says how long to wait before the next attempt, or None."""
 
@@ -130,6 +151,8 @@ class Attempts:
     def retriable(self, exc: grpc.RpcError) -> bool:
         """Whether this failure may be retried at all, whatever the time left."""
         code, details, trailing = _status(exc)
+        if str(trailing.get(ERROR_CLASS_KEY, "")) in _REFUSED_UNREAD:
+            return True  # the daemon did nothing and said when to come back: safe for every call kind
         if code is not grpc.StatusCode.UNAVAILABLE:
             return False
         if any(m in details.lower() for m in _HTTP1_MARKERS):
@@ -151,6 +174,9 @@ class Attempts:
         # The exponent is capped: 2.0 ** 1100 overflows, and a follower retries for ever.
         backoff = min(self.backoff_max_s, self.backoff_s * (2.0 ** min(self.count - 1, 60)))
         wait = backoff * (0.5 + 0.5 * self.rng.random())
+        advice = retry_advice_s(exc)
+        if advice is not None:  # never sooner than the daemon asked; jitter spreads the returning clients
+            wait = max(wait, advice * (1.0 + 0.5 * self.rng.random()))
         limit = None if self.timeout_s is None else self.first_failure + self.timeout_s
         if self.deadline is not None:
             limit = self.deadline if limit is None else min(limit, self.deadline)

@@ -9,6 +9,13 @@ starts only after every earlier request finished. At most
 ``max_inflight_requests`` requests wait per connection; reading stops until
 the oldest is answered.
 
+Limits (issue 12, finding 7 and 8): a request's size is reserved in the broker's
+admission budget before its bytes are read (no room: the connection is not read
+until there is, for up to ``read_timeout_s``), and its bytes must then arrive
+within ``read_timeout_s``; a connection that sends no request for
+``idle_timeout_s`` is closed. The reservation is released when the request's
+response is ready.
+
 Failures stay with the request or the connection that caused them:
 
 * an unknown API key, or a version outside the table, gets an error response
@@ -32,6 +39,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from lkstream.broker.admission import Admission
+from lkstream.errors import OverloadedError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
 from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
@@ -103,15 +112,26 @@ class Connection:
         settings = self._state.settings
         while True:
             prefix = await self._reader.readexactly(4)
-            frame = await self._reader.readexactly(read_frame_size(prefix, settings.max_frame_bytes))
-            self._last_active = self._loop.time()
-            header = parse_request_header(frame, self._state.versions)
-            if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
-                raise FrameError(f"API {header.api_key} before SASL authentication completed")
-            produce = header.api_key == ApiKey.PRODUCE
-            if self._unfinished and not (produce and self._produce_only):
-                await asyncio.wait(set(self._unfinished))  # keep side effects in request order
-            self._respond(header, self._start(header, frame, produce))
+            size = read_frame_size(prefix, settings.max_frame_bytes)
+            admission = await self._admit(size)
+            try:
+                frame = await self._read_frame(size)
+                self._last_active = self._loop.time()
+                header = parse_request_header(frame, self._state.versions)
+                if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
+                    raise FrameError(f"API {header.api_key} before SASL authentication completed")
+                produce = header.api_key == ApiKey.PRODUCE
+                if self._unfinished and not (produce and self._produce_only):
+                    await asyncio.wait(set(self._unfinished))  # keep side effects in request order
+                outcome = self._start(header, frame, produce)
+            except BaseException:
+                admission.release()
+                raise
+            if isinstance(outcome, _Ready):
+                admission.release()
+            else:
+                outcome.add_done_callback(lambda _, held=admission: held.release())  # type: ignore[misc]
+            self._respond(header, outcome)
             if not self._room.is_set():
                 await self._room.wait()  # at most max_inflight_requests answers wait per connection
             elif self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
@@ -192,6 +212,36 @@ class Connection:
                 self._writer.write(view[start : start + _WRITE_SLICE])
                 if self._writer.transport.get_write_buffer_size() > _WRITE_SLICE:
                     await self._writer.drain()
+
+    async def _admit(self, size: int) -> Admission:
+        """Hold ``size`` bytes of the broker's admission budget before reading the request.
+
+        No room: the connection is not read (its bytes wait in the socket, as with
+        Kafka's ``queued.max.request.bytes``) for up to ``read_timeout_s``, then closed.
+        """
+        try:
+            return await self.ctx.broker.admission.admit(size, "kafka", self._state.settings.read_timeout_s)
+        except OverloadedError as exc:
+            raise FrameError(f"not read: {exc}") from None
+
+    async def _read_frame(self, size: int) -> bytes:
+        # A timer rather than asyncio.wait_for: wait_for makes a task per request, a timer costs
+        # a heap push and pop (most frames are already buffered when this is called).
+        timer = self._loop.call_later(self._state.settings.read_timeout_s, self._read_timed_out, size)
+        try:
+            return await self._reader.readexactly(size)
+        finally:
+            timer.cancel()
+
+    def _read_timed_out(self, size: int) -> None:
+        timeout = self._state.settings.read_timeout_s
+        log.info(
+            "closing Kafka connection from %s: a request of %d bytes did not arrive within %g s",
+            self.ctx.client_host,
+            size,
+            timeout,
+        )
+        self._writer.transport.abort()  # the pending read ends; serve() cleans up
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete

@@ -42,10 +42,11 @@ class ListenerSettings:
     host: str = "127.0.0.1"
     port: int = 9092
     advertised_host: str | None = None  # what Metadata and FindCoordinator return; default the bind host
-    max_connections: int = 1024
+    max_connections: int = 128  # server.kafka_max_connections: more are closed at accept
     max_frame_bytes: int = 100 * 1024 * 1024
     max_inflight_requests: int = 16  # per connection: pipelined produce requests awaiting their ack
     idle_timeout_s: float = 600.0  # Kafka's connections.max.idle.ms
+    read_timeout_s: float = 30.0  # a request's bytes must follow its size prefix within this (server.read_timeout_s)
     authorizer: Authorizer = field(default_factory=AllowAll)
     sasl: SaslAuthenticator | None = None
     #: The topic-id switch: serve Metadata v10-12 and KIP-848's ConsumerGroupHeartbeat, which name

@@ -2,8 +2,9 @@
 
 ``KafkaServer(broker, settings)``; ``await start()`` binds (port 0 picks a
 free port, see :attr:`port`), ``await stop()`` closes the listener and every
-connection. At most ``settings.max_connections`` clients are served at once;
-one more is closed right after accept (and logged).
+connection. At most ``settings.max_connections`` connections are open at once
+(a :class:`~lkstream.listeners.CappedListener`); one more is closed right after
+accept (and logged once a minute).
 
 Security (docs/kafka.md, "Security"): with ``settings.ssl_context`` the listener
 speaks TLS; with ``settings.sasl`` every connection must authenticate before any
@@ -23,6 +24,7 @@ from lkstream.kafka.context import ListenerSettings, ServerState
 from lkstream.kafka.metadata_cache import MetadataCache
 from lkstream.kafka.protocol import version_table
 from lkstream.kafka.topic_ids import TopicIds
+from lkstream.listeners import ConnectionCap, listen
 
 log = logging.getLogger("lkstream.kafka")
 
@@ -36,6 +38,8 @@ class KafkaServer:
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._state: ServerState | None = None
+        #: Open connections, at most ``settings.max_connections`` (counted from accept to close, TLS included).
+        self.connections = ConnectionCap("kafka", self.settings.max_connections)
 
     @property
     def port(self) -> int:
@@ -59,9 +63,12 @@ class KafkaServer:
         # request would stall every connection of the loop. Done here, before the port is bound (a
         # few hundred milliseconds, once per process), in a thread so that the loop stays free.
         await asyncio.to_thread(kio_codec.warm_up, versions)
-        self._server = await asyncio.start_server(
-            self._accept, self.settings.host, self.settings.port, ssl=self.settings.ssl_context
-        )
+        sock = listen(self.settings.host, self.settings.port, self.connections)
+        try:
+            self._server = await asyncio.start_server(self._accept, sock=sock, ssl=self.settings.ssl_context)
+        except BaseException:
+            sock.close()
+            raise
         self._state = ServerState(
             broker=self.broker,
             settings=self.settings,
@@ -89,8 +96,7 @@ class KafkaServer:
         self._server = None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._state is None or len(self._connections) >= self.settings.max_connections:
-            log.warning("refusing a Kafka connection: %d connections open", len(self._connections))
+        if self._state is None:  # accepted while stopping
             writer.close()
             return
         task = asyncio.current_task()

@@ -48,14 +48,17 @@ from lkstream.broker.metrics import BrokerMetrics
 from lkstream.config import BrokerConfig
 from lkstream.errors import InvalidArgumentError, LkstreamError
 from lkstream.kafka import KafkaServer, ListenerSettings
+from lkstream.listeners import raise_descriptor_limit
 from lkstream.security.access import Access
 from lkstream.security.certificates import ServerCertificates
 from lkstream.security.credentials import SCRAM_MECHANISMS
 from lkstream.security.sasl import MECHANISMS
 from lkstream.server.grpc_access import AccessInterceptor, server_credentials
+from lkstream.server.grpc_limits import AdmissionInterceptor, server_options
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
 from lkstream.server.http import HttpServer
 from lkstream.server.http_access import GuardedHttpServer, HttpAccess
+from lkstream.server.memory import HeapTrimmer
 from lkstream.server.settings import ServerSettings, load_settings
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import PROTOCOL_VERSION
@@ -84,14 +87,11 @@ class Daemon:
         self.certificates = ServerCertificates(settings.tls) if settings.tls is not None else None
         self._watcher: asyncio.Task[None] | None = None
         limit = settings.message_limit(broker.config)
-        self.server = grpc.aio.server(
-            interceptors=[AccessInterceptor(self.access, broker, self.metrics)] if self.access.enabled else [],
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
+        # Admission first (outermost): it reads and decodes each request within the budget (docs/operations.md).
+        interceptors: list[grpc.aio.ServerInterceptor] = [AdmissionInterceptor(broker.admission, self.metrics)]
+        if self.access.enabled:
+            interceptors.append(AccessInterceptor(self.access, broker, self.metrics))
+        self.server = grpc.aio.server(interceptors=interceptors, options=server_options(settings, limit))
         self.service = BrokerService(broker, self.metrics, max_fetch_bytes=limit - 64 * 1024, access=self.access)
         pb_grpc.add_BrokerServicer_to_server(self.service, self.server)  # type: ignore[no-untyped-call]
         self.health = health.aio.HealthServicer()
@@ -115,6 +115,7 @@ class Daemon:
             raise InvalidArgumentError(cannot_listen("gRPC", address, "in use or not a local address", "grpc"))
         self.address = f"{settings.grpc_host}:{self.port}"
         self.kafka: KafkaServer | None = None
+        self.trimmer: HeapTrimmer | None = None  # hands memory back after request bursts (started with the loop)
         if settings.kafka_port >= 0:
             self.kafka = KafkaServer(broker, self._kafka_settings())
 
@@ -128,6 +129,9 @@ class Daemon:
             port=settings.kafka_port,
             advertised_host=settings.kafka_advertised_host,
             max_frame_bytes=settings.message_limit(self.broker.config),
+            max_connections=settings.kafka_max_connections,
+            idle_timeout_s=settings.kafka_idle_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
             authorizer=self.access.authorizer,
             sasl=self.access.sasl(mechanisms) if self.access.enabled else None,
             ssl_context=None if self.certificates is None else self.certificates.ssl_context(),
@@ -153,6 +157,9 @@ class Daemon:
                 "max_request_bytes": limit,
                 "default_topic": self.settings.http_default_topic,
                 "default_topic_partitions": self.settings.http_default_topic_partitions,
+                "max_connections": self.settings.http_max_connections,
+                "idle_timeout_s": self.settings.http_idle_timeout_s,
+                "read_timeout_s": self.settings.read_timeout_s,
             }
             self.http = GuardedHttpServer(self.broker, self.metrics, self._http_guard(), **options)
             # Client certificates are asked for, not required: probes of the open routes present none.
@@ -164,6 +171,7 @@ class Daemon:
             reason = (exc.strerror or str(exc)).lower()
             raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
         await self.server.start()
+        self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
         if self.kafka is not None:
             try:
                 await self.kafka.start()
@@ -222,6 +230,8 @@ class Daemon:
             try:
                 self.broker.close()
             finally:
+                if self.trimmer is not None:
+                    self.trimmer.close()
                 self.metrics.close()
                 if self.http is not None:
                     await self.http.stop()
@@ -329,6 +339,9 @@ def run_daemon(
         if settings.tls is not None:
             settings.tls.check()
         access = settings.access(config)
+        # Connections must not take the descriptors the log's files need (docs/operations.md, "Limits").
+        raise_descriptor_limit()
+        settings.check_descriptors(config)
     except InvalidArgumentError as exc:
         print(f"lkstream: {exc}", file=sys.stderr)
         return 2

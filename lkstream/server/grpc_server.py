@@ -25,7 +25,6 @@ signal handling, the ready line, HTTP start/stop and shutdown order) is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -43,13 +42,12 @@ from lkstream.errors import (
     CorruptRecordError,
     InvalidArgumentError,
     OffsetOutOfRangeError,
-    TopicExistsError,
-    UnknownTopicError,
 )
 from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batch, decode_batches, iter_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
+from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.group_rpcs import GroupRpcs
 from lkstream.server.grpc_access import call_principal
 from lkstream.server.guard import guard
@@ -152,6 +150,7 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
             return await self._produce_batch(request, explicit)
         if not request.values:
             raise InvalidArgumentError("a produce request needs values or a record_batch")
+        await self._ensure_topic(request.topic, create=True)
         key = request.key or None
         records = [(key, value) for value in request.values]
         results = await self.broker.produce_many(request.topic, records, partition=explicit)
@@ -163,7 +162,7 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
     async def _produce_batch(self, request: pb.ProduceRequest, explicit: int | None) -> pb.ProduceResponse:
         if request.values or request.key:
             raise InvalidArgumentError("record_batch excludes key and values: send one or the other")
-        count = self._ensure_topic(request.topic, create=True)
+        count = await self._ensure_topic(request.topic, create=True)
         pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
         try:
             base, last = await self.broker.produce_batch(request.topic, pid, bytearray(request.record_batch))
@@ -172,16 +171,9 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
             raise InvalidArgumentError(f"record_batch rejected: {exc}") from exc
         return pb.ProduceResponse(partition=pid, base_offset=base, last_offset=last)
 
-    def _ensure_topic(self, name: str, *, create: bool) -> int:
-        """Partition count of ``name``; create it first if asked and the broker auto-creates topics."""
-        try:
-            return self.broker.partitions_for(name)
-        except UnknownTopicError:
-            if not (create and self.broker.config.auto_create_topics):
-                raise
-        with contextlib.suppress(TopicExistsError):
-            self.broker.create_topic(name)
-        return self.broker.partitions_for(name)
+    async def _ensure_topic(self, name: str, *, create: bool) -> int:
+        """Partition count of ``name``; create it first (in a worker thread) if asked and the broker auto-creates."""
+        return await ensure_topic(self.broker, name, create=create)
 
     # -- fetch and subscribe ---------------------------------------------------------------------
 
@@ -339,32 +331,40 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def Admin(self, request: pb.AdminRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.AdminResponse:
+        """Topic admin. Creating, deleting and describing touch every partition (thousands of
+        directories, files and fsyncs for a large topic), so they run in a worker thread: the
+        event loop keeps serving other clients meanwhile (issue 12, finding 9)."""
         async with guard(context, self.metrics):
             action = request.WhichOneof("action")
             if action == "create_topic":
-                c = request.create_topic
-                self.broker.create_topic(
-                    c.name,
-                    c.partitions or None,
-                    retention_ms=c.retention_ms if c.HasField("retention_ms") else None,
-                    retention_bytes=c.retention_bytes if c.HasField("retention_bytes") else None,
-                )
-                return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(c.name)))
+                return await asyncio.to_thread(self._create_topic, request.create_topic)
             if action == "delete_topic":
-                self.broker.delete_topic(request.delete_topic.name)
+                await asyncio.to_thread(self.broker.delete_topic, request.delete_topic.name)
                 return pb.AdminResponse()
             if action == "list_topics":
                 return pb.AdminResponse(topics=self.visible(ResourceType.TOPIC, self.broker.list_topics()))
             if action == "describe_topic":
                 d = request.describe_topic
-                self._ensure_topic(d.name, create=d.create_if_missing)
-                return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(d.name)))
+                await self._ensure_topic(d.name, create=d.create_if_missing)
+                return await asyncio.to_thread(self._describe_topic, d.name)
             raise InvalidArgumentError("an admin request needs one action")
         raise AssertionError("unreachable")  # pragma: no cover
 
     def owner(self) -> str | None:
         """The calling principal's name, which owns the group members it joins (None without authentication)."""
         return Access.owner(call_principal()) if self.access.enabled else None
+
+    def _create_topic(self, c: pb.CreateTopic) -> pb.AdminResponse:
+        self.broker.create_topic(
+            c.name,
+            c.partitions or None,
+            retention_ms=c.retention_ms if c.HasField("retention_ms") else None,
+            retention_bytes=c.retention_bytes if c.HasField("retention_bytes") else None,
+        )
+        return self._describe_topic(c.name)
+
+    def _describe_topic(self, name: str) -> pb.AdminResponse:
+        return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(name)))
 
     def visible(self, resource_type: ResourceType, names: list[str]) -> list[str]:
         """The names of ``names`` the calling principal may describe (all of them without authentication)."""

@@ -31,6 +31,9 @@ application. Their routes answer 503 ``not_ready`` whenever ``/ready`` does not
 answer 200, and :meth:`HttpServer.set_not_ready` ends their long polls early.
 Request bodies are limited to ``max_request_bytes`` (default: the broker's
 ``max_batch_bytes`` plus 1 MiB, as the gRPC message limit); larger ones get 413.
+Connections are capped (``max_connections``) and timed out (``idle_timeout_s``,
+``read_timeout_s``), and request bodies are admitted against the broker's admission
+budget before they are read: :mod:`lkstream.server.http_limits`.
 
 ``port=0`` binds a free port; :attr:`HttpServer.port` tells which. The
 default host is loopback (``DEFAULT_HOST``); bind another address only on
@@ -46,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 import time
 
@@ -57,9 +59,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
+from lkstream.listeners import ConnectionCap, listen
 from lkstream.security.access import Access
 from lkstream.server.http_api import HttpApi
 from lkstream.server.http_eventlog import EventLogRoutes
+from lkstream.server.http_limits import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT_S,
+    HttpLimits,
+)
 from lkstream.server.settings import REQUEST_HEADROOM_BYTES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -132,12 +141,21 @@ class HttpServer:
         default_topic: str = DEFAULT_TOPIC,
         default_topic_partitions: int = DEFAULT_TOPIC_PARTITIONS,
         access: Access | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
         self.broker = broker
         self.metrics = metrics
         self._ready = ready
         #: Largest request body accepted (413 above it).
         self.max_request_bytes = max_request_bytes or broker.config.max_batch_bytes + REQUEST_HEADROOM_BYTES
+        #: Open connections, at most ``max_connections`` (docs/operations.md, "Limits").
+        self.connections = ConnectionCap("http", max_connections)
+        self.idle_timeout_s = idle_timeout_s
+        self.limits = HttpLimits(
+            broker.admission, metrics, max_request_bytes=self.max_request_bytes, read_timeout_s=read_timeout_s
+        )
         self.api = HttpApi(
             broker, metrics, max_request_bytes=self.max_request_bytes, is_ready=lambda: self.ready, access=access
         )
@@ -177,7 +195,7 @@ class HttpServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_request_bytes)
+        app = web.Application(client_max_size=self.max_request_bytes, middlewares=[self.limits.middleware])
         app.router.add_get(METRICS_PATH, self._metrics)
         app.router.add_get(HEALTH_PATH, self._healthz)
         app.router.add_get(READY_PATH, self._ready_handler)
@@ -188,14 +206,15 @@ class HttpServer:
     async def start(
         self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, ssl_context: ssl.SSLContext | None = None
     ) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = listen(host, port, self.connections)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(128)
-            sock.setblocking(False)
-            runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, logger=protocol_log)
+            runner = web.AppRunner(
+                self.app(),
+                access_log=None,
+                handle_signals=False,
+                logger=protocol_log,
+                keepalive_timeout=self.idle_timeout_s,
+            )
             await runner.setup()
             await web.SockSite(runner, sock, ssl_context=ssl_context).start()
         except BaseException:
@@ -241,6 +260,9 @@ async def start_http(
     max_request_bytes: int | None = None,
     default_topic: str = DEFAULT_TOPIC,
     default_topic_partitions: int = DEFAULT_TOPIC_PARTITIONS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> HttpServer:
     """Serve ``/metrics``, ``/healthz``, ``/ready`` and the JSON API on ``host:port``; return the server.
 
@@ -255,6 +277,9 @@ async def start_http(
         max_request_bytes=max_request_bytes,
         default_topic=default_topic,
         default_topic_partitions=default_topic_partitions,
+        max_connections=max_connections,
+        idle_timeout_s=idle_timeout_s,
+        read_timeout_s=read_timeout_s,
     )
     await server.start(host, port)
     return server

@@ -51,7 +51,8 @@ what the caller may describe (:meth:`HttpApi.visible`).
 
 Concurrency: as in the gRPC servicer, the broker's synchronous append and read
 calls run inline on the event loop; only waits (fsync acks, long polls, offset
-file commits in a worker thread) are awaited.
+file commits in a worker thread) are awaited, and admin work (creating, describing
+and deleting topics, auto-creating one on produce) runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ from lkstream.errors import (
 from lkstream.format.codec import decode_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
+from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.http_errors import (
     JSON_TYPE,
     ApiError,
@@ -210,6 +212,8 @@ class HttpApi:
             return error_response(status, error_info(exc))
         except web.HTTPRequestEntityTooLarge:
             return self._too_large()
+        except ConnectionError:
+            raise  # the client went (or was cut off for a slow body): nobody to answer, not a server error
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -298,6 +302,8 @@ class HttpApi:
     async def _produce_entry(self, entry: ProduceEntry) -> list[tuple[int, int]]:
         runs = produce_runs(entry.records, entry.partition)
         self._refuse_before_creating(entry.topic, runs)
+        with contextlib.suppress(UnknownTopicError):  # auto-creation is off: the produce says unknown_topic
+            await ensure_topic(self.broker, entry.topic)  # an auto-create, in a worker thread
         if len(runs) == 1:
             return await self.broker.produce_many(entry.topic, runs[0][1], partition=runs[0][0])
         results: list[tuple[int, int]] = []
@@ -487,18 +493,23 @@ class HttpApi:
     async def create_topic(self, request: web.Request) -> web.Response:
         self.check_ready()
         body = await self.parsed_body(request, CreateTopicRequest)
+        # Thousands of partitions are seconds of file-system work: in a worker thread (issue 12, finding 9).
+        return json_response(await asyncio.to_thread(self._create_topic, body), status=201)
+
+    def _create_topic(self, body: CreateTopicRequest) -> dict[str, Any]:
         self.broker.create_topic(
             body.name, body.partitions, retention_ms=body.retention_ms, retention_bytes=body.retention_bytes
         )
-        return json_response(topic_json(self.broker.describe_topic(body.name)), status=201)
+        return topic_json(self.broker.describe_topic(body.name))
 
     async def describe_topic(self, request: web.Request) -> web.Response:
         self.check_ready()
-        return json_response(topic_json(self.broker.describe_topic(request.match_info["topic"])))
+        name = request.match_info["topic"]
+        return json_response(await asyncio.to_thread(lambda: topic_json(self.broker.describe_topic(name))))
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         self.check_ready()
-        self.broker.delete_topic(request.match_info["topic"])
+        await asyncio.to_thread(self.broker.delete_topic, request.match_info["topic"])
         return web.Response(status=204)
 
     async def describe_group(self, request: web.Request) -> web.Response:

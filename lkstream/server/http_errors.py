@@ -10,6 +10,7 @@ along. Request problems without an error class are :class:`ApiError`.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
@@ -51,7 +52,7 @@ HTTP_STATUS_OVERRIDES: Final[Sequence[tuple[type[LkstreamError], int]]] = (
     (DiskFullError, 507),  # gRPC: RESOURCE_EXHAUSTED; retrying soon will not help
 )
 #: Error attributes copied into the JSON error body when present.
-ERROR_FIELDS: Final = ("topic", "partition", "offset", "earliest", "latest", "size", "limit")
+ERROR_FIELDS: Final = ("topic", "partition", "offset", "earliest", "latest", "size", "limit", "retry_after_ms")
 _RETRY_STATUSES: Final = frozenset({429, 503})
 
 
@@ -96,8 +97,14 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return response
 
 
+def retry_after_s(info: dict[str, Any]) -> int:
+    """Whole seconds for ``Retry-After``: the error's own advice (``retry_after_ms``) rounded up, else the default."""
+    advice = info.get("retry_after_ms")
+    return max(1, math.ceil(advice / 1000)) if isinstance(advice, int) else RETRY_AFTER_S
+
+
 def error_response(status: int, info: dict[str, Any], **extra: Any) -> web.Response:
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status in _RETRY_STATUSES else None
+    headers = {"Retry-After": str(retry_after_s(info))} if status in _RETRY_STATUSES else None
     return json_response({"error": info, **extra}, status, headers)
 
 

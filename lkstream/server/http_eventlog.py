@@ -25,7 +25,6 @@ Errors are the JSON error bodies of the rest of the API (docs/http.md).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, Final
@@ -34,8 +33,9 @@ from aiohttp import web
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.errors import InvalidArgumentError, RecordTooLargeError, TopicExistsError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, RecordTooLargeError
 from lkstream.format.codec import decode_batches
+from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.http_errors import ApiError, body_errors, json_response
 from lkstream.server.http_models import record_json
 
@@ -68,29 +68,20 @@ class EventLogRoutes:
         app.router.add_post("/produce/{partition}", self.produce)
         app.router.add_get("/fetch/{partition}", self.fetch)
 
-    def _partition(self, request: web.Request) -> int:
+    async def _partition(self, request: web.Request) -> int:
         raw = request.match_info["partition"]
         if not raw.isdigit():
             raise InvalidArgumentError(f"partition must be a number, not {raw!r}")
-        count = self._ensure_topic()
+        # The default topic on first use (its 100 partitions are admin work: in a worker thread).
+        count = await ensure_topic(self.broker, self.topic, partitions=self.partitions)
         pid = int(raw)
         if pid >= count:
             raise InvalidArgumentError(f"partition {pid} does not exist in {self.topic!r} (it has {count} partitions)")
         return pid
 
-    def _ensure_topic(self) -> int:
-        """The default topic's partition count, creating it on first use."""
-        try:
-            return self.broker.partitions_for(self.topic)
-        except UnknownTopicError:
-            pass
-        with contextlib.suppress(TopicExistsError):  # created by a concurrent request
-            self.broker.create_topic(self.topic, self.partitions)
-        return self.broker.partitions_for(self.topic)
-
     async def produce(self, request: web.Request) -> web.Response:
         self.check_ready()
-        pid = self._partition(request)
+        pid = await self._partition(request)
         key, value = await _key_and_value(request)
         limit = self.broker.config.max_message_bytes
         if len(key or b"") + len(value) > limit:
@@ -100,7 +91,7 @@ class EventLogRoutes:
 
     async def fetch(self, request: web.Request) -> web.Response:
         self.check_ready()
-        pid = self._partition(request)
+        pid = await self._partition(request)
         partition = self.broker.partition(self.topic, pid)
         offset = _query_int(request, "offset", partition.log_start_offset, 2**63 - 1)
         wanted = _query_int(request, "max", DEFAULT_FETCH_RECORDS, MAX_FETCH_RECORDS)

@@ -22,9 +22,14 @@ from lkstream.config import SERVER_SECTION, BrokerConfig, LoadedConfig, load_con
 from lkstream.errors import InvalidArgumentError
 from lkstream.security.access import Access
 from lkstream.security.tls import ServerTls
+from lkstream.storage.handles import derive_capacity, descriptor_limit
 
 #: Room for the protobuf framing around a maximal record batch.
 REQUEST_HEADROOM_BYTES = 1024 * 1024
+#: Descriptors the daemon needs besides the log's files and its connections: listening sockets,
+#: the event loops' epoll and eventfds, gRPC core's pipes, LOCK, the offsets journal, checkpoint and
+#: metadata writes in progress (about 20 when idle; room to spare).
+DAEMON_DESCRIPTORS = 64
 
 
 class ServerSettings(BaseModel):
@@ -141,6 +146,65 @@ class ServerSettings(BaseModel):
     http_default_topic_partitions: int = Field(
         100, ge=1, le=10_000, description="Partitions of http_default_topic when first used creates it."
     )
+
+    # -- connection limits and timeouts (issue 12, finding 7; docs/operations.md "Limits") ----------
+    grpc_max_connections: int = Field(
+        128, ge=1, le=100_000, description="gRPC connections served at once; more are closed at accept."
+    )
+    http_max_connections: int = Field(
+        128, ge=1, le=100_000, description="HTTP connections served at once; more are closed at accept."
+    )
+    kafka_max_connections: int = Field(
+        128, ge=1, le=100_000, description="Kafka-protocol connections served at once; more are closed at accept."
+    )
+    grpc_idle_timeout_s: float = Field(
+        300.0, gt=0, le=86_400, description="Close a gRPC connection with no call in progress for this long."
+    )
+    http_idle_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="Close an HTTP connection that has not sent a complete request header this long after it "
+        "opened or after its last response (idle keep-alive and slow headers alike).",
+    )
+    kafka_idle_timeout_s: float = Field(
+        600.0, gt=0, le=86_400, description="Close a Kafka connection that sends no request for this long."
+    )
+    read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3_600,
+        description="Time a client has to send a request it started: an HTTP body, a Kafka request after its "
+        "size, the TLS and HTTP/2 handshake of a gRPC connection; slower connections are closed.",
+    )
+
+    def connection_caps(self) -> dict[str, int]:
+        """``{setting: cap}`` of every enabled listener's connection cap."""
+        caps = {"grpc_max_connections": self.grpc_max_connections, "http_max_connections": self.http_max_connections}
+        if self.kafka_port != -1:
+            caps["kafka_max_connections"] = self.kafka_max_connections
+        return caps
+
+    def check_descriptors(self, broker: BrokerConfig, soft_limit: int | None = None) -> None:
+        """Refuse connection caps that could take descriptors the log's files need (one error line).
+
+        The log keeps up to ``max_open_files`` (derived from ``RLIMIT_NOFILE`` minus
+        ``open_files_reserve`` when 0) files open; the listeners' caps plus
+        :data:`DAEMON_DESCRIPTORS` must fit in what is left.
+        """
+        limit = descriptor_limit() if soft_limit is None else soft_limit
+        files = derive_capacity(broker.max_open_files, broker.open_files_reserve, limit)
+        caps = self.connection_caps()
+        needed = sum(caps.values()) + DAEMON_DESCRIPTORS
+        if needed <= limit - files:
+            return
+        named = " + ".join(f"{SERVER_SECTION}.{key} ({value})" for key, value in caps.items())
+        raise InvalidArgumentError(
+            f"invalid configuration: {named} plus {DAEMON_DESCRIPTORS} descriptors for the daemon itself need "
+            f"{needed} descriptors, but only {max(0, limit - files)} are left beside the log's {files} open files "
+            f"(RLIMIT_NOFILE {limit}): lower the caps, raise open_files_reserve (or lower max_open_files), or raise "
+            "the descriptor limit (ulimit -n, systemd LimitNOFILE)"
+        )
 
     def message_limit(self, broker: BrokerConfig) -> int:
         """The gRPC message size limit, derived from the broker's batch limit unless set."""

@@ -39,6 +39,7 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
     OffsetRegressionError,
     OutOfOrderSequenceError,
+    OverloadedError,
     PartitionLimitError,
     ProducerFencedError,
     ProtocolVersionError,
@@ -71,6 +72,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (UnknownTopicError, Code.NOT_FOUND),
     (TopicExistsError, Code.ALREADY_EXISTS),
     (OffsetOutOfRangeError, Code.OUT_OF_RANGE),
+    (OverloadedError, Code.RESOURCE_EXHAUSTED),  # refused before it was decoded: retry after retry_after_ms
     (BackpressureError, Code.RESOURCE_EXHAUSTED),
     (DiskFullError, Code.RESOURCE_EXHAUSTED),
     (TooManyOpenFilesError, Code.RESOURCE_EXHAUSTED),
@@ -149,6 +151,8 @@ _FIELDS: Final = (
     "errno",
     "requested",
     "existing",
+    "retry_after_ms",
+    "admitted_bytes",
 )
 
 

@@ -28,7 +28,18 @@ REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"lkstream daemon ready: grpc=(\S+) http=(\S+)")
 SERVER_KEYS = frozenset(
     {"grpc_host", "grpc_port", "http_host", "http_port", "max_request_bytes", "shutdown_grace_s", "kafka_port"}
+) | frozenset(  # connection limits and timeouts (issue 12, finding 7)
+    {
+        "grpc_max_connections",
+        "http_max_connections",
+        "kafka_max_connections",
+        "grpc_idle_timeout_s",
+        "http_idle_timeout_s",
+        "kafka_idle_timeout_s",
+        "read_timeout_s",
+    }
 )
+KAFKA_READY = re.compile(r"kafka=(\S+)")
 START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 20.0
 
@@ -41,13 +52,23 @@ class DaemonProcess:
     process: subprocess.Popen[str] | None = None
     address: str = ""
     http_address: str = ""
+    kafka_address: str = ""
+    #: RLIMIT_NOFILE (soft and hard) of the daemon process; None inherits the test's.
+    nofile: int | None = None
     output: list[str] = field(default_factory=list)
     _reader: threading.Thread | None = None
 
     def start(self) -> DaemonProcess:
         cmd = [sys.executable, "-m", "lkstream.grpc_server", "--config", str(self.config_path)]
+        if self.nofile is not None:
+            cmd = with_descriptor_limit(self.nofile, cmd)
         self.process = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            cwd=REPO,
         )
         deadline = time.monotonic() + START_DEADLINE_S
         assert self.process.stdout is not None
@@ -62,6 +83,8 @@ class DaemonProcess:
             match = READY.search(line)
             if match:
                 self.address, self.http_address = match.group(1), match.group(2)
+                kafka = KAFKA_READY.search(line)
+                self.kafka_address = kafka.group(1) if kafka else ""
                 # Keep reading so a chatty daemon never blocks on a full pipe.
                 self._reader = threading.Thread(target=self._read_rest, daemon=True)
                 self._reader.start()
@@ -97,6 +120,17 @@ class DaemonProcess:
             self._reader.join(5)
 
 
+_EXEC_LIMITED = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+def with_descriptor_limit(nofile: int, cmd: list[str]) -> list[str]:
+    """``cmd`` run with RLIMIT_NOFILE ``nofile``, soft and hard (so the daemon cannot raise it again)."""
+    return [sys.executable, "-c", _EXEC_LIMITED, str(nofile), *cmd]
+
+
 DaemonFactory = Callable[..., DaemonProcess]
 
 
@@ -107,7 +141,7 @@ def start_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
 
-    def start(data_dir: Path | None = None, **config: Any) -> DaemonProcess:
+    def start(data_dir: Path | None = None, nofile: int | None = None, **config: Any) -> DaemonProcess:
         data = data_dir or tmp_path / "data"
         # Server keys go under `server:`; both ports 0, so the kernel picks free ones.
         server = {
@@ -120,7 +154,7 @@ def start_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
         values["server"] = server
         path = tmp_path / f"config-{len(started)}.yml"
         path.write_text(yaml.safe_dump(values))
-        daemon = DaemonProcess(path, data, env)
+        daemon = DaemonProcess(path, data, env, nofile=nofile)
         started.append(daemon)
         return daemon.start()
 

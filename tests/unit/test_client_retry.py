@@ -7,9 +7,9 @@ import random
 import grpc
 import pytest
 
-from lkstream.client.retry import Attempts, Retry, normalise_address, wrong_protocol
+from lkstream.client.retry import Attempts, Retry, normalise_address, retry_advice_s, wrong_protocol
 from lkstream.errors import BrokerUnavailableError
-from lkstream.wire.contract import ERROR_CLASS_KEY
+from lkstream.wire.contract import ERROR_CLASS_KEY, ERROR_DETAIL_KEY
 
 
 class Failure(grpc.RpcError):
@@ -124,3 +124,32 @@ def test_a_stream_that_made_progress_gets_a_fresh_budget() -> None:
     state.reset()
     state.count = 1
     assert state.delay(REFUSED) is not None
+
+
+OVERLOADED = Failure(
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "overloaded: the daemon holds 67108864 bytes of requests",
+    ((ERROR_CLASS_KEY, "OverloadedError"), (ERROR_DETAIL_KEY, '{"retry_after_ms": 700, "limit": 67108864}')),
+)
+BACKPRESSURE = Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "backpressure", ((ERROR_CLASS_KEY, "BackpressureError"),))
+
+
+@pytest.mark.parametrize("kind", list(Retry))
+def test_an_overloaded_answer_is_retried_for_every_call_kind_no_sooner_than_its_advice(kind: Retry) -> None:
+    tries = attempts(kind)
+    for count in range(1, 6):
+        tries.count = count
+        delay = tries.delay(OVERLOADED)
+        assert delay is not None and 0.7 <= delay <= 2.0  # never below the advice; backoff may wait longer
+    assert retry_advice_s(OVERLOADED) == 0.7
+
+
+def test_other_resource_exhausted_answers_are_not_retried() -> None:
+    assert attempts(Retry.SAFE).delay(BACKPRESSURE) is None
+    assert retry_advice_s(BACKPRESSURE) is None
+
+
+def test_overloaded_retries_stop_at_the_time_bound() -> None:
+    tries = attempts(Retry.RESEND, timeout_s=0.0)
+    tries.count = 1
+    assert tries.delay(OVERLOADED) is None

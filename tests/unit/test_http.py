@@ -217,6 +217,7 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "OffsetOutOfRangeError": (416, "offset_out_of_range"),
         "CorruptRecordError": (500, "corrupt_record"),
         "BackpressureError": (429, "backpressure"),
+        "OverloadedError": (429, "overloaded"),
         "StorageError": (500, "storage"),
         "DiskFullError": (507, "disk_full"),
         "DataDirLockedError": (409, "data_dir_locked"),

@@ -26,6 +26,8 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "lk_consumer_lag_seconds": ("gauge", {"topic", "group", "partition"}),
     "lk_segment_size_bytes": ("gauge", {"topic", "partition"}),
     "lk_inflight_bytes": ("gauge", set()),
+    "lk_admitted_bytes": ("gauge", set()),
+    "lk_admission_refused_total": ("counter", {"listener"}),
     "lk_fsync_latency_seconds": ("histogram", set()),
     "lk_produce_latency_seconds": ("histogram", set()),
     "lk_fetch_latency_seconds": ("histogram", set()),

@@ -42,3 +42,39 @@ def test_bad_server_values_name_the_key_and_the_source(tmp_path: Path) -> None:
     path.write_text("grpc_port: 1\n")  # server keys belong under `server:`
     with pytest.raises(InvalidArgumentError, match="unknown key 'grpc_port'"):
         load_settings(path, env={})
+
+
+# -- connection limits (issue 12, finding 7) -------------------------------------------------------
+
+
+def test_default_connection_caps_fit_beside_the_logs_files_under_a_1024_descriptor_limit() -> None:
+    settings, broker = load_settings(None, env={})
+    settings.check_descriptors(broker, soft_limit=1024)  # 512 for files, 3 x 128 + 64 for the rest
+    settings.check_descriptors(broker, soft_limit=1_048_576)
+
+
+def test_caps_that_could_take_the_logs_descriptors_are_refused_naming_every_key() -> None:
+    settings, broker = load_settings(None, {"server.http_max_connections": 500}, env={})
+    with pytest.raises(InvalidArgumentError) as info:
+        settings.check_descriptors(broker, soft_limit=1024)
+    message = str(info.value)
+    for part in ("server.grpc_max_connections (128)", "server.http_max_connections (500)", "kafka_max_connections"):
+        assert part in message
+    assert "820 descriptors" in message and "only 512 are left" in message and "ulimit -n" in message
+
+
+def test_a_disabled_kafka_listener_needs_no_descriptors_and_max_open_files_counts_when_set() -> None:
+    settings, broker = load_settings(None, {"server.kafka_port": -1, "max_open_files": 600}, env={})
+    assert "kafka_max_connections" not in settings.connection_caps()
+    settings.check_descriptors(broker, soft_limit=600 + 2 * 128 + 64)
+    with pytest.raises(InvalidArgumentError, match="open files"):
+        settings.check_descriptors(broker, soft_limit=600 + 2 * 128 + 63)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("grpc_max_connections", 0), ("http_idle_timeout_s", 0), ("read_timeout_s", -1), ("kafka_max_connections", 10**6)],
+)
+def test_limit_settings_out_of_range_are_refused(key: str, value: int) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"server.{key}"):
+        load_settings(None, {f"server.{key}": value}, env={})

@@ -7,6 +7,7 @@ port) leads every partition, with itself as the only replica.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import uuid
 from typing import Any
@@ -66,6 +67,10 @@ async def metadata(ctx: RequestContext, header: RequestHeader, frame: bytes) -> 
         names = tuple(name for name in resolved if name is not None)
         unknown_ids = tuple(t.topic_id for t, name in zip(request.topics, resolved, strict=True) if name is None)
     auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
+    if auto_create and names:
+        missing = [name for name in names if not _exists(ctx, name)]
+        if missing and ctx.broker.config.auto_create_topics:  # admin work: off the event loop (issue 12, finding 9)
+            await asyncio.to_thread(_auto_create, ctx, missing)
     # Answers hold only what the principal may describe: the key names it and the ACLs in force.
     key = (version, names, unknown_ids, auto_create, str(ctx.principal), ctx.server.settings.acl_version())
     return ctx.server.metadata.get(key, lambda: _build_metadata(ctx, version, names, auto_create, unknown_ids))
@@ -161,6 +166,23 @@ def _topic_partitions(ctx: RequestContext, name: str, auto_create: bool) -> tupl
             return _topic_error(exc), 0
     # Kafka answers LEADER_NOT_AVAILABLE right after an auto-create; here the topic is ready at once.
     return 0, broker.partitions_for(name)
+
+
+def _exists(ctx: RequestContext, name: str) -> bool:
+    try:
+        ctx.broker.partitions_for(name)
+    except LkstreamError:
+        return False
+    return True
+
+
+def _auto_create(ctx: RequestContext, names: list[str]) -> None:
+    """Create the topics a Metadata request may auto-create; failures are reported by the answer built next."""
+    for name in names:
+        if ctx.allowed("create", "topic", name):
+            with contextlib.suppress(LkstreamError):
+                validate_topic(name)
+                ctx.broker.create_topic(name)
 
 
 def _topic_error(error: LkstreamError) -> ErrorCode:

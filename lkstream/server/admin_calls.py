@@ -1,0 +1,36 @@
+"""Admin work of the daemon's surfaces, off the event loop (issue 12, finding 9).
+
+Creating a topic is file-system work per partition (directories, files, fsyncs): seconds
+for thousands of partitions. gRPC and HTTP handlers run it in a worker thread with these
+helpers, so the event loop keeps serving every other client meanwhile; the broker's
+topic table is copy-on-write, so the reads those clients make never wait for the lock
+an admin call holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from lkstream.broker.broker import Broker
+from lkstream.errors import TopicExistsError, UnknownTopicError
+
+
+async def ensure_topic(broker: Broker, name: str, *, partitions: int | None = None, create: bool = True) -> int:
+    """Partition count of ``name``; if it is missing and ``create`` (and the broker auto-creates
+    topics, unless ``partitions`` asks for a given count), create it first, in a worker thread.
+
+    :class:`~lkstream.errors.UnknownTopicError` when it is missing and may not be created.
+    """
+    try:
+        return broker.partitions_for(name)
+    except UnknownTopicError:
+        if not (create and (partitions is not None or broker.config.auto_create_topics)):
+            raise
+    return await asyncio.to_thread(_create_if_missing, broker, name, partitions)
+
+
+def _create_if_missing(broker: Broker, name: str, partitions: int | None) -> int:
+    with contextlib.suppress(TopicExistsError):  # a concurrent request created it
+        broker.create_topic(name, partitions)
+    return broker.partitions_for(name)

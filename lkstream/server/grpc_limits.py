@@ -1,0 +1,164 @@
+"""Limits of the gRPC listener: connection cap, timeouts, and admission of request bytes before decoding.
+
+Connections and timeouts are gRPC core's (:func:`server_options`):
+
+* ``grpc.max_allowed_incoming_connections`` = ``server.grpc_max_connections``: core
+  closes a connection beyond it at accept, before any handshake;
+* ``grpc.max_connection_idle_ms`` = ``server.grpc_idle_timeout_s``: a connection with
+  no call in progress that long gets GOAWAY and is closed (clients reconnect on
+  their next call, transparently);
+* ``grpc.server_handshake_timeout_ms`` = ``server.read_timeout_s``: a connection must
+  finish its TLS and HTTP/2 handshake that fast (a socket that sends nothing is
+  closed then);
+* ``grpc.max_concurrent_streams`` (:data:`MAX_CONCURRENT_STREAMS`) per connection.
+
+Admission (:class:`AdmissionInterceptor`, issue 12 finding 8): every ``lkstream.Broker``
+call is served through a *request-streaming* handler of the same method. The wire is
+the same (a unary call is one message then half-close), but the handler runs before
+the message is read, so it can:
+
+1. for a Produce, reserve a :class:`~lkstream.broker.admission.SizeEstimate` of its
+   size in the broker's :class:`~lkstream.broker.admission.AdmissionBudget` *before
+   reading it*, waiting up to :data:`~lkstream.broker.admission.ADMISSION_WAIT_S` for
+   room, else refuse it unread (RESOURCE_EXHAUSTED,
+   :class:`~lkstream.errors.OverloadedError` with ``retry_after_ms``). With BDP
+   probing off (:func:`server_options`) gRPC core holds at most one flow-control
+   window of a message nobody asked for, so a burst of 256 large produces is read a
+   budget's worth at a time instead of all at once;
+2. read the raw message and hold its real size (other methods: reserve it now,
+   refused at once if it does not fit), all *before* decoding it;
+3. decode it, run the unary servicer method, and release the bytes once the answer
+   is built (for server-streaming calls, right after decoding: the request is gone).
+
+The interceptor must be the outermost one: interceptors inside it (access control)
+see ordinary unary handlers and decoded requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from lkstream.broker.admission import ADMISSION_WAIT_S, Admission, AdmissionBudget, SizeEstimate
+from lkstream.broker.metrics import BrokerMetrics
+from lkstream.errors import InvalidArgumentError, OverloadedError
+from lkstream.server.guard import fail
+from lkstream.server.settings import ServerSettings
+
+BROKER_PREFIX: Final = "/lkstream.Broker/"
+#: Methods whose requests carry record data: refused unread while the budget has no room for data.
+DATA_METHODS: Final = frozenset({"/lkstream.Broker/Produce"})
+#: Concurrent calls one connection may carry (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+MAX_CONCURRENT_STREAMS: Final = 256
+LISTENER: Final = "grpc"
+
+Context = grpc.aio.ServicerContext[Any, Any]
+if TYPE_CHECKING:  # generic only in the type stubs
+    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
+else:
+    Handler = grpc.RpcMethodHandler
+
+
+def server_options(settings: ServerSettings, message_limit: int) -> list[tuple[str, Any]]:
+    """gRPC core options of the daemon's server: message limits, connection cap, timeouts."""
+    return [
+        ("grpc.max_receive_message_length", message_limit),
+        ("grpc.max_send_message_length", message_limit),
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_allowed_incoming_connections", settings.grpc_max_connections),
+        ("grpc.max_connection_idle_ms", int(settings.grpc_idle_timeout_s * 1000)),
+        ("grpc.server_handshake_timeout_ms", int(settings.read_timeout_s * 1000)),
+        ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+        # Without BDP probing gRPC core reads a call's message only when the handler asks for it (it
+        # otherwise grows every stream's window and buffers whole messages nobody admitted yet).
+        ("grpc.http2.bdp_probe", 0),
+    ]
+
+
+class AdmissionInterceptor(grpc.aio.ServerInterceptor):
+    """Admit every ``lkstream.Broker`` request's bytes before decoding it (see the module docstring)."""
+
+    def __init__(self, budget: AdmissionBudget, metrics: BrokerMetrics) -> None:
+        self.budget = budget
+        self.metrics = metrics
+        # method -> (the inner handler, our wrapper of it): rebuilt only if the inner one changes.
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}
+        self._estimate = SizeEstimate()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = await continuation(details)
+        method: str = details.method
+        if handler is None or not method.startswith(BROKER_PREFIX):
+            return handler
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, method: str, handler: Handler) -> Handler:
+        decode = handler.request_deserializer
+        data = method in DATA_METHODS
+        if handler.unary_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(handler.unary_unary, decode, data), response_serializer=handler.response_serializer
+            )
+        if handler.unary_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._streaming(handler.unary_stream, decode, data), response_serializer=handler.response_serializer
+            )
+        return handler  # request-streaming methods read their own messages (none in lkstream.Broker today)
+
+    def _unary(self, inner: Any, decode: Any, data: bool) -> Callable[[Any, Context], Awaitable[Any]]:
+        """A request-streaming behaviour around the unary servicer method ``inner``."""
+
+        async def behaviour(_requests: Any, context: Context) -> Any:
+            request, admission = await self.admit(context, decode, data)
+            with admission:
+                return await inner(request, context)
+
+        return behaviour
+
+    def _streaming(self, inner: Any, decode: Any, data: bool) -> Callable[[Any, Context], AsyncIterator[Any]]:
+        """A bidirectional-streaming behaviour around the server-streaming servicer method ``inner``."""
+
+        async def behaviour(_requests: Any, context: Context) -> AsyncIterator[Any]:
+            request, admission = await self.admit(context, decode, data)
+            admission.release()  # the request is decoded; what the stream holds is bounded by its reads
+            async for response in inner(request, context):
+                yield response
+
+        return behaviour
+
+    async def admit(self, context: Context, decode: Any, data: bool) -> tuple[Any, Admission]:
+        """Read the call's one message within the budget and decode it; abort the call on refusal."""
+        admission: Admission | None = None
+        try:
+            if data:  # reserve a guess first: gRPC core reads the message only when asked (bdp_probe off)
+                admission = await self.budget.admit(self._estimate.value, LISTENER, ADMISSION_WAIT_S)
+            raw = await context.read()
+            if raw is grpc.aio.EOF:
+                raise InvalidArgumentError("the call carried no request message")
+            if admission is None:
+                admission = self.budget.try_admit(len(raw), LISTENER)
+            else:
+                admission.resize(len(raw))
+                self._estimate.observe(len(raw))
+            request = decode(raw) if decode is not None else raw
+        except BaseException as exc:
+            if admission is not None:
+                admission.release()
+            if isinstance(exc, DecodeError):
+                exc = InvalidArgumentError(f"the request does not decode: {exc}")
+            if isinstance(exc, (OverloadedError, InvalidArgumentError)):
+                await fail(context, self.metrics, exc)
+            raise
+        return request, admission

@@ -1,0 +1,92 @@
+"""Connection-capped listening sockets (issue 12, finding 7): counted from accept to close, refused beyond the cap."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lkstream.listeners import ConnectionCap, listen
+
+
+async def _serve_and_flood(cap: ConnectionCap, clients: int) -> tuple[list[bytes], int, int]:
+    """Serve echo-less connections through a CappedListener; return what each client read and the counts."""
+    sock = listen("127.0.0.1", 0, cap)
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client closes
+        writer.close()
+
+    server = await asyncio.start_server(hold, sock=sock)
+    port = sock.getsockname()[1]
+    try:
+        pairs = [await asyncio.open_connection("127.0.0.1", port) for _ in range(clients)]
+        async with asyncio.timeout(10):
+            refused = [await reader.read() for reader, _ in pairs[cap.limit :]]  # closed at accept: EOF
+        open_now = cap.open
+        for _, writer in pairs[: cap.limit]:
+            writer.close()
+        async with asyncio.timeout(10):
+            while cap.open:
+                await asyncio.sleep(0.01)
+        for _, writer in pairs[cap.limit :]:
+            writer.close()
+        return refused, open_now, cap.open
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_connections_beyond_the_cap_are_closed_at_accept_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    cap = ConnectionCap("http", 3)
+    with caplog.at_level(logging.WARNING, logger="lkstream.listeners"):
+        refused, open_then, open_after = asyncio.run(_serve_and_flood(cap, 7))
+    assert refused == [b""] * 4
+    assert (open_then, open_after, cap.refused) == (3, 0, 4)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1  # one line per minute, however many were refused
+    assert "server.http_max_connections" in warnings[0]
+
+
+def test_a_cap_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        ConnectionCap("kafka", 0)
+
+
+def test_listen_binds_a_free_port_and_closes_its_socket_when_the_bind_fails() -> None:
+    cap = ConnectionCap("kafka", 1)
+    first = listen("127.0.0.1", 0, cap)
+    try:
+        port = first.getsockname()[1]
+        before = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(OSError):
+            listen("127.0.0.1", port, cap)
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        first.close()
+
+
+def test_the_daemon_raises_its_soft_descriptor_limit_to_the_hard_one() -> None:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 512:
+        pytest.skip(f"this machine's hard descriptor limit ({hard}) leaves nothing to raise")  # a hosts fact
+    child = textwrap.dedent(
+        """
+        import resource
+        from lkstream.listeners import raise_descriptor_limit
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        now = raise_descriptor_limit(ceiling=100_000)
+        expected = min(100_000, hard) if hard != resource.RLIM_INFINITY else 100_000
+        assert now == expected == resource.getrlimit(resource.RLIMIT_NOFILE)[0], (now, expected)
+        print("ok", now)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stdout + done.stderr
