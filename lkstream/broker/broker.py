@@ -5,7 +5,7 @@ partition on construction, and runs two background threads: the group-commit
 thread (:mod:`lkstream.storage.durability`) and the retention thread.
 
 Produce runs on the caller's thread: the records of each target partition are
-encoded into one v2 batch (split at ``max_batch_bytes``) by aiokafka's C codec
+encoded into one v2 batch (split at ``max_batch_bytes``) by LKSTREAM's C encoder
 and appended; the append and read paths never look inside a batch (only
 the embedded client-side helpers encode and decode). The async methods
 do the same work inline on the event loop (it is a memory copy and a
@@ -532,7 +532,7 @@ class Broker(GroupCalls):
             timestamp_ms=self._clock.now_ms(),
         )
         if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
-            return self._append_call(topic, encoded, codec)
+            return self._append_call(topic, encoded)
         pairs, headers = normalise_records(records)
         if not pairs:
             return [], self._acknowledgement(0)
@@ -554,15 +554,12 @@ class Broker(GroupCalls):
                         results[i] = (pid, base + delta)
         return results, ack
 
-    def _append_call(
-        self, topic: _Topic, encoded: EncodedCall, codec: Compression
-    ) -> tuple[list[tuple[int, int]], Acknowledgement]:
+    def _append_call(self, topic: _Topic, encoded: EncodedCall) -> tuple[list[tuple[int, int]], Acknowledgement]:
         """Append the fast path's batches (each fits ``max_batch_bytes``); see :mod:`lkstream.broker.encoder`."""
-        total = 0
-        for (_, batch), pairs in zip(encoded.batches, encoded.pairs, strict=True):
-            total += len(batch)
-            if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
-                self._check_sizes(record_sizes(pairs))
+        largest = max(encoded.largest)
+        if largest > self.config.max_message_bytes:
+            raise RecordTooLargeError(largest, self.config.max_message_bytes)
+        total = sum(len(batch) for _, batch in encoded.batches)
         with self._acknowledgement(total) as ack:
             bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
         return encoded.results(bases), ack

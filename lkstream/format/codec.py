@@ -1,8 +1,9 @@
 """Client-side encoding and decoding of record batches.
 
 Only clients (producers, consumers, the Spark source, the CLI's dump) build or
-read individual records; the broker and storage move whole batches. Encoding and
-decoding run in aiokafka's C extension, so a Python loop touches each record once.
+read individual records; the broker and storage move whole batches. Encoding runs
+in LKSTREAM's own C encoder (:mod:`lkstream.format.encode`), decoding in aiokafka's
+C extension, so no Python loop runs per record on the way in.
 """
 
 from __future__ import annotations
@@ -13,26 +14,23 @@ from collections.abc import Iterator, Sequence
 from enum import IntEnum
 from typing import Final, NamedTuple
 
-from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch
 
 from lkstream.errors import CorruptRecordError, InvalidArgumentError
 from lkstream.format.batch import (
     ATTRIBUTES_AT,
     COMPRESSION_MASK,
     HEADER_SIZE,
-    MAGIC,
     check_batch,
     parse_header,
     read_length_prefix,
 )
+from lkstream.format.encode import encode
 from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_records
 
 Headers = Sequence[tuple[str, bytes | None]]
 KeyValue = tuple[bytes | None, bytes | None]
 
-_NO_HEADERS: Final[list[tuple[str, bytes | None]]] = []
-# A builder needs an upper bound; batch size limits are enforced by the broker.
-_UNBOUNDED: Final = 2**31 - 1
 # Offset, timestamp, topic and partition references of one decoded Record, roughly.
 _RECORD_FIXED_BYTES: Final = 64
 #: How many bytes of records one :func:`decode_batches` call decodes at most (plus one batch).
@@ -90,37 +88,25 @@ def encode_batch(
     compression: Compression = Compression.NONE,
     timestamp_ms: int | None = None,
 ) -> bytearray:
-    """Build one v2 record batch from ``(key, value)`` pairs.
+    """Build one v2 record batch from ``(key, value)`` pairs (:mod:`lkstream.format.encode`).
 
     Offsets inside the batch are deltas 0..n-1; the broker stamps the base.
     ``headers`` and ``timestamps``, when given, are per record and as long as
     ``records``; otherwise every record gets no headers and ``timestamp_ms``
-    (default: now).
+    (default: now). Keys and values are ``bytes``, ``str`` (UTF-8) or ``None``.
     """
-    count = len(records)
-    if count == 0:
+    if not records:
         raise InvalidArgumentError("a batch needs at least one record")
-    if headers is not None and len(headers) != count:
+    if headers is not None and len(headers) != len(records):
         raise InvalidArgumentError("headers must have one entry per record")
-    if timestamps is not None and len(timestamps) != count:
+    if timestamps is not None and len(timestamps) != len(records):
         raise InvalidArgumentError("timestamps must have one entry per record")
-    builder = DefaultRecordBatchBuilder(MAGIC, int(compression), 0, -1, -1, -1, _UNBOUNDED)
-    append = builder.append
+    ts = now_ms() if timestamp_ms is None else timestamp_ms
     try:
-        if headers is None and timestamps is None:
-            ts = now_ms() if timestamp_ms is None else timestamp_ms
-            for delta, (key, value) in enumerate(records):
-                append(delta, ts, key, value, _NO_HEADERS)
-        else:
-            ts = now_ms() if timestamp_ms is None else timestamp_ms
-            for delta, (key, value) in enumerate(records):
-                record_ts = ts if timestamps is None else timestamps[delta]
-                record_headers = _NO_HEADERS if headers is None else list(headers[delta])
-                append(delta, record_ts, key, value, record_headers)
-    except TypeError as exc:
-        raise InvalidArgumentError(f"keys and values must be bytes or None: {exc}") from exc
-    built: bytearray = builder.build()
-    return built
+        batch, _ = encode(records, ts, timestamps=timestamps, headers=headers, compression=int(compression))
+    except (TypeError, OverflowError) as exc:
+        raise InvalidArgumentError(f"records cannot be encoded: {exc}") from exc
+    return batch
 
 
 def decode_batch(

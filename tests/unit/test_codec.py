@@ -114,9 +114,15 @@ def test_encode_batch_rejects_timestamps_of_wrong_length() -> None:
         encode_batch([(b"k", b"v")] * 2, timestamps=[1])
 
 
-def test_encode_batch_rejects_str_values() -> None:
-    with pytest.raises(InvalidArgumentError, match="bytes or None"):
-        encode_batch([(b"k", "text")])  # type: ignore[list-item]
+def test_encode_batch_encodes_str_keys_and_values_as_utf8() -> None:
+    (record,) = decode_batch(bytes(encode_batch([("clé", "wert")])), "t", 0)  # type: ignore[list-item]
+    assert (record.key, record.value) == ("clé".encode(), b"wert")
+
+
+@pytest.mark.parametrize("value", [3, 2.5, ["x"], object()])
+def test_encode_batch_rejects_values_that_are_not_bytes_str_or_none(value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="bytes, str or None"):
+        encode_batch([(b"k", value)])  # type: ignore[list-item]
 
 
 def test_decode_batch_skips_records_below_min_offset() -> None:

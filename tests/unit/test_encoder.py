@@ -11,6 +11,7 @@ import pytest
 from lkstream import Broker, Compression, InvalidArgumentError, RecordTooLargeError
 from lkstream.broker.encoder import encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.format.codec import decode_batch
 
 TS = 1_700_000_000_000
 
@@ -32,29 +33,51 @@ def _encode(records: Any, partitions: int = 4, explicit: int | None = None) -> A
     )
 
 
+def _decoded(encoded: Any) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    return {pid: [(r.key, r.value) for r in decode_batch(bytes(batch), "t", pid)] for pid, batch in encoded.batches}
+
+
 def test_encode_call_routes_str_keys_like_their_utf8_bytes() -> None:
     records = [("AAPL", b"1"), ("MSFT", b"2"), ("AAPL", b"3"), ("Ünï", b"4")]
     encoded = _encode(records)
     assert encoded is not None
-    assert encoded.pids == [partition_for_key(k.encode(), 4) for k, _ in records]
-    by_pid = dict(zip([pid for pid, _ in encoded.batches], encoded.pairs, strict=True))
-    assert by_pid[partition_for_key(b"AAPL", 4)][:2] == [(b"AAPL", b"1"), (b"AAPL", b"3")]
+    results = encoded.results([0] * len(encoded.batches))
+    assert [pid for pid, _ in results] == [partition_for_key(k.encode(), 4) for k, _ in records]
+    assert _decoded(encoded)[partition_for_key(b"AAPL", 4)][:2] == [(b"AAPL", b"1"), (b"AAPL", b"3")]
 
 
-def test_encode_call_converts_str_keys_for_a_single_target() -> None:
-    encoded = _encode([("AAPL", b"1"), (None, b"2")], partitions=1)
+def test_encode_call_converts_str_keys_and_values_for_a_single_target() -> None:
+    encoded = _encode([("AAPL", b"1"), (None, "zwei")], partitions=1)
     assert encoded is not None
-    assert encoded.pids is None
-    assert list(encoded.pairs[0]) == [(b"AAPL", b"1"), (None, b"2")]
+    assert encoded.slots is None
+    assert _decoded(encoded) == {0: [(b"AAPL", b"1"), (None, "zwei".encode())]}
+
+
+def test_encode_call_takes_headers_for_a_single_target() -> None:
+    encoded = _encode([(b"k", b"v", [("h", b"x")]), (b"k", b"w")], explicit=2)
+    assert encoded is not None
+    ((batch_pid, batch),) = encoded.batches
+    assert batch_pid == 2
+    assert [r.headers for r in decode_batch(bytes(batch), "t", 2)] == [(("h", b"x"),), ()]
+
+
+def test_encode_call_reports_the_largest_record_of_each_batch() -> None:
+    assert partition_for_key(b"a", 4) != partition_for_key(b"c", 4)
+    encoded = _encode([("a", bytes(10)), ("c", bytes(300)), ("a", bytes(20))])
+    assert encoded is not None
+    largest = dict(zip([pid for pid, _ in encoded.batches], encoded.largest, strict=True))
+    assert largest[partition_for_key(b"a", 4)] == 21
+    assert largest[partition_for_key(b"c", 4)] == 301
 
 
 @pytest.mark.parametrize(
     "records",
     [
-        [(b"k", b"v", [("h", b"x")])],  # headers: the general path
-        [(b"k", "text value")],  # str values: the general path converts them
+        [(b"k", b"v", [("h", b"x")]), (b"j", b"w")],  # headers on a routed call: the general path
+        [(b"k", b"v", [("h", "not bytes")])],  # the general path names the bad header
         [(["unhashable"], b"v"), (b"k", b"v")],
         [(3, b"v"), (b"k", b"v")],
+        [(b"k", 3)],
         "not a list",
         [],
     ],
@@ -69,7 +92,7 @@ def test_encode_call_results_follow_call_order_with_contiguous_offsets_per_parti
     assert encoded is not None
     bases = [100 * (pid + 1) for pid, _ in encoded.batches]
     results = encoded.results(bases)
-    assert [pid for pid, _ in results] == encoded.pids
+    assert [pid for pid, _ in results] == [partition_for_key(k.encode(), 4) for k, _ in records]
     for (pid, _), base in zip(encoded.batches, bases, strict=True):
         offsets = [offset for p, offset in results if p == pid]
         assert offsets == list(range(base, base + len(offsets)))
