@@ -87,5 +87,6 @@ def _one_target(records: Sequence[Any], pid: int, codec: Compression, timestamp_
 
 def _route(key: Any, partitions: int, sticky: StickyPartitioner) -> int:
     """A key's partition (keyless records of a call share one sticky partition)."""
-    converted = to_bytes(key, "key")
-    return sticky.next(partitions) if converted is None else partition_for_key(converted, partitions)
+    if key is None:
+        return sticky.next(partitions)
+    return partition_for_key(key if type(key) in (str, bytes) else to_bytes(key, "key"), partitions)  # type: ignore[arg-type]

@@ -106,13 +106,14 @@ class Partition:
         """Append one record batch (validated, offset-stamped in place).
 
         ``owned`` says the caller hands ``batch`` over and never touches it again
-        (the broker's own encoded batches): the hot tail then keeps it as is
-        instead of copying it. In ``sync`` mode ``on_durable`` runs on the group-commit thread once the
+        (the broker's own encoded batches, checksummed a moment ago): the hot tail
+        then keeps it as is instead of copying it, and the log skips the second CRC
+        pass. In ``sync`` mode ``on_durable`` runs on the group-commit thread once the
         batch is fsynced; the batch becomes visible to readers at that moment.
         In the other modes it is visible on return and ``on_durable`` is not used.
         """
         with self._lock:
-            result = self.log.append(batch)
+            result = self.log.append(batch, checksummed=owned)
             if not result.duplicate:
                 self._appended_locked(batch, result, owned)
         if result.duplicate:

@@ -158,9 +158,16 @@ def span_of_whole_batches(buf: bytes | bytearray | memoryview, min_offset: int =
     return records, next_offset
 
 
+#: Batches below this are checksummed without releasing the GIL: releasing it costs more than the
+#: CRC of a batch of a few hundred KiB (about 8 us), and lets the group-commit thread take the GIL
+#: from the producer in the middle of its call (docs/benchmarks.md, issue 14 phase 2).
+GIL_RELEASE_BYTES: Final = 1 << 20
+
+
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
-    """CRC-32C over the bytes the batch CRC covers."""
-    crc: int = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:])
+    """CRC-32C over the bytes the batch CRC covers (hardware CRC of the ``crc32c`` package)."""
+    size = len(batch)
+    crc: int = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:], gil_release_mode=int(size >= GIL_RELEASE_BYTES))
     return crc
 
 

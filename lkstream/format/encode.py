@@ -31,10 +31,9 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-import crc32c
 from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
 
-from lkstream.format.batch import ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT, HEADER, HEADER_SIZE, MAGIC
+from lkstream.format.batch import ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT, HEADER, HEADER_SIZE, MAGIC, compute_crc
 
 #: The codec per compression code (the same functions, and levels, as aiokafka's builder).
 _COMPRESSORS: Final[dict[int, Callable[[Any], bytes]]] = {
@@ -241,8 +240,7 @@ def finish(batch: bytearray, compression: int = 0) -> bytearray:
         batch += compressed
         _LENGTH.pack_into(batch, BATCH_LENGTH_AT, len(batch) - 12)
         _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, compression)
-    with memoryview(batch) as view:
-        _CRC.pack_into(batch, CRC_AT, crc32c.crc32c(view[ATTRIBUTES_AT:]))
+    _CRC.pack_into(batch, CRC_AT, compute_crc(batch))
     return batch
 
 

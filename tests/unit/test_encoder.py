@@ -50,7 +50,7 @@ def test_encode_call_converts_str_keys_and_values_for_a_single_target() -> None:
     encoded = _encode([("AAPL", b"1"), (None, "zwei")], partitions=1)
     assert encoded is not None
     assert encoded.slots is None
-    assert _decoded(encoded) == {0: [(b"AAPL", b"1"), (None, "zwei".encode())]}
+    assert _decoded(encoded) == {0: [(b"AAPL", b"1"), (None, b"zwei")]}
 
 
 def test_encode_call_takes_headers_for_a_single_target() -> None:
