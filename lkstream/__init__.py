@@ -10,6 +10,7 @@ Public names only; everything else lives in subpackages::
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.partition import Partition
 from lkstream.client.consumer import Consumer
+from lkstream.client.delivery import Delivery, SyncDelivery
 from lkstream.client.producer import Producer
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.config import BrokerConfig
@@ -65,6 +66,7 @@ __all__ = [
     "Consumer",
     "CorruptRecordError",
     "DataDirLockedError",
+    "Delivery",
     "DiskFullError",
     "FencedInstanceError",
     "GroupError",
@@ -87,6 +89,7 @@ __all__ = [
     "StaleGenerationError",
     "StorageAccessError",
     "StorageError",
+    "SyncDelivery",
     "TooManyOpenFilesError",
     "TopicDescription",
     "TopicExistsError",
