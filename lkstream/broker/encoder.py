@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
 from lkstream.format.codec import Compression
-from lkstream.format.encode import encode, encode_routed, results
+from lkstream.format.encode import encode, encode_routed, offsets, results
 from lkstream.format.produce import to_bytes
 
 # The encoder refuses malformed items with these; InvalidArgumentError is a ValueError.
@@ -48,8 +47,7 @@ class EncodedCall:
     def results(self, bases: list[int]) -> list[tuple[int, int]]:
         """``(partition, offset)`` per record in call order, given each batch's base offset."""
         if self.slots is None:
-            (pid, _), base = self.batches[0], bases[0]
-            return list(zip(repeat(pid), range(base, base + self.count), strict=False))
+            return offsets(self.batches[0][0], bases[0], self.count)
         return results(self.slots, [pid for pid, _ in self.batches], bases)
 
 

@@ -141,19 +141,26 @@ class Producer:
         one). Raises :class:`BackpressureError` at once when the record would take the
         buffer above ``buffer_bytes``. The handle may be dropped: the record is sent anyway.
         """
-        record, size = self._record(topic, value, key, headers, partition)
+        # The common record (bytes value, bytes or no key, no headers) is checked inline: this runs
+        # once per record, and a call to _record costs as much as the checks themselves.
+        if (
+            type(value) is bytes
+            and headers is None
+            and (key is None or type(key) is bytes)
+            and type(topic) is str
+            and (partition is None or type(partition) is int)
+            and not self._closed
+        ):
+            record: Any = (key, value)
+            size = RECORD_OVERHEAD + len(value) + (0 if key is None else len(key))
+        else:
+            record, size = self._record(topic, value, key, headers, partition)
         buffered = self._abuffered + self._sbuffered + size
         if buffered > self.buffer_bytes:
             raise BackpressureError(buffered, self.buffer_bytes)
-        slot = (topic, partition)
-        batch = self._afilling.get(slot)
+        batch = self._afilling.get((topic, partition))
         if batch is None:
-            loop = asyncio.get_running_loop()
-            batch = self._afilling[slot] = Batch(slot, loop=loop)
-            if self.linger_s:
-                loop.call_later(self.linger_s, self._start, batch)
-            else:
-                loop.call_soon(self._start, batch)
+            batch = self._new_batch(topic, partition)
         self._abuffered = buffered
         records = batch.records
         records.append(record)
@@ -161,6 +168,16 @@ class Producer:
         if batch.nbytes >= self.batch_bytes:
             self._start(batch)
         return Delivery(batch, len(records) - 1)
+
+    def _new_batch(self, topic: str, partition: int | None) -> Batch:
+        """Start filling a batch for ``(topic, partition)`` and schedule its send after ``linger_ms``."""
+        loop = asyncio.get_running_loop()
+        batch = self._afilling[(topic, partition)] = Batch((topic, partition), loop=loop)
+        if self.linger_s:
+            loop.call_later(self.linger_s, self._start, batch)
+        else:
+            loop.call_soon(self._start, batch)
+        return batch
 
     def send_sync(
         self,

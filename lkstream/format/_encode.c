@@ -4,6 +4,7 @@
  *   encode(records, timestamp, timestamps, headers) -> (batch, largest)
  *   encode_routed(records, routes, partitions, timestamp) -> (batches, slots)
  *   results(slots, pids, bases) -> [(partition, offset), ...]
+ *   offsets(pid, base, count) -> [(pid, base), ..., (pid, base + count - 1)]
  *
  * The pure-Python reference is lkstream.format.encode (encode_py, encode_routed_py,
  * results_py); tests hold the two to the same bytes, and both to aiokafka's builder.
@@ -632,6 +633,51 @@ done:
 
 /* -- results ------------------------------------------------------------------------------------------ */
 
+/* (pid, offset) as a tuple the garbage collector does not track (it holds two ints; CPython
+ * untracks such tuples itself at their first collection). Thousands are made per produce call
+ * and live until the caller drops them: tracked, they fill generation 0 and every collection
+ * walks them. Steals the reference to offset. */
+static PyObject *untracked_pair(PyObject *pid, PyObject *offset) {
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(offset);
+        return NULL;
+    }
+    Py_INCREF(pid);
+    PyTuple_SET_ITEM(pair, 0, pid);
+    PyTuple_SET_ITEM(pair, 1, offset);
+    PyObject_GC_UnTrack(pair);
+    return pair;
+}
+
+/* offsets(pid, base, count) -> [(pid, base), (pid, base + 1), ...]: one batch's results. */
+static PyObject *offsets(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *pid;
+    long long base;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "O!Ln", &PyLong_Type, &pid, &base, &count)) {
+        return NULL;
+    }
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "count must not be negative");
+        return NULL;
+    }
+    PyObject *out = PyList_New(count);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *offset = PyLong_FromLongLong(base + i);
+        PyObject *pair = offset == NULL ? NULL : untracked_pair(pid, offset);
+        if (pair == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
 static PyObject *results(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer slots;
     PyObject *pids, *bases;
@@ -673,8 +719,7 @@ static PyObject *results(PyObject *Py_UNUSED(self), PyObject *args) {
             Py_CLEAR(out);
             goto done;
         }
-        PyObject *pair = PyTuple_Pack(2, PyList_GET_ITEM(pids, b), offset);
-        Py_DECREF(offset);
+        PyObject *pair = untracked_pair(PyList_GET_ITEM(pids, b), offset);
         if (pair == NULL) {
             Py_CLEAR(out);
             goto done;
@@ -694,6 +739,8 @@ static PyMethodDef methods[] = {
     {"encode_routed", encode_routed, METH_VARARGS,
      "encode_routed(records, routes, partitions, timestamp) -> ([(pid, batch, largest)], slots): one batch "
      "per partition that routes[key] names; slots holds each record's batch index as native uint32."},
+    {"offsets", offsets, METH_VARARGS,
+     "offsets(pid, base, count) -> [(pid, base), (pid, base + 1), ...]: one batch's results (untracked tuples)."},
     {"results", results, METH_VARARGS,
      "results(slots, pids, bases) -> [(partition, offset)] in record order, from each batch's base offset."},
     {NULL, NULL, 0, NULL},

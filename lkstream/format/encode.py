@@ -18,7 +18,8 @@ and the CRC comes from the ``crc32c`` package (hardware, 33 GB/s).
 * :func:`encode_routed` -- one batch per partition for records routed by key
   (``routes[key] -> partition``, keys ``str``, ``bytes`` or ``None``), no headers;
 * :func:`results` -- ``(partition, offset)`` per record, in call order, from the
-  base offsets the broker stamped on each batch.
+  base offsets the broker stamped on each batch; :func:`offsets` the same for a call
+  that went to one batch.
 
 Keys and values may be ``None``, ``bytes``, ``str`` (UTF-8) or any bytes-like object;
 header keys are ``str`` and header values ``None`` or bytes-like. Anything else raises
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any, Final
 
 from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
@@ -199,6 +201,13 @@ def results_py(slots: bytes, pids: list[int], bases: list[int]) -> list[tuple[in
     return out
 
 
+def offsets_py(pid: int, base: int, count: int) -> list[tuple[int, int]]:
+    """The Python twin of ``_encode.offsets``."""
+    if count < 0:
+        raise ValueError("count must not be negative")
+    return list(zip(repeat(pid), range(base, base + count), strict=False))
+
+
 # -- the native functions, when built -----------------------------------------------------------------
 
 
@@ -219,7 +228,12 @@ _encode_raw: Final[Callable[[Sequence[Any], int, Sequence[int] | None, Sequence[
 _encode_routed_raw: Final[Callable[[Sequence[Any], dict[Any, int], int, int], Routed]] = (
     _NATIVE.encode_routed if NATIVE else encode_routed_py
 )
-#: ``(partition, offset)`` per record from :func:`encode_routed`'s slots and each batch's base offset.
+#: ``[(pid, base), ..., (pid, base + count - 1)]``: the results of a call that went to one batch.
+#: The C version's tuples are not tracked by the garbage collector (they hold two ints), so the
+#: thousands a call returns never fill generation 0.
+offsets: Final[Callable[[int, int, int], list[tuple[int, int]]]] = _NATIVE.offsets if NATIVE else offsets_py
+#: ``(partition, offset)`` per record from :func:`encode_routed`'s slots and each batch's base offset
+#: (untracked tuples, as :data:`offsets`).
 results: Final[Callable[[bytes, list[int], list[int]], list[tuple[int, int]]]] = (
     _NATIVE.results if NATIVE else results_py
 )
