@@ -7,6 +7,7 @@ pure-Python fallback that runs without a compiler.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -174,3 +175,17 @@ def test_decoding_with_aiokafka_gives_back_every_field() -> None:
         (b"key", b"value", TIMESTAMP_MS, [("a", b"b")]),
         (None, b"", TIMESTAMP_MS, []),
     ]
+
+
+def test_offsets_and_results_give_pairs_the_gc_does_not_track() -> None:
+    """Thousands of results per call, alive until the caller drops them: they must not fill generation 0."""
+    if not E.NATIVE:
+        pytest.fail("lkstream.format._encode is not built")
+    pairs = E.offsets(3, 10, 4)
+    assert pairs == E.offsets_py(3, 10, 4) == [(3, 10), (3, 11), (3, 12), (3, 13)]
+    routed = E.results(b"\x00\x00\x00\x00\x01\x00\x00\x00", [5, 6], [7, 8])
+    assert routed == [(5, 7), (6, 8)]
+    assert not any(gc.is_tracked(pair) for pair in [*pairs, *routed])
+    assert E.offsets(0, 0, 0) == []
+    with pytest.raises(ValueError, match="negative"):
+        E.offsets(0, 0, -1)
