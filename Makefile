@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv run examples spark-example test-spark test system-deps test-fast test-crash check bench bench-quick bench-single clean proto
 
-$(STAMP): pyproject.toml lkstream/format/_records.c lkstream/format/_encode.c
+$(STAMP): pyproject.toml lkstream/format/_records.c lkstream/format/_encode.c lkstream/format/_decode.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark]'

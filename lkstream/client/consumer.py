@@ -214,6 +214,8 @@ class Consumer:
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
         self._stopping = False
+        # Raised by stop(), seek() and group instructions: consume()'s handler loop checks it per record.
+        self._interrupted = False
         # Group membership (subscribe with a group-capable source) or manual assignment.
         self._membership: GroupMembership | None = None
         self._subscription: dict[str, bool] = {}  # topic -> from_committed
@@ -349,6 +351,7 @@ class Consumer:
             raise OffsetOutOfRangeError(topic, pid, offset, start, end)
         self._assignment.seek((topic, pid), offset)
         self._fetcher.drop((topic, pid))
+        self._interrupted = True
 
     def committed(self, topic: str, pid: int) -> int | None:
         """The group's committed offset of ``topic[pid]`` (None without a group or a commit)."""
@@ -374,7 +377,8 @@ class Consumer:
         return sorted(self._assignment.paused)
 
     def _wake_up(self) -> None:
-        """Called by the heartbeat thread (or resume/stop): end the current wait for data."""
+        """Called by the heartbeat thread (or resume/stop): end the current wait for data, or the handler loop."""
+        self._interrupted = True
         self._sync_wake.set()
         waker = self._async_wake
         if waker is not None:
@@ -468,8 +472,8 @@ class Consumer:
             while not self._stopping and (max_records is None or handled < max_records):
                 await self._rebalancer.apply_async(self._membership)
                 budget = None if max_records is None else max_records - handled
-                records = await self._fetcher.read_available_async(budget, topic)
-                if not records:
+                chunks = await self._fetcher.read_available_async(budget, topic)
+                if not chunks:
                     await self._maybe_auto_commit_async()
                     remaining = None if idle_deadline is None else idle_deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
@@ -478,7 +482,7 @@ class Consumer:
                     continue
                 if idle_timeout is not None:
                     idle_deadline = time.monotonic() + idle_timeout
-                handled += await self._handle(records, handler, is_async)
+                handled += await self._handle(chunks, handler, is_async)
                 await self._maybe_auto_commit_async()
         finally:
             self._async_wake = None
@@ -488,31 +492,56 @@ class Consumer:
                 await asyncio.to_thread(self._commits.auto_commit)
         return handled
 
-    async def _handle(self, records: list[Record], handler: Handler, is_async: bool) -> int:
-        """Run ``handler`` over ``records`` (one read); returns how many were handled."""
-        seeked = self._assignment.seeked
+    async def _handle(self, chunks: list[tuple[TopicPartition, list[Record]]], handler: Handler, is_async: bool) -> int:
+        """Run ``handler`` over one read's records, partition by partition; returns how many were handled.
+
+        A partition's position moves past a record only once its handler returned
+        (at-least-once): at the end of its records, or at the record whose handler raised.
+        What may stop the loop early (:meth:`stop`, a pending rebalance, a :meth:`seek` from
+        the handler) raises one flag, ``_interrupted``, checked after each record; the
+        reasons are sorted out only then (:meth:`_interruption`).
+        """
         positions = self._assignment.positions
+        seeked = self._assignment.seeked
         seeked.clear()
-        membership = self._membership
+        self._interrupted = False
         handled = 0
-        for record in records:
-            if self._stopping:
-                break
-            if membership is not None and membership.has_pending():
-                # A rebalance is waiting: apply it now rather than after a possibly large read
-                # (positions are per record, so the rest is simply read again later).
-                break
-            tp = (record.topic, record.partition)
+        for tp, records in chunks:
+            if self._stopping or self._rebalance_pending():
+                break  # the rest is read again after the rebalance (positions are per partition)
             if tp in seeked:
-                continue  # the handler moved (or lost) this partition: the rest of this read is stale
-            result = handler(record.partition, record.offset, record)
-            if is_async or inspect.isawaitable(result):
-                await result  # type: ignore[misc]
-            handled += 1
+                continue  # a handler moved (or lost) this partition: the rest of this read is stale
+            pid = tp[1]
+            record = records[0]
+            try:
+                for record in records:
+                    result = handler(pid, record[2], record)
+                    if result is not None and (is_async or inspect.isawaitable(result)):
+                        await result  # type: ignore[misc]
+                    if self._interrupted and self._interruption(tp):
+                        break
+                else:
+                    positions[tp] = record[2] + 1
+                    handled += len(records)
+                    continue
+            except BaseException:
+                if tp not in seeked:
+                    positions[tp] = record[2]  # the records before it were handled; this one was not
+                raise
+            # interrupted after `record`: it was handled, the ones after it were not
             if tp not in seeked:
-                # Only a record whose handler returned counts as consumed (at-least-once).
-                positions[tp] = record.offset + 1
+                positions[tp] = record[2] + 1
+            handled += records.index(record) + 1
         return handled
+
+    def _rebalance_pending(self) -> bool:
+        membership = self._membership
+        return membership is not None and membership.has_pending()
+
+    def _interruption(self, tp: TopicPartition) -> bool:
+        """After a handler returned with ``_interrupted`` raised: stop this partition's records?"""
+        self._interrupted = False
+        return self._stopping or self._rebalance_pending() or tp in self._assignment.seeked
 
     def _has_topic(self, topic: str) -> bool:
         return topic in self._subscription or any(t == topic for t, _ in self._assignment.positions)

@@ -47,14 +47,24 @@ class Fetcher:
             out.extend(self.fetch(tp, budget))
         return out
 
-    async def read_available_async(self, max_records: int | None, topic: str | None) -> list[Record]:
-        """Async twin of :meth:`read_available` (a remote fetch does not block the event loop)."""
-        out: list[Record] = []
+    async def read_available_async(
+        self, max_records: int | None, topic: str | None
+    ) -> list[tuple[TopicPartition, list[Record]]]:
+        """Async twin of :meth:`read_available` (a remote fetch does not block the event loop).
+
+        The records come per partition, ``[(tp, records)]`` with no empty lists, so the
+        consumer's loop moves each partition's position once per read, not once per record.
+        """
+        out: list[tuple[TopicPartition, list[Record]]] = []
+        count = 0
         for tp in self.assignment.readable(topic):
-            budget = None if max_records is None else max_records - len(out)
+            budget = None if max_records is None else max_records - count
             if budget == 0:
                 break
-            out.extend(await self.fetch_async(tp, budget))
+            records = await self.fetch_async(tp, budget)
+            if records:
+                out.append((tp, records))
+                count += len(records)
         return out
 
     def fetch(self, tp: TopicPartition, max_records: int | None) -> list[Record]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
 from typing import Final, NamedTuple
 
@@ -21,6 +21,8 @@ from lkstream.format.batch import (
     ATTRIBUTES_AT,
     COMPRESSION_MASK,
     HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
     check_batch,
     parse_header,
     read_length_prefix,
@@ -124,16 +126,58 @@ def decode_batch(
     compression bomb) raises :class:`CorruptRecordError` instead of being handed out
     in part, or inflated without bound.
     """
-    return _decode(batch, topic, partition, min_offset, max_decompressed_bytes)[0]
+    out: list[Record] = []
+    _decode(batch, topic, partition, min_offset, out, max_decompressed_bytes=max_decompressed_bytes)
+    return out
 
 
 def _decode(
-    batch: bytes, topic: str, partition: int, min_offset: int, max_decompressed_bytes: int
-) -> tuple[list[Record], int]:
-    """:func:`decode_batch`, plus about how many bytes the records take in memory."""
+    batch: bytes | memoryview,
+    topic: str,
+    partition: int,
+    min_offset: int,
+    out: list[Record],
+    *,
+    max_decompressed_bytes: int,
+    limit: int = -1,
+) -> int:
+    """:func:`decode_batch` into ``out`` (at most ``limit`` records, -1: all); returns about how
+    many bytes the records take in memory."""
     header = parse_header(batch)
     section = check_records(batch, header, max_decompressed_bytes)
     size = len(section) + header.records_count * _RECORD_FIXED_BYTES
+    if _decode_native is not None:
+        ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
+        fixed = header.max_timestamp if ts_type else None
+        try:
+            _decode_native(
+                section,
+                header.records_count,
+                header.base_offset,
+                header.base_timestamp,
+                fixed,
+                ts_type,
+                topic,
+                partition,
+                min_offset,
+                limit,
+                Record,
+                out,
+            )
+        except ValueError as exc:
+            raise CorruptRecordError(f"undecodable records: {exc}") from exc
+        return size
+    records = _decode_with_aiokafka(
+        bytes(batch), header, section, topic=topic, partition=partition, min_offset=min_offset
+    )
+    out.extend(records if limit < 0 else records[:limit])
+    return size
+
+
+def _decode_with_aiokafka(
+    batch: bytes, header: BatchHeader, section: bytes | memoryview, *, topic: str, partition: int, min_offset: int
+) -> list[Record]:
+    """The decoder used when ``_decode.c`` is not built (and the reference its tests compare with)."""
     if header.compression:
         # The C codec inflates without a bound: hand it the records we inflated, as a plain batch.
         plain = bytearray(batch[:HEADER_SIZE])
@@ -144,9 +188,7 @@ def _decode(
     ts_type = decoded.timestamp_type
     new = tuple.__new__  # skips NamedTuple's Python-level __new__: ~25% faster per record
     try:
-        # Headers become tuples (``()`` when empty): a Record holding only immutable values is
-        # untracked by the garbage collector, which otherwise spends about half of a large
-        # consume in full collections (docs/benchmarks.md).
+        # Headers become tuples (``()`` when empty), as the C decoder makes them.
         records = [
             new(
                 Record,
@@ -167,7 +209,21 @@ def _decode(
         raise CorruptRecordError(f"undecodable records: {exc}") from exc
     if records and records[0].offset < min_offset:
         records = [r for r in records if r.offset >= min_offset]
-    return records, size
+    return records
+
+
+def _native_decoder() -> Callable[..., int] | None:
+    try:
+        from lkstream.format import _decode as native  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    decode: Callable[..., int] = native.decode
+    return decode
+
+
+_decode_native: Final = _native_decoder()
+#: Whether the C record decoder is built (without it, aiokafka's decoder runs; records then stay GC-tracked).
+NATIVE_DECODE: Final = _decode_native is not None
 
 
 def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes]]:
@@ -212,16 +268,33 @@ def decode_batches(
     out: list[Record] = []
     decoded = 0
     try:
-        for _, batch in iter_batches(data):
-            records, size = _decode(batch, topic, partition, min_offset, DEFAULT_MAX_DECOMPRESSED_BYTES)
-            out.extend(records)
-            decoded += size
-            if max_records is not None and len(out) >= max_records:
-                del out[max_records:]
-                break
-            if decoded >= max_bytes:
+        for batch in _whole_batches(data):
+            limit = -1 if max_records is None else max_records - len(out)
+            decoded += _decode(
+                batch,
+                topic,
+                partition,
+                min_offset,
+                out,
+                max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
+                limit=limit,
+            )
+            if (max_records is not None and len(out) >= max_records) or decoded >= max_bytes:
                 break
     except CorruptRecordError:
         if not out:
             raise
     return out
+
+
+def _whole_batches(data: bytes | bytearray | memoryview) -> Iterator[memoryview]:
+    """:func:`iter_batches` without the copies: a CRC-checked view of each whole batch."""
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    while end - pos >= 12:
+        _, size = read_length_prefix(view, pos)
+        if size > end - pos:
+            return
+        check_batch(view, pos, pos + size)
+        yield view[pos : pos + size]
+        pos += size
