@@ -34,6 +34,7 @@ from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
 from lkstream.broker.partitioner import StickyPartitioner, route_records
+from lkstream.broker.tail import TailBudget
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
@@ -133,6 +134,8 @@ class Broker(GroupCalls):
         self._dir_lock = DataDirLock(self.persist_dir)
         #: The one budget of open segment and index files, shared by every partition (issue 12).
         self.files = FileBudget(derive_capacity(self.config.max_open_files, self.config.open_files_reserve))
+        #: The bytes of recent batches all partitions may keep in memory together (hot_tail_total_bytes).
+        self.tail_budget = TailBudget(self.config.hot_tail_total_bytes)
         self._lock = threading.RLock()
         self._closed = False
         self._topics: dict[str, _Topic] = {}
@@ -264,6 +267,7 @@ class Broker(GroupCalls):
             self.config.hot_tail_bytes,
             data_arrived=self._data_arrived,
             producer=self.produce_many,
+            tail_budget=self.tail_budget,
         )
 
     def create_topic(

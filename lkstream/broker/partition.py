@@ -12,7 +12,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from lkstream.broker.tail import HotTail
+from lkstream.broker.tail import HotTail, TailBudget
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
@@ -78,13 +78,14 @@ class Partition:
         *,
         data_arrived: DataArrived | None = None,
         producer: Producer | None = None,
+        tail_budget: TailBudget | None = None,
     ) -> None:
         self.topic = topic
         self.pid = pid
         self.log = log
         self._committer = committer
         self._sync = committer.mode is FsyncMode.SYNC
-        self._tail = HotTail(tail_bytes)
+        self._tail = HotTail(tail_bytes, tail_budget)
         self._lock = threading.Lock()
         self._visible = threading.Condition(self._lock)
         self._async_waiters: list[_AsyncWaiter] = []

@@ -698,3 +698,19 @@ def test_a_blocking_wait_on_a_deleted_topic_returns(make_broker: MakeBroker) -> 
     broker.delete_topic("gone")
     waiter.join(DEADLINE_S)
     assert result == [True], "the wait must end (the next fetch reports the unknown topic)"
+
+
+def test_hot_tails_of_all_partitions_stay_within_hot_tail_total_bytes(make_broker: MakeBroker) -> None:
+    broker = make_broker(hot_tail_total_bytes=64 * 1024)
+    broker.create_topic("wide", 8)
+    for pid in range(8):
+        for _ in range(10):
+            broker.produce_many_sync("wide", [(None, bytes(1000))] * 5, partition=pid)
+    assert 0 < broker.tail_budget.bytes <= 64 * 1024
+    newest, oldest = broker.partition("wide", 7), broker.partition("wide", 0)
+    assert newest._tail.read(45, 1 << 20, 50) is not None  # the newest batches stay in memory
+    assert oldest._tail.read(0, 1 << 20, 50) is None  # the oldest were dropped: the log serves them
+    for partition, offset in ((newest, 45), (oldest, 0)):
+        assert partition.read_raw(offset, 1 << 20).data == partition.log.read(offset, 1 << 20).data
+    broker.delete_topic("wide")
+    assert broker.tail_budget.bytes == 0
