@@ -12,8 +12,6 @@ from __future__ import annotations
 import itertools
 from functools import lru_cache
 
-from aiokafka.partitioner import murmur2
-
 from lkstream.format.codec import KeyValue
 
 
@@ -22,6 +20,8 @@ def _key_hash(key: bytes | str) -> int:
     # Keys repeat (ticker symbols, account ids): caching the pure-Python hash
     # makes keyed produce cost one dict lookup per record. A str key is cached as
     # itself, so a repeated str key is not even encoded again.
+    from aiokafka.partitioner import murmur2  # on the first keyed record: aiokafka is a large import
+
     return int(murmur2(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
 
 

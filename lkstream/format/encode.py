@@ -33,17 +33,26 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any, Final
 
-from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
-
 from lkstream.format.batch import ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT, HEADER, HEADER_SIZE, MAGIC, compute_crc
 
-#: The codec per compression code (the same functions, and levels, as aiokafka's builder).
-_COMPRESSORS: Final[dict[int, Callable[[Any], bytes]]] = {
-    1: gzip_encode,
-    2: snappy_encode,
-    3: lz4_encode,
-    4: zstd_encode,
-}
+
+def _compressor(compression: int) -> Callable[[Any], bytes]:
+    """The codec of a compression code: the same functions, and levels, as aiokafka's builder.
+
+    Imported on first use: importing aiokafka brings its whole client (about 17,000 objects the
+    garbage collector walks in every full collection), which an uncompressed producer never needs.
+    """
+    from aiokafka import codec
+
+    compressors: dict[int, Callable[[Any], bytes]] = {
+        1: codec.gzip_encode,
+        2: codec.snappy_encode,
+        3: codec.lz4_encode,
+        4: codec.zstd_encode,
+    }
+    return compressors[compression]
+
+
 _INT32_MAX: Final = 2**31 - 1
 _MAX_BATCH_BYTES: Final = _INT32_MAX + 12
 _CRC: Final = struct.Struct(">I")
@@ -249,7 +258,7 @@ def finish(batch: bytearray, compression: int = 0) -> bytearray:
     Kafka's own producer do: the batch's codec is the one the caller asked for.
     """
     if compression:
-        compressed = _COMPRESSORS[compression](bytes(batch[HEADER_SIZE:]))
+        compressed = _compressor(compression)(bytes(batch[HEADER_SIZE:]))
         del batch[HEADER_SIZE:]
         batch += compressed
         _LENGTH.pack_into(batch, BATCH_LENGTH_AT, len(batch) - 12)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+
+import pytest
 
 import lkstream
 
@@ -35,3 +39,20 @@ def test_version_is_a_string() -> None:
 def test_the_seed_example_names_are_exported() -> None:
     for name in ("Broker", "Consumer", "OffsetStore", "Record", "Partition", "Compression"):
         assert name in lkstream.__all__
+
+
+def test_importing_lkstream_leaves_the_network_surfaces_unloaded() -> None:
+    """An embedding process pays only for what it uses (issue 14: memory and full-GC pauses)."""
+    code = (
+        "import sys, lkstream\n"
+        "heavy = [m for m in ('grpc', 'google.protobuf', 'kio', 'aiohttp', 'aiokafka', 'scramp') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+        "lkstream.connect, lkstream.kafka_server, lkstream.ClientTls, lkstream.RemoteBroker\n"
+        "print('grpc' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    unloaded, loaded_on_use = done.stdout.splitlines()
+    assert unloaded == ""
+    assert loaded_on_use == "True"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        lkstream.nope  # noqa: B018
