@@ -85,6 +85,28 @@ class System(abc.ABC):
         """Optional: the system's explicit batch API, when it has one distinct from ``produce``."""
         return None
 
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """Optional: produce ``(key, value)`` records (cycled) to ``partitions`` partitions, routed by key.
+
+        Issue 14's "seed pattern": ``str`` ticker keys, the record stored with its key. Each
+        system uses its own way to produce keyed records (LKSTREAM: ``produce_many`` of 1,000,
+        the seed's API; Kafka clients: ``produce(key=...)``).
+        """
+        return None
+
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """Optional: :meth:`ack_latency` without client-side lingering (LKSTREAM ``linger_ms=0``).
+
+        Systems whose latency phase does not linger anyway run their ``ack_latency``.
+        """
+        return None
+
+    def ack_latency_one_call(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """Optional: one produce call per message, awaited before the next (LKSTREAM ``produce_many`` of one)."""
+        return None
+
 
 def own_pid() -> int:
     return os.getpid()

@@ -38,7 +38,10 @@ KEY_FIELD: dict[str, tuple[str, bool]] = {
     "produce": ("msg_per_s", True),
     "produce_many": ("msg_per_s", True),
     "consume": ("msg_per_s", True),
+    "produce_keyed": ("msg_per_s", True),
     "ack_10k": ("p99_ms", False),
+    "ack_10k_unbatched": ("p99_ms", False),
+    "ack_10k_one_call": ("p99_ms", False),
     "ack_80pct": ("p99_ms", False),
     "e2e_10k": ("p99_ms", False),
     "resources": ("peak_rss_MB", False),
@@ -270,6 +273,22 @@ def payloads(seed: int, size: int, count: int = 64) -> list[bytes]:
     """``count`` distinct random values of ``size`` bytes (fixed seed: identical across systems)."""
     rng = random.Random(seed * 1_000_003 + size)
     return [rng.randbytes(size) for _ in range(count)]
+
+
+# Issue 14's seed pattern: ~50 repeating ticker symbols as str keys (as benchmarks/bench_producer.py).
+TICKERS = [
+    "AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "META", "TSLA", "BRK.B", "JPM", "V",
+    "UNH", "XOM", "JNJ", "WMT", "MA", "PG", "AVGO", "HD", "CVX", "LLY",
+    "MRK", "ABBV", "PEP", "KO", "COST", "ADBE", "BAC", "CSCO", "MCD", "CRM",
+    "TMO", "ACN", "NFLX", "AMD", "LIN", "ABT", "DHR", "ORCL", "DIS", "WFC",
+    "TXN", "PM", "VZ", "INTC", "NKE", "CMCSA", "NEE", "UPS", "QCOM", "IBM",
+]  # fmt: skip
+
+
+def keyed_records(seed: int, size: int, count: int = 1000) -> list[tuple[str, bytes]]:
+    """``count`` fixed ``(ticker, value)`` records of ``size``-byte values, from ``seed``."""
+    rng = random.Random(seed)
+    return [(rng.choice(TICKERS), rng.randbytes(size)) for _ in range(count)]
 
 
 def stamped(scheduled: float, seq: int, pad: bytes) -> bytes:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import importlib.metadata
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,44 @@ class NatsJetStream(System):
 
         return asyncio.run(go())
 
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """``publish_async`` to the stream ``crc32(key) % partitions`` picks, the key in a header."""
+
+        async def go() -> Produced:
+            nc = await self._connect()
+            try:
+                js = nc.jetstream(publish_async_max_pending=MAX_PENDING)
+                subjects = await self._streams(js, topic, partitions)
+                routes = {key: subjects[zlib.crc32(key.encode()) % partitions] for key, _ in records}
+                failed = 0
+
+                def done(fut: asyncio.Future[Any]) -> None:
+                    nonlocal failed
+                    failed += fut.cancelled() or fut.exception() is not None
+
+                n_records = len(records)
+                started = time.perf_counter()
+                deadline = started + max_seconds
+                sent = 0
+                while sent < max_msgs:
+                    key, value = records[sent % n_records]
+                    fut = await js.publish_async(routes[key], value, headers={"k": key})
+                    fut.add_done_callback(done)
+                    sent += 1
+                    if sent % 1000 == 0 and time.perf_counter() > deadline:
+                        break
+                await asyncio.wait_for(js.publish_async_completed(), 60)
+                seconds = time.perf_counter() - started
+                if failed:
+                    raise BenchError(f"nats: {failed} of {sent} keyed publishes failed")
+                return Produced(sent, seconds)
+            finally:
+                await nc.close()
+
+        return asyncio.run(go())
+
     async def _read(
         self, js: Any, topic: str, partitions: int, *, expected: list[int], timeout: float, on_msg: Any
     ) -> int:
@@ -219,6 +258,10 @@ class NatsJetStream(System):
                 await nc.close()
 
         return asyncio.run(go())
+
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """nats-py does not linger: the same phase as :meth:`ack_latency` (``publish_async`` per message)."""
+        return self.ack_latency(topic + ".unbatched", schedule, value_size)
 
     def e2e(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
         pad = bytes(value_size - 16)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,30 @@ class RedisStreams(System):
         finally:
             r.close()
 
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """Pipelined ``XADD`` of ``{k: key, v: value}`` to the stream ``crc32(key) % partitions`` picks."""
+        r = self._client()
+        try:
+            keys = [_key(topic, i) for i in range(partitions)]
+            routes = {key: keys[zlib.crc32(key.encode()) % partitions] for key, _ in records}
+            n_records = len(records)
+            started = time.perf_counter()
+            deadline = started + max_seconds
+            sent = 0
+            while sent < max_msgs and time.perf_counter() < deadline:
+                pipe = r.pipeline(transaction=False)
+                n = min(PIPELINE, max_msgs - sent)
+                for j in range(sent, sent + n):
+                    key, value = records[j % n_records]
+                    pipe.xadd(routes[key], {"k": key, "v": value})
+                pipe.execute()
+                sent += n
+            return Produced(sent, time.perf_counter() - started)
+        finally:
+            r.close()
+
     def consume(self, topic: str, partitions: int, expected: int, timeout: float) -> Consumed:
         r = self._client()
         try:
@@ -152,6 +177,10 @@ class RedisStreams(System):
             return AckRun(lat, acked, last - start)
 
         return asyncio.run(go())
+
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """Redis has no client-side linger: the same phase as :meth:`ack_latency` (a pipeline per tick)."""
+        return self.ack_latency(topic + ".unbatched", schedule, value_size)
 
     def e2e(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
         pad = bytes(value_size - 16)

@@ -47,7 +47,7 @@ THROUGHPUT_CONFIG = {
     # queue only moves the wait from produce() to flush()
     "queue.buffering.max.kbytes": 32_768,
 }
-LATENCY_CONFIG = {**THROUGHPUT_CONFIG, "linger.ms": 1}
+LATENCY_CONFIG = {**THROUGHPUT_CONFIG, "linger.ms": 1}  # the unbatched latency phase: linger.ms 0
 
 
 class Tansu(System):
@@ -145,6 +145,40 @@ class Tansu(System):
             raise BenchError(f"tansu: {left} undelivered, {failed} failed of {sent}")
         return Produced(acked, seconds)
 
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """``produce(topic, value, key=...)``: librdkafka routes by key (its default partitioner)."""
+        self._create(topic, partitions)
+        producer = self._producer(THROUGHPUT_CONFIG)
+        failed = 0
+
+        def done(err: Any, msg: Any) -> None:
+            nonlocal failed
+            failed += err is not None
+
+        n_records = len(records)
+        started = time.perf_counter()
+        deadline = started + max_seconds
+        sent = 0
+        while sent < max_msgs:
+            key, value = records[sent % n_records]
+            try:
+                producer.produce(topic, value, key=key, on_delivery=done)
+            except BufferError:
+                producer.poll(0.001)
+                continue
+            sent += 1
+            if sent % 1000 == 0:
+                producer.poll(0)
+                if time.perf_counter() > deadline:
+                    break
+        left = producer.flush(60)
+        seconds = time.perf_counter() - started
+        if left or failed:
+            raise BenchError(f"tansu: {left} undelivered, {failed} failed of {sent}")
+        return Produced(sent, seconds)
+
     def _consumer(self, **extra: Any) -> Consumer:
         return Consumer(
             {
@@ -180,8 +214,14 @@ class Tansu(System):
         return Consumed(count, nbytes, seconds)
 
     def ack_latency(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
+        return self._ack_latency(topic, schedule, value_size, LATENCY_CONFIG)
+
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        return self._ack_latency(topic, schedule, value_size, {**LATENCY_CONFIG, "linger.ms": 0})
+
+    def _ack_latency(self, topic: str, schedule: Schedule, value_size: int, config: dict[str, Any]) -> AckRun:
         self._create(topic, 1)
-        producer = self._producer(LATENCY_CONFIG)
+        producer = self._producer(config)
         pad = bytes(value_size - 16)
         warm = int(schedule.total * WARMUP_FRACTION)
         lat: list[float] = []
