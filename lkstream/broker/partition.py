@@ -85,8 +85,8 @@ class Partition:
         self.log = log
         self._committer = committer
         self._sync = committer.mode is FsyncMode.SYNC
-        self._tail = HotTail(tail_bytes, tail_budget)
         self._lock = threading.Lock()
+        self._tail = HotTail(tail_bytes, tail_budget, self._lock)
         self._visible = threading.Condition(self._lock)
         self._async_waiters: list[_AsyncWaiter] = []
         self._sync_waiters = 0
@@ -117,6 +117,7 @@ class Partition:
             result = self.log.append(batch, checksummed=owned)
             if not result.duplicate:
                 self._appended_locked(batch, result, owned)
+        self._tail.budget.enforce()  # may trim other partitions' tails: outside this partition's lock
         if result.duplicate:
             # Outside the lock: the committer may run the callback at once, and it takes this lock.
             return self._answer_duplicate(result, on_durable)
@@ -254,7 +255,7 @@ class Partition:
         finally:
             with self._lock:
                 self._closed = True
-                self._tail.clear()
+                self._tail.close()
                 waiters, self._async_waiters = self._async_waiters, []
                 self._visible.notify_all()
             if self._data_arrived is not None:

@@ -9,23 +9,26 @@ All the tails of a broker share one :class:`TailBudget` (``hot_tail_total_bytes`
 when the cached batches of every partition together pass it, the batches cached
 longest ago are dropped, whichever partition holds them. Without it a broker with
 many partitions kept ``hot_tail_bytes`` of every partition it ever wrote, long after
-the writes stopped (8 MiB x 33 partitions: most of the 444 MB the peer suite's embedded
-phases peaked at; docs/benchmarks.md, issue 14).
+the writes stopped (8 MiB x 33 partitions: most of the 444 MB the peer suite's
+embedded phases peaked at; docs/benchmarks.md, issue 14).
 
-How a budget drops a batch without taking the partition's lock (which would invert
-the lock order): a tail holds each batch in a :class:`Cached` cell that the budget
-also queues; dropping empties the cell. Cells empty only oldest first, within a tail
-as across the broker, so a tail's emptied cells are always at its front; it skips
-them and counts their bytes out. A read that finds the batch it starts at emptied
-is a miss (the log serves it); one that meets an emptied cell further on stops there.
+How: every cached batch gets a broker-wide sequence number; the budget queues
+``(tail id, sequence, size)``, plain ints (a queue entry per batch must not be an object
+the garbage collector tracks: a tail of small batches would feed full collections).
+:meth:`TailBudget.enforce` pops the oldest entries and asks their tails to drop everything
+up to that sequence, taking each tail's lock (the partition's) in turn. It runs with no
+partition lock held (``Partition.append_batch`` calls it after releasing its own), so the
+lock order stays Partition, then TailBudget, with the budget's lock a leaf.
 
 Thread-safety: the caller holds the partition's lock for :meth:`HotTail.add`,
-:meth:`HotTail.read` and :meth:`HotTail.clear`; :class:`TailBudget` is thread-safe
-with a leaf lock (taken inside the partition's lock, never the other way round).
+:meth:`HotTail.read` and :meth:`HotTail.clear`; :meth:`HotTail.drop_through` takes it
+itself. :class:`TailBudget` is thread-safe.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 from bisect import bisect_right
 from collections import deque
@@ -34,17 +37,8 @@ from collections import deque
 _COMPACT_AFTER = 1024
 
 
-class Cached:
-    """One cached batch; ``data`` becomes None once the tail or the budget dropped it."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes | bytearray) -> None:
-        self.data: bytes | bytearray | None = data
-
-
 class TailBudget:
-    """The bytes all hot tails of a broker may hold together. Thread-safe (leaf lock)."""
+    """The bytes all hot tails of a broker may hold together. Thread-safe (a leaf lock)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -52,104 +46,147 @@ class TailBudget:
         #: Batches dropped to stay within the budget (not counting a tail's own evictions).
         self.evictions = 0
         self._lock = threading.Lock()
-        self._queue: deque[tuple[Cached, int]] = deque()  # oldest first; emptied cells linger until compacted
-        self._live = 0  # cells of the queue still holding a batch
+        self._queue: deque[tuple[int, int, int]] = deque()  # (tail id, sequence, size), oldest first
+        self._compacted_size = 0
+        self._tails: dict[int, HotTail] = {}
+        self._ids = itertools.count()
+        self._sequences = itertools.count()
 
-    def admit(self, cell: Cached, size: int) -> None:
-        """Count a newly cached batch, then drop the oldest batches anywhere until within budget."""
+    def register(self, tail: HotTail) -> int:
         with self._lock:
-            self._queue.append((cell, size))
+            tail_id = next(self._ids)
+            self._tails[tail_id] = tail
+            return tail_id
+
+    def unregister(self, tail_id: int) -> None:
+        with self._lock:
+            self._tails.pop(tail_id, None)
+
+    def admit(self, tail_id: int, size: int) -> int:
+        """Count a newly cached batch of ``size`` bytes; returns its sequence number."""
+        with self._lock:
+            sequence = next(self._sequences)
+            self._queue.append((tail_id, sequence, size))
             self.bytes += size
-            self._live += 1
-            while self.bytes > self.max_bytes and self._queue:
-                oldest, oldest_size = self._queue.popleft()
-                if oldest.data is not None:
-                    oldest.data = None
-                    self.bytes -= oldest_size
-                    self._live -= 1
-                    self.evictions += 1
-            if len(self._queue) > 2 * self._live + _COMPACT_AFTER:
-                # Cells the tails emptied themselves: drop them so the queue stays bounded.
-                self._queue = deque(entry for entry in self._queue if entry[0].data is not None)
+            if len(self._queue) > 2 * self._compacted_size + _COMPACT_AFTER:
+                self._compact_locked()
+            return sequence
 
-    def release(self, cell: Cached, size: int) -> None:
-        """A tail dropped ``cell`` itself (its own limit, a gap, a clear)."""
+    def release(self, size: int) -> None:
+        """A tail dropped ``size`` bytes (its own limit, a gap, a clear, or :meth:`enforce`)."""
         with self._lock:
-            if cell.data is not None:
-                cell.data = None
-                self.bytes -= size
-                self._live -= 1
+            self.bytes -= size
+
+    def enforce(self) -> None:
+        """Drop the oldest cached batches, whichever tail holds them, until within budget.
+
+        Call with no partition lock held: it takes the lock of each tail it trims.
+        """
+        while True:
+            with self._lock:
+                if self.bytes <= self.max_bytes or not self._queue:
+                    return
+                tail_id, sequence, _ = self._queue.popleft()
+                tail = self._tails.get(tail_id)
+            if tail is not None and tail.drop_through(sequence):
+                with self._lock:
+                    self.evictions += 1
+
+    def _compact_locked(self) -> None:
+        """Forget queue entries whose batches their tails dropped already (the queue stays bounded)."""
+        live = []
+        for entry in self._queue:
+            tail = self._tails.get(entry[0])
+            if tail is not None and entry[1] >= tail.oldest_sequence:
+                live.append(entry)
+        self._queue = deque(live)
+        self._compacted_size = len(live)
 
 
 class HotTail:
-    def __init__(self, max_bytes: int, budget: TailBudget | None = None) -> None:
+    def __init__(self, max_bytes: int, budget: TailBudget | None = None, lock: threading.Lock | None = None) -> None:
         self.max_bytes = max_bytes
-        self._budget = budget or TailBudget(max_bytes)
+        self.budget = budget or TailBudget(max_bytes)
+        self._lock: contextlib.AbstractContextManager[object] = lock or contextlib.nullcontext()
+        self._id = self.budget.register(self)
         self._bases: list[int] = []
         self._nexts: list[int] = []
-        self._cells: list[Cached] = []
-        self._sizes: list[int] = []
-        self._head = 0  # index of the oldest entry not yet known dropped
-        self._bytes = 0  # bytes of the entries from _head on (some may have been dropped by the budget)
+        self._data: list[bytes | bytearray] = []
+        self._sequences: list[int] = []
+        self._head = 0  # index of the oldest entry still cached
+        self._bytes = 0
+        #: The budget sequence of the oldest batch still cached (read without the lock by the budget).
+        self.oldest_sequence = 0
 
     def add(self, base_offset: int, next_offset: int, batch: bytes | bytearray) -> None:
+        """Cache a batch (the caller holds the partition's lock, then calls ``budget.enforce()`` after it)."""
         size = len(batch)
-        if size > self.max_bytes or size > self._budget.max_bytes:
+        if size > self.max_bytes or size > self.budget.max_bytes:
             self.clear()
             return
-        self._skip_dropped()
         if self._head < len(self._nexts) and self._nexts[-1] != base_offset:
             self.clear()  # a gap means the log moved without us; never serve stale bytes
-        cell = Cached(batch)
         self._bases.append(base_offset)
         self._nexts.append(next_offset)
-        self._cells.append(cell)
-        self._sizes.append(size)
+        self._data.append(batch)
+        self._sequences.append(self.budget.admit(self._id, size))
         self._bytes += size
         while self._bytes > self.max_bytes:
             self._drop_head()
-        self._budget.admit(cell, size)
         if self._head >= _COMPACT_AFTER and self._head * 2 >= len(self._bases):
             del self._bases[: self._head], self._nexts[: self._head]
-            del self._cells[: self._head], self._sizes[: self._head]
+            del self._data[: self._head], self._sequences[: self._head]
             self._head = 0
 
-    def _drop_head(self) -> None:
+    def _drop_head(self) -> int:
         head = self._head
-        self._budget.release(self._cells[head], self._sizes[head])
-        self._bytes -= self._sizes[head]
+        size = len(self._data[head])
+        self._data[head] = b""
+        self._bytes -= size
         self._head = head + 1
+        self.oldest_sequence = self._sequences[head] + 1
+        self.budget.release(size)
+        return size
 
-    def _skip_dropped(self) -> None:
-        """Count out the entries the budget emptied (always the oldest)."""
-        cells, head = self._cells, self._head
-        while head < len(cells) and cells[head].data is None:
-            self._bytes -= self._sizes[head]
-            head += 1
-        self._head = head
+    def drop_through(self, sequence: int) -> bool:
+        """Drop the cached batches up to budget ``sequence`` (taking the lock); whether any was dropped."""
+        with self._lock:
+            dropped = False
+            while self._head < len(self._sequences) and self._sequences[self._head] <= sequence:
+                self._drop_head()
+                dropped = True
+            return dropped
 
     def read(self, offset: int, max_bytes: int, high_watermark: int) -> bytes | bytearray | None:
         """Batches from the one holding ``offset``, all below ``high_watermark``; None if not cached."""
-        self._skip_dropped()
         head = self._head
         if head == len(self._bases) or offset < self._bases[head] or offset >= self._nexts[-1]:
             return None
         first = bisect_right(self._bases, offset, lo=head) - 1
-        found: list[bytes | bytearray] = []
-        size = 0
-        for last in range(first, len(self._bases)):
-            data = self._cells[last].data  # one read: the budget may empty the cell at any moment
-            if data is None or self._nexts[last] > high_watermark or (found and size + len(data) > max_bytes):
+        last, size = first, 0
+        while last < len(self._bases) and self._nexts[last] <= high_watermark:
+            batch_size = len(self._data[last])
+            if last > first and size + batch_size > max_bytes:
                 break
-            found.append(data)
-            size += len(data)
-        if not found:
+            size += batch_size
+            last += 1
+        if last == first:
             return None
-        return found[0] if len(found) == 1 else b"".join(found)
+        if last == first + 1:
+            return self._data[first]
+        return b"".join(self._data[first:last])
 
     def clear(self) -> None:
-        for cell, size in zip(self._cells[self._head :], self._sizes[self._head :], strict=True):
-            self._budget.release(cell, size)
-        self._bases, self._nexts, self._cells, self._sizes = [], [], [], []
+        released = self._bytes
+        if self._sequences:
+            self.oldest_sequence = self._sequences[-1] + 1  # every queued entry of this tail is stale
+        self._bases, self._nexts, self._data, self._sequences = [], [], [], []
         self._head = 0
         self._bytes = 0
+        if released:
+            self.budget.release(released)
+
+    def close(self) -> None:
+        """Clear and leave the budget (the partition is closing)."""
+        self.clear()
+        self.budget.unregister(self._id)

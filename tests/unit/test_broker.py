@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -714,3 +715,15 @@ def test_hot_tails_of_all_partitions_stay_within_hot_tail_total_bytes(make_broke
         assert partition.read_raw(offset, 1 << 20).data == partition.log.read(offset, 1 << 20).data
     broker.delete_topic("wide")
     assert broker.tail_budget.bytes == 0
+
+
+def test_appending_leaves_no_gc_tracked_object_per_batch(make_broker: MakeBroker) -> None:
+    """Objects that outlive a produce call are promoted until full collections run (tail latency, issue 14)."""
+    broker = make_broker()
+    broker.produce_many_sync("t", [(None, b"warm")])
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(3_000):
+        broker.produce_many_sync("t", [(None, b"v")])  # 3,000 batches, all kept in the hot tail
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
