@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from lkstream.client.positions import Assignment
-from lkstream.client.sources import ConsumerSource, TopicPartition
+from lkstream.client.sources import ConsumerSource, EmbeddedSource, TopicPartition
 from lkstream.errors import OffsetOutOfRangeError
 from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batches
@@ -34,6 +34,8 @@ class Fetcher:
         self.assignment = assignment
         self.fetch_max_bytes = fetch_max_bytes
         self.pipelined = pipelined
+        # An embedded broker's reads were CRC-checked in this process (on read, or at append for the hot tail).
+        self.crc_checked = isinstance(source, EmbeddedSource)
         # offset -> in-flight fetch of the range after the last one read (remote sources only).
         self._read_ahead: dict[TopicPartition, tuple[int, asyncio.Future[ReadResult]]] = {}
 
@@ -75,7 +77,7 @@ class Fetcher:
         except OffsetOutOfRangeError as exc:
             self.assignment.reset(tp, exc)
             return []
-        return decode_batches(result.data, topic, pid, position, max_records)
+        return decode_batches(result.data, topic, pid, position, max_records, crc_checked=self.crc_checked)
 
     async def fetch_async(self, tp: TopicPartition, max_records: int | None) -> list[Record]:
         topic, pid = tp
@@ -92,7 +94,7 @@ class Fetcher:
             if position < next_offset < result.high_watermark:
                 read = self.source.fetch_async(topic, pid, next_offset, self.fetch_max_bytes)
                 self._read_ahead[tp] = (next_offset, asyncio.ensure_future(read))
-        return decode_batches(result.data, topic, pid, position, max_records)
+        return decode_batches(result.data, topic, pid, position, max_records, crc_checked=self.crc_checked)
 
     async def _ahead_or_now(self, tp: TopicPartition, position: int) -> ReadResult:
         ahead = self._read_ahead.pop(tp, None)

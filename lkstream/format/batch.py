@@ -171,13 +171,16 @@ def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     return crc
 
 
-def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> BatchHeader:
+def check_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None, *, crc: bool = True
+) -> BatchHeader:
     """Validate the batch that starts at ``pos`` and return its header.
 
     Checks, in order: the header is complete, ``batch_length`` is sane and the
     whole batch lies within ``[pos, end)``, magic is 2, counts are consistent,
-    and the CRC-32C matches. Raises :class:`CorruptRecordError` naming the first
-    failed check; never any other exception for any input bytes.
+    and the CRC-32C matches (``crc=False`` skips only that: for bytes this process
+    checked already). Raises :class:`CorruptRecordError` naming the first failed
+    check; never any other exception for any input bytes.
     """
     end = len(buf) if end is None else end
     available = end - pos
@@ -194,6 +197,8 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | No
         raise CorruptRecordError(
             f"inconsistent counts: records_count={header.records_count}, last_offset_delta={header.last_offset_delta}"
         )
+    if not crc:
+        return header
     actual = compute_crc(memoryview(buf)[pos : pos + header.size])
     if actual != header.crc:
         raise CorruptRecordError(f"CRC-32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")

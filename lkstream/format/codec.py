@@ -252,6 +252,7 @@ def decode_batches(
     max_records: int | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_DECODED_BYTES,
+    crc_checked: bool = False,
 ) -> list[Record]:
     """Decode the whole batches in ``data`` (concatenated, as stored), at most ``max_records`` records.
 
@@ -264,11 +265,15 @@ def decode_batches(
     A damaged batch never hides the good records before it (issue 12, finding 2):
     decoding stops there and returns what came before; the next read, which starts
     at the damaged batch, raises :class:`CorruptRecordError` naming it.
+
+    ``crc_checked`` says this process checked the batches' CRCs already (an embedded
+    broker's reads: from disk, or from the hot tail it checked at append); every other
+    check still runs.
     """
     out: list[Record] = []
     decoded = 0
     try:
-        for batch in _whole_batches(data):
+        for batch in _whole_batches(data, crc=not crc_checked):
             limit = -1 if max_records is None else max_records - len(out)
             decoded += _decode(
                 batch,
@@ -287,14 +292,14 @@ def decode_batches(
     return out
 
 
-def _whole_batches(data: bytes | bytearray | memoryview) -> Iterator[memoryview]:
-    """:func:`iter_batches` without the copies: a CRC-checked view of each whole batch."""
+def _whole_batches(data: bytes | bytearray | memoryview, *, crc: bool = True) -> Iterator[memoryview]:
+    """:func:`iter_batches` without the copies: a checked view of each whole batch."""
     view = memoryview(data)
     pos, end = 0, len(view)
     while end - pos >= 12:
         _, size = read_length_prefix(view, pos)
         if size > end - pos:
             return
-        check_batch(view, pos, pos + size)
+        check_batch(view, pos, pos + size, crc=crc)
         yield view[pos : pos + size]
         pos += size

@@ -242,8 +242,15 @@ class BudgetedFile:
         return self._size
 
     def pread(self, size: int, position: int) -> bytes:
-        with self._use() as fd, map_os_errors("read", self.path):
-            return os.pread(fd, size, position)
+        # Every read of the log: pinned by hand rather than through _use()'s generator.
+        if self._closed:
+            raise StorageError("file is closed", path=self.path)
+        fd = self._budget._acquire(self)
+        try:
+            with map_os_errors("read", self.path):
+                return os.pread(fd, size, position)
+        finally:
+            self._budget._release(self)
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the end; return the position it starts at."""

@@ -171,3 +171,16 @@ def test_iter_batches_on_empty_input_yields_nothing() -> None:
 def test_decode_batches_decodes_every_whole_batch_from_min_offset() -> None:
     data = bytes(make_batch(3, base_offset=0) + make_batch(3, base_offset=3))
     assert [r.offset for r in decode_batches(data, "t", 0, 2)] == [2, 3, 4, 5]
+
+
+def test_decode_batches_skips_only_the_crc_for_bytes_this_process_checked() -> None:
+    """An embedded consumer's reads were CRC-checked by the log (or at append): the frame checks still run."""
+    batch = bytearray(make_batch(3))
+    batch[B.CRC_AT] ^= 0x01  # the stored CRC no longer matches; the records are intact
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        decode_batches(bytes(batch), "t", 0)
+    assert len(decode_batches(bytes(batch), "t", 0, crc_checked=True)) == 3
+    bad_magic = bytearray(make_batch(3))
+    bad_magic[B.MAGIC_AT] = 1
+    with pytest.raises(CorruptRecordError, match="magic"):
+        decode_batches(bytes(bad_magic), "t", 0, crc_checked=True)
