@@ -77,6 +77,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "AuthenticationError",
     "AuthorizationError",

@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.encoder import EncodedCall, encode_call
@@ -465,6 +465,25 @@ class Broker(GroupCalls):
         ack.wait_sync()
         return results
 
+    async def produce_many_view(
+        self,
+        topic: str,
+        records: Sequence[ProduceItem],
+        *,
+        partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> Sequence[tuple[int, int]]:
+        """:meth:`produce_many`, returning a read-only sequence of the results instead of a list.
+
+        For callers that read few of the results (``Producer``, whose records are often never
+        looked at): a call that went to one partition answers with an
+        :class:`~lkstream.broker.encoder.OffsetRange` that computes ``(partition, offset)`` when
+        indexed, instead of a tuple per record.
+        """
+        results, ack = self._produce(topic, records, partition, compression, view=True)
+        await ack.wait()
+        return results
+
     async def produce_batch(self, topic: str, partition: int, batch: bytearray) -> tuple[int, int]:
         """Append one pre-encoded v2 record batch; return ``(base_offset, last_offset)``."""
         result, ack = self._append_encoded(topic, partition, batch)
@@ -514,13 +533,35 @@ class Broker(GroupCalls):
     def _acknowledgement(self, reserved: int) -> Acknowledgement:
         return Acknowledgement(self.inflight, reserved, sync=self._committer.mode is FsyncMode.SYNC)
 
+    @overload
     def _produce(
         self,
         topic_name: str,
         records: Sequence[ProduceItem],
         partition: int | None,
         compression: Compression | str | None,
-    ) -> tuple[list[tuple[int, int]], Acknowledgement]:
+    ) -> tuple[list[tuple[int, int]], Acknowledgement]: ...
+
+    @overload
+    def _produce(
+        self,
+        topic_name: str,
+        records: Sequence[ProduceItem],
+        partition: int | None,
+        compression: Compression | str | None,
+        *,
+        view: bool,
+    ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]: ...
+
+    def _produce(
+        self,
+        topic_name: str,
+        records: Sequence[ProduceItem],
+        partition: int | None,
+        compression: Compression | str | None,
+        *,
+        view: bool = False,
+    ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
         """Encode and append; return the results and what acknowledges them."""
         self._check_open()
         codec = Compression.parse(compression)
@@ -536,7 +577,7 @@ class Broker(GroupCalls):
             timestamp_ms=self._clock.now_ms(),
         )
         if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
-            return self._append_call(topic, encoded)
+            return self._append_call(topic, encoded, view=view)
         pairs, headers = normalise_records(records)
         if not pairs:
             return [], self._acknowledgement(0)
@@ -558,7 +599,9 @@ class Broker(GroupCalls):
                         results[i] = (pid, base + delta)
         return results, ack
 
-    def _append_call(self, topic: _Topic, encoded: EncodedCall) -> tuple[list[tuple[int, int]], Acknowledgement]:
+    def _append_call(
+        self, topic: _Topic, encoded: EncodedCall, *, view: bool = False
+    ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
         """Append the fast path's batches (each fits ``max_batch_bytes``); see :mod:`lkstream.broker.encoder`."""
         largest = max(encoded.largest)
         if largest > self.config.max_message_bytes:
@@ -566,7 +609,7 @@ class Broker(GroupCalls):
         total = sum(len(batch) for _, batch in encoded.batches)
         with self._acknowledgement(total) as ack:
             bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
-        return encoded.results(bases), ack
+        return encoded.results(bases, view=view), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:
         limit = self.config.max_message_bytes

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, overload
 
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
 from lkstream.format.codec import Compression
@@ -28,6 +28,36 @@ from lkstream.format.produce import to_bytes
 # The encoder refuses malformed items with these; InvalidArgumentError is a ValueError.
 _FALLBACK_ERRORS = (TypeError, ValueError, IndexError, KeyError, OverflowError)
 _first = itemgetter(0)
+
+
+class OffsetRange(Sequence[tuple[int, int]]):
+    """``(partition, base + i)`` for ``i`` in ``range(records)``, computed when read (no tuple per record)."""
+
+    __slots__ = ("base", "partition", "records")
+
+    def __init__(self, partition: int, base: int, records: int) -> None:
+        self.partition, self.base, self.records = partition, base, records
+
+    def __len__(self) -> int:
+        return self.records
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[int, int]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
+        if isinstance(index, slice):
+            return [(self.partition, self.base + i) for i in range(*index.indices(self.records))]
+        if index < 0:
+            index += self.records
+        if not 0 <= index < self.records:
+            raise IndexError("offset index out of range")
+        return self.partition, self.base + index
+
+    def __repr__(self) -> str:
+        return f"OffsetRange(partition={self.partition}, offsets={self.base}..{self.base + self.records - 1})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +74,14 @@ class EncodedCall:
     count: int
     slots: bytes | None
 
-    def results(self, bases: list[int]) -> list[tuple[int, int]]:
-        """``(partition, offset)`` per record in call order, given each batch's base offset."""
+    def results(self, bases: list[int], *, view: bool = False) -> Sequence[tuple[int, int]]:
+        """``(partition, offset)`` per record in call order, given each batch's base offset.
+
+        A list; with ``view``, a one-batch call gives an :class:`OffsetRange` instead.
+        """
         if self.slots is None:
+            if view:
+                return OffsetRange(self.batches[0][0], bases[0], self.count)
             return offsets(self.batches[0][0], bases[0], self.count)
         return results(self.slots, [pid for pid, _ in self.batches], bases)
 

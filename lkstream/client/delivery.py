@@ -26,7 +26,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 log = logging.getLogger("lkstream.producer")
@@ -73,16 +73,16 @@ class Batch:
         self.future: asyncio.Future[None] | None = None
         self.callbacks: list[tuple[Callable[[Any], object], Any]] = []
         self.done = False
-        self.results: list[Result] | None = None
+        self.results: Sequence[Result] | None = None
         self.error: BaseException | None = None
 
-    def succeed(self, results: list[Result]) -> None:
+    def succeed(self, results: Sequence[Result]) -> None:
         self._finish(results, None)
 
     def fail(self, error: BaseException) -> None:
         self._finish(None, error)
 
-    def _finish(self, results: list[Result] | None, error: BaseException | None) -> None:
+    def _finish(self, results: Sequence[Result] | None, error: BaseException | None) -> None:
         if self.lock is None:  # the asyncio face: on the batch's loop
             self.results, self.error, self.done = results, error, True
             if self.future is not None and not self.future.done():

@@ -87,6 +87,9 @@ class Producer:
         self.batch_bytes = batch_bytes
         self.buffer_bytes = buffer_bytes
         self.compression = None if compression is None else Compression.parse(compression)
+        # An embedded Broker can answer with a view of the results rather than a tuple per record
+        # (Broker.produce_many_view): most records' handles are never asked.
+        self._produce_many = getattr(broker_or_remote, "produce_many_view", None) or broker_or_remote.produce_many
         self._closed = False
         # asyncio face: touched only on its event loop, so no lock per record.
         self._abuffered = 0  # accepted by send() and not yet acknowledged
@@ -236,7 +239,7 @@ class Producer:
                 return
             batch = ready.popleft()
             try:
-                results = await self.broker.produce_many(
+                results = await self._produce_many(
                     slot[0], batch.records, partition=slot[1], compression=self.compression
                 )
             except BaseException as exc:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lkstream import Broker, Compression, InvalidArgumentError, RecordTooLargeError
-from lkstream.broker.encoder import encode_call
+from lkstream.broker.encoder import OffsetRange, encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
 from lkstream.format.codec import decode_batch
 
@@ -128,3 +128,25 @@ async def test_produce_many_str_keys_still_enforce_max_message_bytes(tmp_path: P
         with pytest.raises(RecordTooLargeError):
             await b.produce_many("ticks", [("a", b"x"), ("b", bytes(2000))])
         assert all(b.partition("ticks", pid).high_watermark == 0 for pid in range(4))
+
+
+def test_offset_range_reads_like_the_list_it_replaces() -> None:
+    view = OffsetRange(3, 100, 4)
+    as_list = [(3, 100), (3, 101), (3, 102), (3, 103)]
+    assert len(view) == 4 and list(view) == as_list
+    assert view[0] == (3, 100) and view[-1] == (3, 103) and view[1:3] == as_list[1:3]
+    for bad in (4, -5):
+        with pytest.raises(IndexError):
+            view[bad]
+    assert "100..103" in repr(view)
+
+
+async def test_produce_many_view_gives_the_same_results_as_produce_many(broker: Broker) -> None:
+    one = [(None, b"%d" % i) for i in range(5)]
+    keyed = [(f"k{i}", b"x") for i in range(6)]
+    sticky = await broker.produce_many_view("v", one)  # keyless: one sticky partition, like produce_many
+    assert len({pid for pid, _ in sticky}) == 1 and [off for _, off in sticky] == list(range(5))
+    view = await broker.produce_many_view("e", one, partition=2)
+    assert isinstance(view, OffsetRange) and list(view) == [(2, i) for i in range(5)]
+    routed = await broker.produce_many_view("v", keyed)
+    assert [pid for pid, _ in routed] == [partition_for_key(k.encode(), 4) for k, _ in keyed]
