@@ -29,8 +29,8 @@ The CRC deliberately excludes ``base_offset``, ``batch_length`` and the leader
 epoch, which is why the broker can stamp offsets by overwriting eight bytes and
 never re-encode or re-checksum a batch: the append path is O(1) per batch.
 
-Records inside a batch are encoded and decoded only by clients, with aiokafka's
-C codec (:mod:`aiokafka.record`); the broker and storage handle
+Records inside a batch are encoded and decoded only by clients, with LKSTREAM's
+C codec (:mod:`lkstream.format.encode`, :mod:`lkstream.format.codec`); the broker and storage handle
 :class:`BatchHeader` views and raw bytes, never records.
 """
 
