@@ -93,7 +93,9 @@ class Producer:
         self._closed = False
         # asyncio face: touched only on its event loop, so no lock per record.
         self._abuffered = 0  # accepted by send() and not yet acknowledged
-        self._afilling: dict[Slot, Batch] = {}  # the batch still filling, per slot
+        # The batch still filling, per slot; keyed by the topic alone for partition None (the common
+        # send: no tuple to build and hash per record), by (topic, partition) otherwise.
+        self._afilling: dict[str | Slot, Batch] = {}
         self._aready: dict[Slot, deque[Batch]] = {}  # sealed batches waiting for their call, per slot
         self._asend_locks: dict[Slot, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -161,7 +163,7 @@ class Producer:
         buffered = self._abuffered + self._sbuffered + size
         if buffered > self.buffer_bytes:
             raise BackpressureError(buffered, self.buffer_bytes)
-        batch = self._afilling.get((topic, partition))
+        batch = self._afilling.get(topic if partition is None else (topic, partition))
         if batch is None:
             batch = self._new_batch(topic, partition)
         self._abuffered = buffered
@@ -175,7 +177,8 @@ class Producer:
     def _new_batch(self, topic: str, partition: int | None) -> Batch:
         """Start filling a batch for ``(topic, partition)`` and schedule its send after ``linger_ms``."""
         loop = asyncio.get_running_loop()
-        batch = self._afilling[(topic, partition)] = Batch((topic, partition), loop=loop)
+        batch = Batch((topic, partition), loop=loop)
+        self._afilling[topic if partition is None else (topic, partition)] = batch
         if self.linger_s:
             loop.call_later(self.linger_s, self._start, batch)
         else:
@@ -223,9 +226,10 @@ class Producer:
     def _start(self, batch: Batch) -> None:
         """Seal ``batch`` (if still its slot's filling one) and start its produce call."""
         slot = batch.slot
-        if self._afilling.get(slot) is not batch:
+        key = slot[0] if slot[1] is None else slot
+        if self._afilling.get(key) is not batch:
             return  # already sealed (full, or flushed)
-        del self._afilling[slot]
+        del self._afilling[key]
         self._aready.setdefault(slot, deque()).append(batch)
         task = asyncio.get_running_loop().create_task(self._send(slot))
         self._tasks.add(task)
