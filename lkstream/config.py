@@ -116,7 +116,7 @@ class BrokerConfig(BaseModel):
     max_inflight_bytes: int = Field(256 * MiB, ge=1, description="Accepted, unacknowledged bytes before Backpressure.")
     hot_tail_bytes: int = Field(8 * MiB, ge=0, description="Newest batches kept in memory per partition.")
     hot_tail_total_bytes: int = Field(
-        32 * MiB, ge=0, description="Newest batches kept in memory by all partitions together (oldest dropped first)."
+        16 * MiB, ge=0, description="Newest batches kept in memory by all partitions together (oldest dropped first)."
     )
     checkpoint_interval_ms: int = Field(1000, ge=1, description="How often checkpoint.meta follows group commit.")
 
