@@ -112,6 +112,14 @@ class _Topic:
         self.settings = settings
         self.partitions = partitions
         self.topic_id = topic_id
+        self._routes: dict[Any, int] = {}
+        self._routes_for = len(partitions)
+
+    def route_cache(self, partitions: int) -> dict[Any, int]:
+        """Keys seen by the produce fast path and their partitions, valid for ``partitions`` partitions."""
+        if self._routes_for != partitions:
+            self._routes, self._routes_for = {}, partitions
+        return self._routes
 
 
 class Broker(GroupCalls):
@@ -568,13 +576,15 @@ class Broker(GroupCalls):
         topic = self._topic(topic_name, create=True)
         if partition is not None:
             self.partition(topic.name, partition)
+        partitions = len(topic.partitions)
         encoded = encode_call(
             records,
-            partitions=len(topic.partitions),
+            partitions=partitions,
             explicit=partition,
             sticky=self._sticky,
             codec=codec,
             timestamp_ms=self._clock.now_ms(),
+            route_cache=topic.route_cache(partitions),
         )
         if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
             return self._append_call(topic, encoded, view=view)

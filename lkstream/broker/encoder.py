@@ -86,6 +86,10 @@ class EncodedCall:
         return results(self.slots, [pid for pid, _ in self.batches], bases)
 
 
+#: Keys a topic's route cache remembers before it starts over (a bound on what callers can grow).
+ROUTE_CACHE_KEYS = 65_536
+
+
 def encode_call(
     records: Sequence[Any],
     *,
@@ -94,20 +98,42 @@ def encode_call(
     sticky: StickyPartitioner,
     codec: Compression,
     timestamp_ms: int,
+    route_cache: dict[Any, int] | None = None,
 ) -> EncodedCall | None:
-    """Encode ``records`` into one batch per target partition, or None to use the general path."""
+    """Encode ``records`` into one batch per target partition, or None to use the general path.
+
+    ``route_cache`` (the topic's, for this partition count) maps ``str``/``bytes`` keys to their
+    partitions across calls: a call whose keys were all seen before is routed by the C encoder
+    alone, with no Python work at all per key or record. Keyless records never enter it (their
+    partition is sticky per call).
+    """
     if type(records) not in (list, tuple) or not records:
         return None
     try:
         if explicit is not None or partitions == 1:
             return _one_target(records, 0 if explicit is None else explicit, codec, timestamp_ms)
+        if route_cache:
+            try:
+                return _routed(records, route_cache, partitions, codec, timestamp_ms)
+            except KeyError:
+                pass  # a key not seen before (or a keyless record): route this call's keys below
         keys = set(map(_first, records))
         if keys == {None}:
             return _one_target(records, sticky.next(partitions), codec, timestamp_ms)
         routes = {key: _route(key, partitions, sticky) for key in keys}
-        batches, slots = encode_routed(records, routes, partitions, timestamp_ms, int(codec))
+        if route_cache is not None:
+            if len(route_cache) >= ROUTE_CACHE_KEYS:
+                route_cache.clear()
+            route_cache.update((k, pid) for k, pid in routes.items() if type(k) in (str, bytes))
+        return _routed(records, routes, partitions, codec, timestamp_ms)
     except _FALLBACK_ERRORS:
         return None
+
+
+def _routed(
+    records: Sequence[Any], routes: dict[Any, int], partitions: int, codec: Compression, timestamp_ms: int
+) -> EncodedCall:
+    batches, slots = encode_routed(records, routes, partitions, timestamp_ms, int(codec))
     return EncodedCall(
         [(pid, batch) for pid, batch, _ in batches], [largest for _, _, largest in batches], len(records), slots
     )

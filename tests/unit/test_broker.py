@@ -727,3 +727,14 @@ def test_appending_leaves_no_gc_tracked_object_per_batch(make_broker: MakeBroker
         broker.produce_many_sync("t", [(None, b"v")])  # 3,000 batches, all kept in the hot tail
     gc.collect()
     assert len(gc.get_objects()) - before < 100
+
+
+def test_keys_route_by_the_new_count_after_create_partitions(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.create_topic("grow", 2)
+    keys = [f"k{i}" for i in range(20)]
+    before = broker.produce_many_sync("grow", [(k, b"v") for k in keys])
+    assert [pid for pid, _ in before] == [partition_for_key(k.encode(), 2) for k in keys]
+    broker.create_partitions("grow", 4)
+    after = broker.produce_many_sync("grow", [(k, b"v") for k in keys])  # the route cache starts over
+    assert [pid for pid, _ in after] == [partition_for_key(k.encode(), 4) for k in keys]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from lkstream import Broker, Compression, InvalidArgumentError, RecordTooLargeError
+from lkstream.broker import encoder as encoder_module
 from lkstream.broker.encoder import OffsetRange, encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
 from lkstream.format.codec import decode_batch
@@ -150,3 +151,41 @@ async def test_produce_many_view_gives_the_same_results_as_produce_many(broker: 
     assert isinstance(view, OffsetRange) and list(view) == [(2, i) for i in range(5)]
     routed = await broker.produce_many_view("v", keyed)
     assert [pid for pid, _ in routed] == [partition_for_key(k.encode(), 4) for k, _ in keyed]
+
+
+def _encode_cached(records: Any, cache: dict[Any, int], sticky: StickyPartitioner) -> Any:
+    return encode_call(
+        records, partitions=4, explicit=None, sticky=sticky, codec=Compression.NONE, timestamp_ms=TS, route_cache=cache
+    )
+
+
+def test_the_route_cache_routes_seen_keys_and_learns_new_ones() -> None:
+    cache: dict[Any, int] = {}
+    sticky = StickyPartitioner()
+    first = _encode_cached([("a", b"1"), (b"c", b"2")], cache, sticky)
+    assert cache == {"a": partition_for_key(b"a", 4), b"c": partition_for_key(b"c", 4)}
+    again = _encode_cached([("a", b"3"), ("d", b"4"), (b"c", b"5")], cache, sticky)  # "d" is new
+    assert set(cache) == {"a", b"c", "d"}
+    for encoded, keys in ((first, ["a", b"c"]), (again, ["a", "d", b"c"])):
+        routed = [pid for pid, _ in encoded.results([0] * len(encoded.batches))]
+        assert routed == [partition_for_key(k if isinstance(k, bytes) else k.encode(), 4) for k in keys]
+
+
+def test_keyless_records_stay_sticky_per_call_and_out_of_the_route_cache() -> None:
+    cache: dict[Any, int] = {}
+    sticky = StickyPartitioner()
+    calls = [_encode_cached([(None, b"x"), ("a", b"y"), (None, b"z")], cache, sticky) for _ in range(4)]
+    assert None not in cache
+    keyless = [dict(zip(["n1", "a", "n2"], c.results([0] * len(c.batches)), strict=True)) for c in calls]
+    assert all(k["n1"][0] == k["n2"][0] for k in keyless)  # one partition per call for the keyless records
+    assert len({k["n1"][0] for k in keyless}) > 1  # and the next call takes the next one
+
+
+def test_the_route_cache_starts_over_at_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(encoder_module, "ROUTE_CACHE_KEYS", 3)
+    cache: dict[Any, int] = {}
+    sticky = StickyPartitioner()
+    _encode_cached([(f"k{i}", b"v") for i in range(3)], cache, sticky)
+    assert len(cache) == 3
+    _encode_cached([("new", b"v")], cache, sticky)
+    assert set(cache) == {"new"}
