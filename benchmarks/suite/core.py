@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 # The older scripts are put on sys.path by benchmarks/suite/__init__.py at run time; mypy sees them as Any.
-from _common import log, percentile  # type: ignore[import-not-found]
+from _common import TICKERS, log, percentile  # type: ignore[import-not-found]
 
 SCHEMA_VERSION = 1
 MB = 1000**2
@@ -273,16 +273,6 @@ def payloads(seed: int, size: int, count: int = 64) -> list[bytes]:
     """``count`` distinct random values of ``size`` bytes (fixed seed: identical across systems)."""
     rng = random.Random(seed * 1_000_003 + size)
     return [rng.randbytes(size) for _ in range(count)]
-
-
-# Issue 14's seed pattern: ~50 repeating ticker symbols as str keys (as benchmarks/bench_producer.py).
-TICKERS = [
-    "AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "META", "TSLA", "BRK.B", "JPM", "V",
-    "UNH", "XOM", "JNJ", "WMT", "MA", "PG", "AVGO", "HD", "CVX", "LLY",
-    "MRK", "ABBV", "PEP", "KO", "COST", "ADBE", "BAC", "CSCO", "MCD", "CRM",
-    "TMO", "ACN", "NFLX", "AMD", "LIN", "ABT", "DHR", "ORCL", "DIS", "WFC",
-    "TXN", "PM", "VZ", "INTC", "NKE", "CMCSA", "NEE", "UPS", "QCOM", "IBM",
-]  # fmt: skip
 
 
 def keyed_records(seed: int, size: int, count: int = 1000) -> list[tuple[str, bytes]]:

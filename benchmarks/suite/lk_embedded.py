@@ -74,19 +74,7 @@ class LkSystem(System):
     ) -> Produced | None:
         self._create(topic, partitions)
         calls = [[(None, values[(i + j) % len(values)]) for j in range(BATCH)] for i in range(8)]
-
-        async def go() -> Produced:
-            started = time.perf_counter()
-            deadline = started + max_seconds
-            sent = 0
-            i = 0
-            while sent < max_msgs and time.perf_counter() < deadline:
-                await self.target.produce_many(topic, calls[i % len(calls)])
-                sent += BATCH
-                i += 1
-            return Produced(sent, time.perf_counter() - started)
-
-        return asyncio.run(go())
+        return self._produce_calls(topic, calls, max_msgs, max_seconds)
 
     def produce_keyed(
         self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
@@ -94,6 +82,10 @@ class LkSystem(System):
         """The seed's pattern: ``produce_many`` of 1,000 ``str``-keyed records, routed by key."""
         self._create(topic, partitions)
         calls = [[records[(i * BATCH + j) % len(records)] for j in range(BATCH)] for i in range(16)]
+        return self._produce_calls(topic, calls, max_msgs, max_seconds)
+
+    def _produce_calls(self, topic: str, calls: list[list[Any]], max_msgs: int, max_seconds: float) -> Produced:
+        """``produce_many`` of each call in turn, until ``max_msgs`` or ``max_seconds``."""
 
         async def go() -> Produced:
             started = time.perf_counter()

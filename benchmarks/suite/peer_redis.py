@@ -82,33 +82,24 @@ class RedisStreams(System):
         return redis.Redis(host="127.0.0.1", port=self.port)
 
     def produce(self, topic: str, partitions: int, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced:
-        r = self._client()
-        try:
-            keys = [_key(topic, i) for i in range(partitions)]
-            n_values = len(values)
-            started = time.perf_counter()
-            deadline = started + max_seconds
-            sent = 0
-            while sent < max_msgs and time.perf_counter() < deadline:
-                pipe = r.pipeline(transaction=False)
-                n = min(PIPELINE, max_msgs - sent)
-                for j in range(sent, sent + n):
-                    pipe.xadd(keys[j % partitions], {"v": values[j % n_values]})
-                pipe.execute()
-                sent += n
-            return Produced(sent, time.perf_counter() - started)
-        finally:
-            r.close()
+        keys = [_key(topic, i) for i in range(partitions)]
+        # Message j goes to stream j % partitions with value j % len(values): the cycle repeats every product.
+        entries = [(keys[j % partitions], {"v": values[j % len(values)]}) for j in range(partitions * len(values))]
+        return self._pipelined(entries, max_msgs, max_seconds)
 
     def produce_keyed(
         self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
     ) -> Produced | None:
         """Pipelined ``XADD`` of ``{k: key, v: value}`` to the stream ``crc32(key) % partitions`` picks."""
+        keys = [_key(topic, i) for i in range(partitions)]
+        entries = [(keys[zlib.crc32(key.encode()) % partitions], {"k": key, "v": value}) for key, value in records]
+        return self._pipelined(entries, max_msgs, max_seconds)
+
+    def _pipelined(self, entries: list[tuple[str, dict[str, Any]]], max_msgs: int, max_seconds: float) -> Produced:
+        """``XADD`` the ``(stream, fields)`` entries in turn, ``PIPELINE`` per round trip."""
         r = self._client()
         try:
-            keys = [_key(topic, i) for i in range(partitions)]
-            routes = {key: keys[zlib.crc32(key.encode()) % partitions] for key, _ in records}
-            n_records = len(records)
+            n_entries = len(entries)
             started = time.perf_counter()
             deadline = started + max_seconds
             sent = 0
@@ -116,8 +107,7 @@ class RedisStreams(System):
                 pipe = r.pipeline(transaction=False)
                 n = min(PIPELINE, max_msgs - sent)
                 for j in range(sent, sent + n):
-                    key, value = records[j % n_records]
-                    pipe.xadd(routes[key], {"k": key, "v": value})
+                    pipe.xadd(*entries[j % n_entries])
                 pipe.execute()
                 sent += n
             return Produced(sent, time.perf_counter() - started)

@@ -113,6 +113,18 @@ class Tansu(System):
         return Producer({"bootstrap.servers": self.bootstrap, **config})
 
     def produce(self, topic: str, partitions: int, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced:
+        return self._produce(topic, partitions, [(None, value) for value in values], max_msgs, max_seconds)
+
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """``produce(topic, value, key=...)``: librdkafka routes by key (its default partitioner)."""
+        return self._produce(topic, partitions, records, max_msgs, max_seconds)
+
+    def _produce(
+        self, topic: str, partitions: int, records: list[tuple[str | None, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced:
+        """``produce()`` each ``(key, value)`` in turn (keyless: librdkafka spreads them), then flush."""
         self._create(topic, partitions)
         producer = self._producer(THROUGHPUT_CONFIG)
         acked = failed = 0
@@ -123,39 +135,6 @@ class Tansu(System):
                 acked += 1
             else:
                 failed += 1
-
-        n_values = len(values)
-        started = time.perf_counter()
-        deadline = started + max_seconds
-        sent = 0
-        while sent < max_msgs:
-            try:
-                producer.produce(topic, values[sent % n_values], on_delivery=done)
-            except BufferError:
-                producer.poll(0.001)
-                continue
-            sent += 1
-            if sent % 1000 == 0:
-                producer.poll(0)
-                if time.perf_counter() > deadline:
-                    break
-        left = producer.flush(60)
-        seconds = time.perf_counter() - started
-        if left or failed:
-            raise BenchError(f"tansu: {left} undelivered, {failed} failed of {sent}")
-        return Produced(acked, seconds)
-
-    def produce_keyed(
-        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
-    ) -> Produced | None:
-        """``produce(topic, value, key=...)``: librdkafka routes by key (its default partitioner)."""
-        self._create(topic, partitions)
-        producer = self._producer(THROUGHPUT_CONFIG)
-        failed = 0
-
-        def done(err: Any, msg: Any) -> None:
-            nonlocal failed
-            failed += err is not None
 
         n_records = len(records)
         started = time.perf_counter()
@@ -177,7 +156,7 @@ class Tansu(System):
         seconds = time.perf_counter() - started
         if left or failed:
             raise BenchError(f"tansu: {left} undelivered, {failed} failed of {sent}")
-        return Produced(sent, seconds)
+        return Produced(acked, seconds)
 
     def _consumer(self, **extra: Any) -> Consumer:
         return Consumer(

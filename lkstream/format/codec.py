@@ -233,15 +233,8 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, by
     consumers do; a complete batch that fails validation raises
     :class:`CorruptRecordError` when it is reached (the batches before it were yielded).
     """
-    view = memoryview(data)
-    pos, end = 0, len(view)
-    while end - pos >= 12:
-        _, size = read_length_prefix(view, pos)
-        if size > end - pos:
-            return
-        check_batch(view, pos, pos + size)
-        yield pos, bytes(view[pos : pos + size])
-        pos += size
+    for pos, view in _whole_batches(data):
+        yield pos, bytes(view)
 
 
 def decode_batches(
@@ -273,7 +266,7 @@ def decode_batches(
     out: list[Record] = []
     decoded = 0
     try:
-        for batch in _whole_batches(data, crc=not crc_checked):
+        for _, batch in _whole_batches(data, crc=not crc_checked):
             limit = -1 if max_records is None else max_records - len(out)
             decoded += _decode(
                 batch,
@@ -292,8 +285,8 @@ def decode_batches(
     return out
 
 
-def _whole_batches(data: bytes | bytearray | memoryview, *, crc: bool = True) -> Iterator[memoryview]:
-    """:func:`iter_batches` without the copies: a checked view of each whole batch."""
+def _whole_batches(data: bytes | bytearray | memoryview, *, crc: bool = True) -> Iterator[tuple[int, memoryview]]:
+    """``(position, view)`` of each whole, checked batch in ``data``, without copying it."""
     view = memoryview(data)
     pos, end = 0, len(view)
     while end - pos >= 12:
@@ -301,5 +294,5 @@ def _whole_batches(data: bytes | bytearray | memoryview, *, crc: bool = True) ->
         if size > end - pos:
             return
         check_batch(view, pos, pos + size, crc=crc)
-        yield view[pos : pos + size]
+        yield pos, view[pos : pos + size]
         pos += size
