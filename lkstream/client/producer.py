@@ -166,7 +166,7 @@ class Producer:
         batch = self._afilling.get(topic if partition is None else (topic, partition))
         if batch is None:
             batch = self._new_batch(topic, partition)
-        self._abuffered = buffered
+        self._abuffered += size
         records = batch.records
         records.append(record)
         batch.nbytes += size

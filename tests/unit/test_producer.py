@@ -255,3 +255,21 @@ def test_sync_handles_carry_the_error_of_their_batch(broker: Broker) -> None:
         assert isinstance(handle.exception(timeout=1), InvalidArgumentError)
         with pytest.raises(InvalidArgumentError):
             handle.result(timeout=1)
+
+
+async def test_both_faces_share_the_bound_and_give_every_byte_back(broker: Broker) -> None:
+    size = RECORD_OVERHEAD + 100
+    producer = Producer(broker, linger_ms=60_000, buffer_bytes=3 * size)
+    blocking = await asyncio.to_thread(producer.send_sync, "s", b"b" * 100, partition=0)
+    producer.send("a", b"a" * 100, partition=0)
+    producer.send("a", b"a" * 100, partition=0)
+    assert producer.buffered_bytes == 3 * size
+    with pytest.raises(BackpressureError):
+        producer.send("a", b"a" * 100, partition=0)
+    with pytest.raises(BackpressureError):
+        producer.send_sync("s", b"b" * 100, partition=0)
+    await producer.flush()
+    assert producer.buffered_bytes == size  # the blocking face's record is still lingering
+    await asyncio.to_thread(producer.flush_sync)
+    assert blocking.result(timeout=5) == (0, 0)
+    assert producer.buffered_bytes == 0
