@@ -505,7 +505,7 @@ static PyObject *routed_result(Target *targets, Py_ssize_t used, PyObject **buff
 
 /* First pass of encode_routed: each record's target and body size; returns how many targets, or -1. */
 static Py_ssize_t route_all(PyObject *records, PyObject *routes, long partitions, Target *targets,
-                            Py_ssize_t *target_of_pid, uint32_t *slots, Py_ssize_t *bodies) {
+                            int32_t *target_of_pid, uint32_t *slots, Py_ssize_t *bodies) {
     Py_ssize_t used = 0, count = PySequence_Fast_GET_SIZE(records);
     for (Py_ssize_t i = 0; i < count; i++) {
         Parts parts;
@@ -522,7 +522,7 @@ static Py_ssize_t route_all(PyObject *records, PyObject *routes, long partitions
             return -1;
         }
         if (target_of_pid[pid] < 0) {
-            target_of_pid[pid] = used;
+            target_of_pid[pid] = (int32_t)used;
             targets[used] = (Target){.pid = pid, .count = 0, .total = HEADER_SIZE, .largest = 0, .out = NULL};
             used++;
         }
@@ -553,8 +553,8 @@ static PyObject *encode_routed(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO!lL", &records_arg, &PyDict_Type, &routes, &partitions, &timestamp)) {
         return NULL;
     }
-    if (partitions <= 0 || partitions > (1L << 24)) {
-        PyErr_Format(PyExc_ValueError, "partitions must be in 1..2**24, not %ld", partitions);
+    if (partitions <= 0 || partitions > (1L << 20)) { /* max_partitions is at most 1,000,000 */
+        PyErr_Format(PyExc_ValueError, "partitions must be in 1..2**20, not %ld", partitions);
         return NULL;
     }
     PyObject *records = PySequence_Fast(records_arg, "records must be a list or tuple");
@@ -566,7 +566,7 @@ static PyObject *encode_routed(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject **buffers = NULL;
     Py_ssize_t max_targets = count < partitions ? count : partitions;
     Target *targets = PyMem_Calloc((size_t)(max_targets > 0 ? max_targets : 1), sizeof(Target));
-    Py_ssize_t *target_of_pid = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)partitions);
+    int32_t *target_of_pid = PyMem_Malloc(sizeof(int32_t) * (size_t)partitions);
     uint32_t *slots = PyMem_Malloc(sizeof(uint32_t) * (size_t)(count > 0 ? count : 1));
     Py_ssize_t *bodies = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count > 0 ? count : 1));
     if (targets == NULL || target_of_pid == NULL || slots == NULL || bodies == NULL) {
