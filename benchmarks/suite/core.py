@@ -354,6 +354,30 @@ async def run_open_async(
     return start, sent
 
 
+async def run_open_sequential(
+    schedule: Schedule, send: Callable[[float, int, int], Awaitable[None]]
+) -> tuple[float, int]:
+    """Like :func:`run_open_async`, but each tick's ``send`` is awaited before the next tick starts.
+
+    For one call in flight at a time (``ack_10k_one_call``): a sender that falls behind sends the
+    next tick at once, and its lateness still counts from the scheduled time (no coordinated
+    omission), but it never piles up concurrent calls the way one task per tick would.
+    """
+    start = time.perf_counter() + 0.02
+    stop_at = start + overrun_deadline(schedule.seconds)
+    sent = 0
+    for offset, first, count in schedule.ticks():
+        scheduled = start + offset
+        now = time.perf_counter()
+        if now > stop_at:
+            break
+        if scheduled > now:
+            await asyncio.sleep(scheduled - now)
+        await send(scheduled, first, count)
+        sent += count
+    return start, sent
+
+
 def overrun_deadline(seconds: float) -> float:
     """How long an open-model phase of ``seconds`` may take before its sender gives up."""
     return 2 * seconds + 1.0

@@ -17,7 +17,7 @@ from typing import Any
 
 import lkstream
 from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, System, own_pid
-from benchmarks.suite.core import BenchError, Schedule, run_open_async, stamped, unstamp
+from benchmarks.suite.core import BenchError, Schedule, run_open_async, run_open_sequential, stamped, unstamp
 from lkstream import BackpressureError, Broker, Consumer, Delivery, Producer
 
 BATCH = 1000  # records per produce_many call, as in benchmarks/bench_producer.py
@@ -124,7 +124,7 @@ class LkSystem(System):
         return self._ack_latency(topic, schedule, value_size, 0.0)
 
     def ack_latency_one_call(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
-        """``await produce_many(topic, [(None, value)])`` per message, a tick's messages one after the other."""
+        """``await produce_many(topic, [(None, value)])`` per message, one call in flight at a time."""
         self._create(topic, 1)
         pad = bytes(value_size - 16)
         warm = int(schedule.total * WARMUP_FRACTION)
@@ -143,7 +143,7 @@ class LkSystem(System):
                     if seq >= warm:
                         lat.append(last - scheduled)
 
-            start, _sent = await run_open_async(schedule, send)
+            start, _sent = await run_open_sequential(schedule, send)
             return AckRun(lat, acked, last - start)
 
         return asyncio.run(go())
