@@ -9,7 +9,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_SPARK := $(VENV)/.installed-spark
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run examples spark-example test-spark test system-deps test-fast test-crash check bench bench-quick bench-single clean proto
+.PHONY: venv run examples spark-example test-spark test system-deps test-fast test-crash check bench bench-quick bench-peers-quick bench-single clean proto
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,8 +81,15 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.suite.run --out $$out && $(PY) -m benchmarks.suite.plots $$out && \
 	$(PY) -m benchmarks.suite.report $$out --write docs/benchmarks.md
 
-## bench-quick: a one-run smoke pass of the peer suite (about 2 minutes)
+## bench-quick: issue 14's regression pass, before and after a change (every embedded row: seed-pattern and
+## Producer.send throughput, ack p99, Consumer.consume, peak RSS; about 8 minutes side by side).
+## AGAINST=<rev> picks the "before" (default: where this branch left main); AGAINST= measures the tree alone.
+AGAINST ?= $(shell git merge-base main HEAD 2>/dev/null)
 bench-quick: $(STAMP)
+	$(PY) benchmarks/quick.py $(if $(AGAINST),--against $(AGAINST))
+
+## bench-peers-quick: a one-run smoke pass of the peer suite (about 2 minutes)
+bench-peers-quick: $(STAMP)
 	bash scripts/install-bench-deps.sh
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m benchmarks.suite.run --quick

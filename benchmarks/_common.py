@@ -42,6 +42,15 @@ GiB = 1024**3
 
 _STARTED = time.monotonic()
 
+# The seed's produce pattern (issue 14): ~50 repeating ticker symbols as ``str`` keys.
+TICKERS = [
+    "AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "META", "TSLA", "BRK.B", "JPM", "V",
+    "UNH", "XOM", "JNJ", "WMT", "MA", "PG", "AVGO", "HD", "CVX", "LLY",
+    "MRK", "ABBV", "PEP", "KO", "COST", "ADBE", "BAC", "CSCO", "MCD", "CRM",
+    "TMO", "ACN", "NFLX", "AMD", "LIN", "ABT", "DHR", "ORCL", "DIS", "WFC",
+    "TXN", "PM", "VZ", "INTC", "NKE", "CMCSA", "NEE", "UPS", "QCOM", "IBM",
+]  # fmt: skip
+
 
 def log(message: str) -> None:
     """Progress line on stderr (stdout carries only the JSON result)."""

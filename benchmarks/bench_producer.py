@@ -57,6 +57,7 @@ from typing import Any
 
 from _common import (
     MB,
+    TICKERS,
     MiB,
     base_parser,
     bench_dir,
@@ -77,13 +78,6 @@ SMALL = 200
 LARGE = 4096
 SYNC_BYTES = 128 * 1024
 SYNC_INTERVAL_S = 0.100
-TICKERS = [
-    "AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "META", "TSLA", "BRK.B", "JPM", "V",
-    "UNH", "XOM", "JNJ", "WMT", "MA", "PG", "AVGO", "HD", "CVX", "LLY",
-    "MRK", "ABBV", "PEP", "KO", "COST", "ADBE", "BAC", "CSCO", "MCD", "CRM",
-    "TMO", "ACN", "NFLX", "AMD", "LIN", "ABT", "DHR", "ORCL", "DIS", "WFC",
-    "TXN", "PM", "VZ", "INTC", "NKE", "CMCSA", "NEE", "UPS", "QCOM", "IBM",
-]  # fmt: skip
 SCENARIOS = (
     "encode_200B",
     "200B",

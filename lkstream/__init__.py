@@ -7,13 +7,14 @@ Public names only; everything else lives in subpackages::
     with lkstream.kafka_server(persist_dir=d) as bootstrap: ...   # Kafka clients, in process
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.partition import Partition
 from lkstream.client.consumer import Consumer
+from lkstream.client.delivery import Delivery, SyncDelivery
 from lkstream.client.producer import Producer
-from lkstream.client.remote import RemoteBroker, connect
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     AuthenticationError,
@@ -47,23 +48,34 @@ from lkstream.errors import (
     UnknownTopicError,
 )
 from lkstream.format.codec import Compression, Record
-from lkstream.security.tls import ClientTls
 from lkstream.storage.offsets import OffsetStore
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from lkstream.client.remote import RemoteBroker, connect
     from lkstream.kafka.inprocess import kafka_server
+    from lkstream.security.tls import ClientTls
+
+#: Surfaces an embedded application may never use, imported on first use: the gRPC client
+#: (grpc, protobuf), TLS material and the Kafka listener (kio) hold about 60,000 objects the
+#: garbage collector would otherwise walk in every full collection of an embedding process,
+#: and 25-30 MB of its memory (docs/benchmarks.md, issue 14 phase 2).
+_LAZY = {
+    "ClientTls": "lkstream.security.tls",
+    "RemoteBroker": "lkstream.client.remote",
+    "connect": "lkstream.client.remote",
+    "kafka_server": "lkstream.kafka.inprocess",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The Kafka listener pulls in kio's protocol schemas (seconds of imports): load it on first use
-    # only, so `import lkstream` stays light for embedded users.
-    if name == "kafka_server":
-        from lkstream.kafka.inprocess import kafka_server
-
-        return kafka_server
-    raise AttributeError(f"module 'lkstream' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lkstream' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [
@@ -79,6 +91,7 @@ __all__ = [
     "Consumer",
     "CorruptRecordError",
     "DataDirLockedError",
+    "Delivery",
     "DiskFullError",
     "FencedInstanceError",
     "GroupError",
@@ -101,6 +114,7 @@ __all__ = [
     "StaleGenerationError",
     "StorageAccessError",
     "StorageError",
+    "SyncDelivery",
     "TooManyOpenFilesError",
     "TopicDescription",
     "TopicExistsError",

@@ -122,6 +122,9 @@ class BrokerConfig(BaseModel):
         "answered; beyond it a request is refused before it is decoded (Overloaded: RESOURCE_EXHAUSTED, HTTP 429).",
     )
     hot_tail_bytes: int = Field(8 * MiB, ge=0, description="Newest batches kept in memory per partition.")
+    hot_tail_total_bytes: int = Field(
+        16 * MiB, ge=0, description="Newest batches kept in memory by all partitions together (oldest dropped first)."
+    )
     checkpoint_interval_ms: int = Field(1000, ge=1, description="How often checkpoint.meta follows group commit.")
 
     @model_validator(mode="after")

@@ -91,12 +91,30 @@ class System(abc.ABC):
         """An idempotent producer with small (20 KB) batches into a new one-partition topic."""
         return None
 
-    def ack_latency_unlingered(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
-        """Produce ack latency with ``linger.ms=0``."""
-        return None
-
     def group_join(self, topic: str) -> float | None:
         """Seconds from a new consumer group's subscribe to its first record."""
+        return None
+
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """Optional: produce ``(key, value)`` records (cycled) to ``partitions`` partitions, routed by key.
+
+        Issue 14's "seed pattern": ``str`` ticker keys, the record stored with its key. Each
+        system uses its own way to produce keyed records (LKSTREAM: ``produce_many`` of 1,000,
+        the seed's API; Kafka clients: ``produce(key=...)``).
+        """
+        return None
+
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """Optional: :meth:`ack_latency` without client-side lingering (LKSTREAM ``linger_ms=0``).
+
+        Systems whose latency phase does not linger anyway run their ``ack_latency``.
+        """
+        return None
+
+    def ack_latency_one_call(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """Optional: one produce call per message, awaited before the next (LKSTREAM ``produce_many`` of one)."""
         return None
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 # The older scripts are put on sys.path by benchmarks/suite/__init__.py at run time; mypy sees them as Any.
-from _common import log, percentile  # type: ignore[import-not-found]
+from _common import TICKERS, log, percentile  # type: ignore[import-not-found]
 
 SCHEMA_VERSION = 1
 MB = 1000**2
@@ -38,14 +38,16 @@ KEY_FIELD: dict[str, tuple[str, bool]] = {
     "produce": ("msg_per_s", True),
     "produce_many": ("msg_per_s", True),
     "consume": ("msg_per_s", True),
+    "produce_keyed": ("msg_per_s", True),
     "ack_10k": ("p99_ms", False),
+    "ack_10k_unbatched": ("p99_ms", False),
+    "ack_10k_one_call": ("p99_ms", False),
     "ack_80pct": ("p99_ms", False),
     "e2e_10k": ("p99_ms", False),
     # Kafka-protocol systems only (benchmarks.suite.kafka_phases)
     "produce_idempotent": ("msg_per_s", True),
     "consume_idempotent": ("msg_per_s", True),
     "group_join": ("seconds", False),
-    "ack_10k_linger0": ("p99_ms", False),
     "resources": ("peak_rss_MB", False),
 }
 
@@ -277,6 +279,12 @@ def payloads(seed: int, size: int, count: int = 64) -> list[bytes]:
     return [rng.randbytes(size) for _ in range(count)]
 
 
+def keyed_records(seed: int, size: int, count: int = 1000) -> list[tuple[str, bytes]]:
+    """``count`` fixed ``(ticker, value)`` records of ``size``-byte values, from ``seed``."""
+    rng = random.Random(seed)
+    return [(rng.choice(TICKERS), rng.randbytes(size)) for _ in range(count)]
+
+
 def stamped(scheduled: float, seq: int, pad: bytes) -> bytes:
     """A latency-probe value: scheduled time and sequence number, padded to the value size."""
     return STAMP.pack(scheduled, seq) + pad
@@ -347,6 +355,30 @@ async def run_open_async(
             pending.append(asyncio.ensure_future(result))
     if pending:
         await asyncio.gather(*pending)
+    return start, sent
+
+
+async def run_open_sequential(
+    schedule: Schedule, send: Callable[[float, int, int], Awaitable[None]]
+) -> tuple[float, int]:
+    """Like :func:`run_open_async`, but each tick's ``send`` is awaited before the next tick starts.
+
+    For one call in flight at a time (``ack_10k_one_call``): a sender that falls behind sends the
+    next tick at once, and its lateness still counts from the scheduled time (no coordinated
+    omission), but it never piles up concurrent calls the way one task per tick would.
+    """
+    start = time.perf_counter() + 0.02
+    stop_at = start + overrun_deadline(schedule.seconds)
+    sent = 0
+    for offset, first, count in schedule.ticks():
+        scheduled = start + offset
+        now = time.perf_counter()
+        if now > stop_at:
+            break
+        if scheduled > now:
+            await asyncio.sleep(scheduled - now)
+        await send(scheduled, first, count)
+        sent += count
     return start, sent
 
 

@@ -8,7 +8,7 @@ compare brokers, not clients:
 ``consume_idempotent``  the same topic read back from the start (small batches per fetch).
 ``group_join``          a fresh consumer group subscribes to a topic holding data: seconds from
                         ``subscribe()`` to the first record (librdkafka's defaults otherwise).
-``ack_10k_linger0``     produce ack latency at 10,000 msg/s with ``linger.ms=0`` (compared with the
+``ack_10k_unbatched``   produce ack latency at 10,000 msg/s with ``linger.ms=0`` (compared with the
                         gRPC path's ``ack_10k`` in the same run).
 """
 
@@ -36,7 +36,12 @@ class KafkaClientPhases:
         raise NotImplementedError
 
     def _produce_with(
-        self, config: dict[str, Any], topic: str, values: list[bytes], max_msgs: int, max_seconds: float
+        self,
+        config: dict[str, Any],
+        topic: str,
+        records: list[tuple[str | None, bytes]],
+        max_msgs: int,
+        max_seconds: float,
     ) -> Produced:
         raise NotImplementedError
 
@@ -49,9 +54,9 @@ class KafkaClientPhases:
     def produce_idempotent(self, topic: str, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced:
         self._create(topic, 1)
         config = {**self.throughput_config, "enable.idempotence": True, "batch.size": IDEMPOTENT_BATCH_BYTES}
-        return self._produce_with(config, topic, values, max_msgs, max_seconds)
+        return self._produce_with(config, topic, [(None, value) for value in values], max_msgs, max_seconds)
 
-    def ack_latency_unlingered(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
         return self._ack_latency_with({**self.latency_config, "linger.ms": 0}, topic, schedule, value_size)
 
     def group_join(self, topic: str) -> float:

@@ -90,7 +90,7 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
             verdict(None if join is None else join["median"] < 1.0),
         ]
     )
-    ack = by_run(doc, KAFKA, "ack_10k_linger0", "p99_ms", 0)
+    ack = by_run(doc, KAFKA, "ack_10k_unbatched", "p99_ms", 0)
     grpc = by_run(doc, GRPC, "ack_10k", "p99_ms", 0)
     r = ratio(ack, grpc)
     out.append(
@@ -98,7 +98,7 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
             "ack p99 at 10k msg/s, linger.ms=0: below the gRPC path's (`lkstream-daemon` ack_10k p99 in the same run)",
             cell(summary(list(ack.values()))) + " ms" if ack else "n/a",
             f"gRPC: {cell(summary(list(grpc.values())))} ms; Tansu: "
-            + cell(figure(TANSU, "ack_10k_linger0", "p99_ms", 0))
+            + cell(figure(TANSU, "ack_10k_unbatched", "p99_ms", 0))
             + " ms"
             if grpc
             else "n/a",

@@ -17,8 +17,8 @@ from typing import Any
 
 import lkstream
 from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, System, own_pid
-from benchmarks.suite.core import BenchError, Schedule, run_open_async, stamped, unstamp
-from lkstream import BackpressureError, Broker, Consumer, Producer
+from benchmarks.suite.core import BenchError, Schedule, run_open_async, run_open_sequential, stamped, unstamp
+from lkstream import BackpressureError, Broker, Consumer, Delivery, Producer
 
 BATCH = 1000  # records per produce_many call, as in benchmarks/bench_producer.py
 THROUGHPUT_LINGER_MS = 5.0  # the Producer's default
@@ -74,12 +74,23 @@ class LkSystem(System):
     ) -> Produced | None:
         self._create(topic, partitions)
         calls = [[(None, values[(i + j) % len(values)]) for j in range(BATCH)] for i in range(8)]
+        return self._produce_calls(topic, calls, max_msgs, max_seconds)
+
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """The seed's pattern: ``produce_many`` of 1,000 ``str``-keyed records, routed by key."""
+        self._create(topic, partitions)
+        calls = [[records[(i * BATCH + j) % len(records)] for j in range(BATCH)] for i in range(16)]
+        return self._produce_calls(topic, calls, max_msgs, max_seconds)
+
+    def _produce_calls(self, topic: str, calls: list[list[Any]], max_msgs: int, max_seconds: float) -> Produced:
+        """``produce_many`` of each call in turn, until ``max_msgs`` or ``max_seconds``."""
 
         async def go() -> Produced:
             started = time.perf_counter()
             deadline = started + max_seconds
-            sent = 0
-            i = 0
+            sent = i = 0
             while sent < max_msgs and time.perf_counter() < deadline:
                 await self.target.produce_many(topic, calls[i % len(calls)])
                 sent += BATCH
@@ -107,6 +118,13 @@ class LkSystem(System):
     # -- open model --------------------------------------------------------------------------------
 
     def ack_latency(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
+        return self._ack_latency(topic, schedule, value_size, LATENCY_LINGER_MS)
+
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        return self._ack_latency(topic, schedule, value_size, 0.0)
+
+    def ack_latency_one_call(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """``await produce_many(topic, [(None, value)])`` per message, one call in flight at a time."""
         self._create(topic, 1)
         pad = bytes(value_size - 16)
         warm = int(schedule.total * WARMUP_FRACTION)
@@ -115,7 +133,31 @@ class LkSystem(System):
             lat: list[float] = []
             acked = 0
             last = 0.0
-            producer = Producer(self.target, linger_ms=LATENCY_LINGER_MS)
+
+            async def send(scheduled: float, first: int, count: int) -> None:
+                nonlocal acked, last
+                for seq in range(first, first + count):
+                    await self.target.produce_many(topic, [(None, stamped(scheduled, seq, pad))])
+                    last = time.perf_counter()
+                    acked += 1
+                    if seq >= warm:
+                        lat.append(last - scheduled)
+
+            start, _sent = await run_open_sequential(schedule, send)
+            return AckRun(lat, acked, last - start)
+
+        return asyncio.run(go())
+
+    def _ack_latency(self, topic: str, schedule: Schedule, value_size: int, linger_ms: float) -> AckRun:
+        self._create(topic, 1)
+        pad = bytes(value_size - 16)
+        warm = int(schedule.total * WARMUP_FRACTION)
+
+        async def go() -> AckRun:
+            lat: list[float] = []
+            acked = 0
+            last = 0.0
+            producer = Producer(self.target, linger_ms=linger_ms)
 
             def send(scheduled: float, first: int, count: int) -> Awaitable[None] | None:
                 for seq in range(first, first + count):
@@ -138,13 +180,13 @@ class LkSystem(System):
                     seq += 1
                 watch(fut, scheduled, first, count)
 
-            def watch(fut: asyncio.Future[Any], scheduled: float, first: int, count: int) -> None:
+            def watch(fut: Delivery, scheduled: float, first: int, count: int) -> None:
                 # One callback per tick, on its last record: a Producer sends one topic's records
                 # in order, one call at a time, so when the last is acked every earlier one is.
                 # Each record of the tick gets that (upper-bound) latency.
                 fut.add_done_callback(functools.partial(done, scheduled=scheduled, first=first, count=count))
 
-            def done(fut: asyncio.Future[Any], scheduled: float, first: int, count: int) -> None:
+            def done(fut: Delivery, scheduled: float, first: int, count: int) -> None:
                 nonlocal acked, last
                 if fut.cancelled() or fut.exception() is not None:
                     return
@@ -224,7 +266,10 @@ class LkEmbedded(LkSystem):
     label = "LKSTREAM embedded"
     kind = "embedded"
     durability = GROUP_DURABILITY
-    client = "in-process lkstream.Broker + Producer (linger 5 ms; 1 ms in latency phases) + Consumer"
+    client = (
+        "in-process lkstream.Broker + Producer (linger 5 ms; 1 ms in latency phases, 0 in the unbatched one) "
+        "+ Consumer; produce_many of 1,000 for the keyed phase"
+    )
 
     def start(self, root: Path) -> None:
         self.target = Broker(persist_dir=str(root / "data"), fsync_mode="group", fsync_interval_ms=100)

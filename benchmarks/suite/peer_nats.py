@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import importlib.metadata
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +97,46 @@ class NatsJetStream(System):
         return subjects
 
     def produce(self, topic: str, partitions: int, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced:
+        # Message j goes to stream j % partitions with value j % len(values), no headers.
+        return self._publish(
+            topic,
+            partitions,
+            lambda subjects: [
+                (subjects[j % partitions], values[j % len(values)], None) for j in range(partitions * len(values))
+            ],
+            max_msgs,
+            max_seconds,
+        )
+
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """``publish_async`` to the stream ``crc32(key) % partitions`` picks, the key in a header."""
+        return self._publish(
+            topic,
+            partitions,
+            lambda subjects: [
+                (subjects[zlib.crc32(key.encode()) % partitions], value, {"k": key}) for key, value in records
+            ],
+            max_msgs,
+            max_seconds,
+        )
+
+    def _publish(
+        self,
+        topic: str,
+        partitions: int,
+        messages: Callable[[list[str]], list[tuple[str, bytes, dict[str, str] | None]]],
+        max_msgs: int,
+        max_seconds: float,
+    ) -> Produced:
+        """``publish_async`` the ``(subject, payload, headers)`` that ``messages(subjects)`` gives, in turn."""
+
         async def go() -> Produced:
             nc = await self._connect()
             try:
                 js = nc.jetstream(publish_async_max_pending=MAX_PENDING)
-                subjects = await self._streams(js, topic, partitions)
+                batch = messages(await self._streams(js, topic, partitions))
                 acked = failed = 0
 
                 def done(fut: asyncio.Future[Any]) -> None:
@@ -109,12 +146,13 @@ class NatsJetStream(System):
                     else:
                         acked += 1
 
-                n_values = len(values)
+                n_batch = len(batch)
                 started = time.perf_counter()
                 deadline = started + max_seconds
                 sent = 0
                 while sent < max_msgs:
-                    fut = await js.publish_async(subjects[sent % partitions], values[sent % n_values])
+                    subject, payload, headers = batch[sent % n_batch]
+                    fut = await js.publish_async(subject, payload, headers=headers)
                     fut.add_done_callback(done)
                     sent += 1
                     if sent % 1000 == 0 and time.perf_counter() > deadline:
@@ -219,6 +257,10 @@ class NatsJetStream(System):
                 await nc.close()
 
         return asyncio.run(go())
+
+    def ack_latency_unbatched(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """nats-py does not linger: the same phase as :meth:`ack_latency` (``publish_async`` per message)."""
+        return self.ack_latency(topic + ".unbatched", schedule, value_size)
 
     def e2e(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
         pad = bytes(value_size - 16)

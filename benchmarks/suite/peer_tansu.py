@@ -48,7 +48,7 @@ THROUGHPUT_CONFIG = {
     # queue only moves the wait from produce() to flush()
     "queue.buffering.max.kbytes": 32_768,
 }
-LATENCY_CONFIG = {**THROUGHPUT_CONFIG, "linger.ms": 1}
+LATENCY_CONFIG = {**THROUGHPUT_CONFIG, "linger.ms": 1}  # the unbatched latency phase: linger.ms 0
 
 
 class Tansu(KafkaClientPhases, System):
@@ -116,11 +116,28 @@ class Tansu(KafkaClientPhases, System):
         return Producer({"bootstrap.servers": self.bootstrap, **config})
 
     def produce(self, topic: str, partitions: int, values: list[bytes], max_msgs: int, max_seconds: float) -> Produced:
+        return self._produce(topic, partitions, [(None, value) for value in values], max_msgs, max_seconds)
+
+    def produce_keyed(
+        self, topic: str, partitions: int, records: list[tuple[str, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced | None:
+        """``produce(topic, value, key=...)``: librdkafka routes by key (its default partitioner)."""
+        return self._produce(topic, partitions, records, max_msgs, max_seconds)
+
+    def _produce(
+        self, topic: str, partitions: int, records: list[tuple[str | None, bytes]], max_msgs: int, max_seconds: float
+    ) -> Produced:
+        """``produce()`` each ``(key, value)`` in turn (keyless: librdkafka spreads them), then flush."""
         self._create(topic, partitions)
-        return self._produce_with(THROUGHPUT_CONFIG, topic, values, max_msgs, max_seconds)
+        return self._produce_with(THROUGHPUT_CONFIG, topic, records, max_msgs, max_seconds)
 
     def _produce_with(
-        self, config: dict[str, Any], topic: str, values: list[bytes], max_msgs: int, max_seconds: float
+        self,
+        config: dict[str, Any],
+        topic: str,
+        records: list[tuple[str | None, bytes]],
+        max_msgs: int,
+        max_seconds: float,
     ) -> Produced:
         producer = self._producer(config)
         acked = failed = 0
@@ -132,13 +149,14 @@ class Tansu(KafkaClientPhases, System):
             else:
                 failed += 1
 
-        n_values = len(values)
+        n_records = len(records)
         started = time.perf_counter()
         deadline = started + max_seconds
         sent = 0
         while sent < max_msgs:
+            key, value = records[sent % n_records]
             try:
-                producer.produce(topic, values[sent % n_values], on_delivery=done)
+                producer.produce(topic, value, key=key, on_delivery=done)
             except BufferError:
                 producer.poll(0.001)
                 continue

@@ -9,9 +9,12 @@
 Each run starts every system afresh (servers on 127.0.0.1 free ports, data under a temp dir on the
 repository's filesystem, stopped by PID), in an order rotated from run to run, and measures:
 produce and consume-from-start throughput (200 B / 1 KiB / 4 KiB values x 1 / 8 partitions),
-produce ack latency at 10,000 msg/s and at 80 % of the system's own 1 KiB ceiling of that run
-(open model), produce-to-consume latency at 10,000 msg/s, the server's peak RSS and CPU. Then the
-physical limits and seed 002's experiments. Ratios LKSTREAM/peer are computed run by run.
+keyed produce (issue 14's seed pattern: 200 B, ~50 str ticker keys, 4 partitions), produce ack
+latency at 10,000 msg/s (with <= 1 ms of client linger, with none, and one awaited call per message)
+and at 80 % of the system's own 1 KiB ceiling of that run (open model), produce-to-consume latency
+at 10,000 msg/s, the server's peak RSS and CPU (the embedded systems run in a process of their own:
+benchmarks/suite/isolated.py). Then the physical limits and seed 002's experiments. Ratios
+LKSTREAM/peer are computed run by run.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from benchmarks.suite.core import (
     command_version,
     cpu_seconds,
     df_facts,
+    keyed_records,
     lat_summary,
     locate_knee,
     lsblk_facts,
@@ -61,6 +65,9 @@ from benchmarks.suite.core import (
 LATENCY_VALUE = 1024
 FIXED_RATE = 10_000
 CEILING_FRACTION = 0.80
+# Issue 14's seed pattern: 200-byte values keyed by ~50 tickers, 4 partitions.
+KEYED_VALUE = 200
+KEYED_PARTITIONS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,15 +109,19 @@ QUICK = Profile(
 def all_systems() -> dict[str, Callable[[], System]]:
     """Constructors by name (imports are lazy: a missing client library fails only its system)."""
 
+    # The embedded systems run in a process of their own, so their RSS and CPU are theirs alone
+    # (benchmarks/suite/isolated.py); the runner only sends them commands.
     def lk_embedded() -> System:
+        from benchmarks.suite.isolated import Isolated
         from benchmarks.suite.lk_embedded import LkEmbedded
 
-        return LkEmbedded()
+        return Isolated("benchmarks.suite.lk_embedded:LkEmbedded", LkEmbedded())
 
     def lk_embedded_none() -> System:
+        from benchmarks.suite.isolated import Isolated
         from benchmarks.suite.lk_embedded import LkEmbeddedNoFsync
 
-        return LkEmbeddedNoFsync()
+        return Isolated("benchmarks.suite.lk_embedded:LkEmbeddedNoFsync", LkEmbeddedNoFsync())
 
     def lk_daemon() -> System:
         from benchmarks.suite.lk_daemon import LkDaemon
@@ -347,25 +358,39 @@ class Block:
         self.rec.attempt(self.run, name, "produce_idempotent", produce)
         self.rec.attempt(self.run, name, "consume_idempotent", consume)
         self.rec.attempt(self.run, name, "group_join", join)
-        self.latency("ack_10k_linger0", FIXED_RATE, e2e=False, unlingered=True)
 
-    def latency(self, metric: str, rate: float, e2e: bool, unlingered: bool = False) -> None:
+    def keyed(self, size: int, parts: int, seed: int) -> None:
+        """Issue 14's seed pattern: ``str`` ticker keys routed over ``parts`` partitions (optional per system)."""
+        records = keyed_records(seed, size)
+        topic = f"r{self.run}.keyed.s{size}.p{parts}"
+
+        def go() -> dict[str, Any] | None:
+            row = self._throughput(
+                "produce_keyed",
+                topic,
+                size,
+                parts,
+                lambda: self.sys_.produce_keyed(topic, parts, records, self.prof.max_msgs, self.prof.max_seconds),
+            )
+            return row or None
+
+        self.rec.attempt(self.run, self.sys_.name, "produce_keyed", go)
+
+    def latency(self, metric: str, rate: float, e2e: bool) -> None:
         def go() -> dict[str, Any] | None:
             seconds = min(self.prof.latency_seconds, self.prof.latency_max_msgs / rate)
             schedule = Schedule(rate=rate, seconds=seconds)
             row: dict[str, Any] = {"value_bytes": LATENCY_VALUE, "partitions": 1, "offered_msg_per_s": rate}
             topic = f"r{self.run}.{metric}"
             extra: dict[str, Any] = {}
+            phase = {
+                "ack_10k_unbatched": self.sys_.ack_latency_unbatched,
+                "ack_10k_one_call": self.sys_.ack_latency_one_call,
+            }.get(metric, self.sys_.e2e if e2e else self.sys_.ack_latency)
             with self._profiled(metric, extra), cpu_meter(self.pid, row):
-                if e2e:
-                    ack = self.sys_.e2e(topic, schedule, LATENCY_VALUE)
-                elif unlingered:
-                    maybe = self.sys_.ack_latency_unlingered(topic, schedule, LATENCY_VALUE)
-                    if maybe is None:
-                        return None
-                    ack = maybe
-                else:
-                    ack = self.sys_.ack_latency(topic, schedule, LATENCY_VALUE)
+                ack = phase(topic, schedule, LATENCY_VALUE)
+            if ack is None:
+                return None  # the system has no such path
             row["achieved_msg_per_s"] = ack.acked / ack.seconds if ack.seconds > 0 else 0.0
             row["scheduled_msgs"] = schedule.total
             row["acked_msgs"] = ack.acked
@@ -405,7 +430,10 @@ def measure_system(
                 msg_per_s = block.throughput(size, parts, values)
                 if size == LATENCY_VALUE and parts == 1:
                     ceiling = msg_per_s
+        block.keyed(KEYED_VALUE, KEYED_PARTITIONS, seed)
         block.latency("ack_10k", FIXED_RATE, e2e=False)
+        block.latency("ack_10k_unbatched", FIXED_RATE, e2e=False)
+        block.latency("ack_10k_one_call", FIXED_RATE, e2e=False)
         if ceiling > 0:
             block.latency("ack_80pct", CEILING_FRACTION * ceiling, e2e=False)
         block.latency("e2e_10k", FIXED_RATE, e2e=True)
@@ -517,6 +545,9 @@ SETTINGS = {
     "ceiling_fraction": CEILING_FRACTION,
     "ceiling_from": f"produce msg/s of the same run at {LATENCY_VALUE} B, 1 partition",
     "open_model": "1 ms ticks; latency from each tick's scheduled time; first 10% of samples dropped",
+    "keyed": f"produce_keyed: {KEYED_VALUE} B values, ~50 str ticker keys, {KEYED_PARTITIONS} partitions",
+    "latency_phases": "ack_10k: linger <= 1 ms; ack_10k_unbatched: no client linger; "
+    "ack_10k_one_call: one produce call per message, awaited (LKSTREAM produce_many of one)",
 }
 
 

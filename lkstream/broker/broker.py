@@ -5,7 +5,7 @@ partition on construction, and runs two background threads: the group-commit
 thread (:mod:`lkstream.storage.durability`) and the retention thread.
 
 Produce runs on the caller's thread: the records of each target partition are
-encoded into one v2 batch (split at ``max_batch_bytes``) by aiokafka's C codec
+encoded into one v2 batch (split at ``max_batch_bytes``) by LKSTREAM's C encoder
 and appended; the append and read paths never look inside a batch (only
 the embedded client-side helpers encode and decode). The async methods
 do the same work inline on the event loop (it is a memory copy and a
@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.admission import AdmissionBudget
@@ -35,6 +35,7 @@ from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
 from lkstream.broker.partitioner import StickyPartitioner, route_records
+from lkstream.broker.tail import TailBudget
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
@@ -112,6 +113,14 @@ class _Topic:
         self.settings = settings
         self.partitions = partitions
         self.topic_id = topic_id
+        self._routes: dict[Any, int] = {}
+        self._routes_for = len(partitions)
+
+    def route_cache(self, partitions: int) -> dict[Any, int]:
+        """Keys seen by the produce fast path and their partitions, valid for ``partitions`` partitions."""
+        if self._routes_for != partitions:
+            self._routes, self._routes_for = {}, partitions
+        return self._routes
 
 
 class Broker(GroupCalls):
@@ -134,6 +143,8 @@ class Broker(GroupCalls):
         self._dir_lock = DataDirLock(self.persist_dir)
         #: The one budget of open segment and index files, shared by every partition (issue 12).
         self.files = FileBudget(derive_capacity(self.config.max_open_files, self.config.open_files_reserve))
+        #: The bytes of recent batches all partitions may keep in memory together (hot_tail_total_bytes).
+        self.tail_budget = TailBudget(self.config.hot_tail_total_bytes)
         self._lock = threading.RLock()
         self._closed = False
         # Copy on write: replaced whole under _lock, never changed in place, so readers (produce,
@@ -282,6 +293,7 @@ class Broker(GroupCalls):
             self.config.hot_tail_bytes,
             data_arrived=self._data_arrived,
             producer=self.produce_many,
+            tail_budget=self.tail_budget,
         )
 
     def create_topic(
@@ -478,6 +490,25 @@ class Broker(GroupCalls):
         ack.wait_sync()
         return results
 
+    async def produce_many_view(
+        self,
+        topic: str,
+        records: Sequence[ProduceItem],
+        *,
+        partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> Sequence[tuple[int, int]]:
+        """:meth:`produce_many`, returning a read-only sequence of the results instead of a list.
+
+        For callers that read few of the results (``Producer``, whose records are often never
+        looked at): a call that went to one partition answers with an
+        :class:`~lkstream.broker.encoder.OffsetRange` that computes ``(partition, offset)`` when
+        indexed, instead of a tuple per record.
+        """
+        results, ack = self._produce(topic, records, partition, compression, view=True)
+        await ack.wait()
+        return results
+
     async def produce_batch(self, topic: str, partition: int, batch: bytearray) -> tuple[int, int]:
         """Append one pre-encoded v2 record batch; return ``(base_offset, last_offset)``."""
         result, ack = self._append_encoded(topic, partition, batch)
@@ -527,29 +558,53 @@ class Broker(GroupCalls):
     def _acknowledgement(self, reserved: int) -> Acknowledgement:
         return Acknowledgement(self.inflight, reserved, sync=self._committer.mode is FsyncMode.SYNC)
 
+    @overload
     def _produce(
         self,
         topic_name: str,
         records: Sequence[ProduceItem],
         partition: int | None,
         compression: Compression | str | None,
-    ) -> tuple[list[tuple[int, int]], Acknowledgement]:
+    ) -> tuple[list[tuple[int, int]], Acknowledgement]: ...
+
+    @overload
+    def _produce(
+        self,
+        topic_name: str,
+        records: Sequence[ProduceItem],
+        partition: int | None,
+        compression: Compression | str | None,
+        *,
+        view: bool,
+    ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]: ...
+
+    def _produce(
+        self,
+        topic_name: str,
+        records: Sequence[ProduceItem],
+        partition: int | None,
+        compression: Compression | str | None,
+        *,
+        view: bool = False,
+    ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
         """Encode and append; return the results and what acknowledges them."""
         self._check_open()
         codec = Compression.parse(compression)
         topic = self._topic(topic_name, create=True)
         if partition is not None:
             self.partition(topic.name, partition)
+        partitions = len(topic.partitions)
         encoded = encode_call(
             records,
-            partitions=len(topic.partitions),
+            partitions=partitions,
             explicit=partition,
             sticky=self._sticky,
             codec=codec,
             timestamp_ms=self._clock.now_ms(),
+            route_cache=topic.route_cache(partitions),
         )
         if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
-            return self._append_call(topic, encoded, codec)
+            return self._append_call(topic, encoded, view=view)
         pairs, headers = normalise_records(records)
         if not pairs:
             return [], self._acknowledgement(0)
@@ -572,17 +627,16 @@ class Broker(GroupCalls):
         return results, ack
 
     def _append_call(
-        self, topic: _Topic, encoded: EncodedCall, codec: Compression
-    ) -> tuple[list[tuple[int, int]], Acknowledgement]:
+        self, topic: _Topic, encoded: EncodedCall, *, view: bool = False
+    ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
         """Append the fast path's batches (each fits ``max_batch_bytes``); see :mod:`lkstream.broker.encoder`."""
-        total = 0
-        for (_, batch), pairs in zip(encoded.batches, encoded.pairs, strict=True):
-            total += len(batch)
-            if len(batch) > self.config.max_message_bytes or codec is not Compression.NONE:
-                self._check_sizes(record_sizes(pairs))
+        largest = max(encoded.largest)
+        if largest > self.config.max_message_bytes:
+            raise RecordTooLargeError(largest, self.config.max_message_bytes)
+        total = sum(len(batch) for _, batch in encoded.batches)
         with self._acknowledgement(total) as ack:
             bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
-        return encoded.results(bases), ack
+        return encoded.results(bases, view=view), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:
         limit = self.config.max_message_bytes

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from lkstream.broker.tail import HotTail
+from lkstream.broker.tail import HotTail, TailBudget
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
@@ -78,14 +78,15 @@ class Partition:
         *,
         data_arrived: DataArrived | None = None,
         producer: Producer | None = None,
+        tail_budget: TailBudget | None = None,
     ) -> None:
         self.topic = topic
         self.pid = pid
         self.log = log
         self._committer = committer
         self._sync = committer.mode is FsyncMode.SYNC
-        self._tail = HotTail(tail_bytes)
         self._lock = threading.Lock()
+        self._tail = HotTail(tail_bytes, tail_budget, self._lock)
         self._visible = threading.Condition(self._lock)
         self._async_waiters: list[_AsyncWaiter] = []
         self._sync_waiters = 0
@@ -106,15 +107,17 @@ class Partition:
         """Append one record batch (validated, offset-stamped in place).
 
         ``owned`` says the caller hands ``batch`` over and never touches it again
-        (the broker's own encoded batches): the hot tail then keeps it as is
-        instead of copying it. In ``sync`` mode ``on_durable`` runs on the group-commit thread once the
+        (the broker's own encoded batches, checksummed a moment ago): the hot tail
+        then keeps it as is instead of copying it, and the log skips the second CRC
+        pass. In ``sync`` mode ``on_durable`` runs on the group-commit thread once the
         batch is fsynced; the batch becomes visible to readers at that moment.
         In the other modes it is visible on return and ``on_durable`` is not used.
         """
         with self._lock:
-            result = self.log.append(batch)
+            result = self.log.append(batch, checksummed=owned)
             if not result.duplicate:
                 self._appended_locked(batch, result, owned)
+        self._tail.budget.enforce()  # may trim other partitions' tails: outside this partition's lock
         if result.duplicate:
             # Outside the lock: the committer may run the callback at once, and it takes this lock.
             return self._answer_duplicate(result, on_durable)
@@ -252,7 +255,7 @@ class Partition:
         finally:
             with self._lock:
                 self._closed = True
-                self._tail.clear()
+                self._tail.close()
                 waiters, self._async_waiters = self._async_waiters, []
                 self._visible.notify_all()
             if self._data_arrived is not None:

@@ -12,20 +12,21 @@ from __future__ import annotations
 import itertools
 from functools import lru_cache
 
-from aiokafka.partitioner import murmur2
-
 from lkstream.format.codec import KeyValue
 
 
 @lru_cache(maxsize=65536)
-def _key_hash(key: bytes) -> int:
+def _key_hash(key: bytes | str) -> int:
     # Keys repeat (ticker symbols, account ids): caching the pure-Python hash
-    # makes keyed produce cost one dict lookup per record.
-    return int(murmur2(key)) & 0x7FFFFFFF
+    # makes keyed produce cost one dict lookup per record. A str key is cached as
+    # itself, so a repeated str key is not even encoded again.
+    from aiokafka.partitioner import murmur2  # on the first keyed record: aiokafka is a large import
+
+    return int(murmur2(key.encode() if isinstance(key, str) else key)) & 0x7FFFFFFF
 
 
-def partition_for_key(key: bytes, partitions: int) -> int:
-    """Kafka's default partition for ``key`` among ``partitions``."""
+def partition_for_key(key: bytes | str, partitions: int) -> int:
+    """Kafka's default partition for ``key`` (a str counts as its UTF-8 bytes) among ``partitions``."""
     return _key_hash(key) % partitions
 
 

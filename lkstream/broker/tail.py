@@ -1,33 +1,127 @@
-"""The hot tail: the newest batches of a partition, kept in memory.
+"""The hot tail: the newest batches of a partition, kept in memory, within a broker-wide budget.
 
 Tailing consumers ask for offsets near the end of the log; serving them from
-here avoids a ``pread`` per fetch. The tail holds stamped batches exactly as
-written to the segment (already CRC-checked on append), oldest first, and
-drops the oldest once it holds more than ``max_bytes``.
+here avoids a ``pread`` per fetch. A :class:`HotTail` holds stamped batches exactly
+as written to the segment (already CRC-checked on append), oldest first, and drops
+its oldest once it holds more than ``max_bytes`` (``hot_tail_bytes``).
 
-Thread-safety: the caller holds the partition's lock for :meth:`HotTail.add`
-and :meth:`HotTail.read`.
+All the tails of a broker share one :class:`TailBudget` (``hot_tail_total_bytes``):
+when the cached batches of every partition together pass it, the batches cached
+longest ago are dropped, whichever partition holds them. Without it a broker with
+many partitions kept ``hot_tail_bytes`` of every partition it ever wrote, long after
+the writes stopped (8 MiB x 33 partitions: most of the 444 MB the peer suite's
+embedded phases peaked at; docs/benchmarks.md, issue 14).
+
+How: every cached batch gets a broker-wide sequence number; the budget queues
+``(tail id, sequence, size)``, plain ints (a queue entry per batch must not be an object
+the garbage collector tracks: a tail of small batches would feed full collections).
+:meth:`TailBudget.enforce` pops the oldest entries and asks their tails to drop everything
+up to that sequence, taking each tail's lock (the partition's) in turn. It runs with no
+partition lock held (``Partition.append_batch`` calls it after releasing its own), so the
+lock order stays Partition, then TailBudget, with the budget's lock a leaf.
+
+Thread-safety: the caller holds the partition's lock for :meth:`HotTail.add`,
+:meth:`HotTail.read` and :meth:`HotTail.clear`; :meth:`HotTail.drop_through` takes it
+itself. :class:`TailBudget` is thread-safe.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import threading
 from bisect import bisect_right
+from collections import deque
 
 # Dropped entries are compacted away once this many pile up at the front.
 _COMPACT_AFTER = 1024
 
 
-class HotTail:
+class TailBudget:
+    """The bytes all hot tails of a broker may hold together. Thread-safe (a leaf lock)."""
+
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
+        self.bytes = 0
+        #: Batches dropped to stay within the budget (not counting a tail's own evictions).
+        self.evictions = 0
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[int, int, int]] = deque()  # (tail id, sequence, size), oldest first
+        self._compacted_size = 0
+        self._tails: dict[int, HotTail] = {}
+        self._ids = itertools.count()
+        self._sequences = itertools.count()
+
+    def register(self, tail: HotTail) -> int:
+        with self._lock:
+            tail_id = next(self._ids)
+            self._tails[tail_id] = tail
+            return tail_id
+
+    def unregister(self, tail_id: int) -> None:
+        with self._lock:
+            self._tails.pop(tail_id, None)
+
+    def admit(self, tail_id: int, size: int) -> int:
+        """Count a newly cached batch of ``size`` bytes; returns its sequence number."""
+        with self._lock:
+            sequence = next(self._sequences)
+            self._queue.append((tail_id, sequence, size))
+            self.bytes += size
+            if len(self._queue) > 2 * self._compacted_size + _COMPACT_AFTER:
+                self._compact_locked()
+            return sequence
+
+    def release(self, size: int) -> None:
+        """A tail dropped ``size`` bytes (its own limit, a gap, a clear, or :meth:`enforce`)."""
+        with self._lock:
+            self.bytes -= size
+
+    def enforce(self) -> None:
+        """Drop the oldest cached batches, whichever tail holds them, until within budget.
+
+        Call with no partition lock held: it takes the lock of each tail it trims.
+        """
+        while True:
+            with self._lock:
+                if self.bytes <= self.max_bytes or not self._queue:
+                    return
+                tail_id, sequence, _ = self._queue.popleft()
+                tail = self._tails.get(tail_id)
+            if tail is not None and tail.drop_through(sequence):
+                with self._lock:
+                    self.evictions += 1
+
+    def _compact_locked(self) -> None:
+        """Forget queue entries whose batches their tails dropped already (the queue stays bounded)."""
+        live = []
+        for entry in self._queue:
+            tail = self._tails.get(entry[0])
+            if tail is not None and entry[1] >= tail.oldest_sequence:
+                live.append(entry)
+        self._queue = deque(live)
+        self._compacted_size = len(live)
+
+
+class HotTail:
+    def __init__(self, max_bytes: int, budget: TailBudget | None = None, lock: threading.Lock | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.budget = budget or TailBudget(max_bytes)
+        self._lock: contextlib.AbstractContextManager[object] = lock or contextlib.nullcontext()
+        self._id = self.budget.register(self)
         self._bases: list[int] = []
         self._nexts: list[int] = []
         self._data: list[bytes | bytearray] = []
+        self._sequences: list[int] = []
         self._head = 0  # index of the oldest entry still cached
         self._bytes = 0
+        #: The budget sequence of the oldest batch still cached (read without the lock by the budget).
+        self.oldest_sequence = 0
 
     def add(self, base_offset: int, next_offset: int, batch: bytes | bytearray) -> None:
-        if len(batch) > self.max_bytes:
+        """Cache a batch (the caller holds the partition's lock, then calls ``budget.enforce()`` after it)."""
+        size = len(batch)
+        if size > self.max_bytes or size > self.budget.max_bytes:
             self.clear()
             return
         if self._head < len(self._nexts) and self._nexts[-1] != base_offset:
@@ -35,14 +129,33 @@ class HotTail:
         self._bases.append(base_offset)
         self._nexts.append(next_offset)
         self._data.append(batch)
-        self._bytes += len(batch)
+        self._sequences.append(self.budget.admit(self._id, size))
+        self._bytes += size
         while self._bytes > self.max_bytes:
-            self._bytes -= len(self._data[self._head])
-            self._data[self._head] = b""
-            self._head += 1
+            self._drop_head()
         if self._head >= _COMPACT_AFTER and self._head * 2 >= len(self._bases):
-            del self._bases[: self._head], self._nexts[: self._head], self._data[: self._head]
+            del self._bases[: self._head], self._nexts[: self._head]
+            del self._data[: self._head], self._sequences[: self._head]
             self._head = 0
+
+    def _drop_head(self) -> int:
+        head = self._head
+        size = len(self._data[head])
+        self._data[head] = b""
+        self._bytes -= size
+        self._head = head + 1
+        self.oldest_sequence = self._sequences[head] + 1
+        self.budget.release(size)
+        return size
+
+    def drop_through(self, sequence: int) -> bool:
+        """Drop the cached batches up to budget ``sequence`` (taking the lock); whether any was dropped."""
+        with self._lock:
+            dropped = False
+            while self._head < len(self._sequences) and self._sequences[self._head] <= sequence:
+                self._drop_head()
+                dropped = True
+            return dropped
 
     def read(self, offset: int, max_bytes: int, high_watermark: int) -> bytes | bytearray | None:
         """Batches from the one holding ``offset``, all below ``high_watermark``; None if not cached."""
@@ -64,6 +177,16 @@ class HotTail:
         return b"".join(self._data[first:last])
 
     def clear(self) -> None:
-        self._bases, self._nexts, self._data = [], [], []
+        released = self._bytes
+        if self._sequences:
+            self.oldest_sequence = self._sequences[-1] + 1  # every queued entry of this tail is stale
+        self._bases, self._nexts, self._data, self._sequences = [], [], [], []
         self._head = 0
         self._bytes = 0
+        if released:
+            self.budget.release(released)
+
+    def close(self) -> None:
+        """Clear and leave the budget (the partition is closing)."""
+        self.clear()
+        self.budget.unregister(self._id)

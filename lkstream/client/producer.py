@@ -12,22 +12,29 @@ acknowledged never exceed ``buffer_bytes``; a send that would go over raises
 without bound). Records of one buffer are sent in order, one call at a time.
 
 Two faces: :meth:`send`/:meth:`flush`/:meth:`close` for asyncio code (``send``
-returns an ``asyncio.Future`` of ``(partition, offset)``), and
-:meth:`send_sync`/:meth:`flush_sync`/:meth:`close_sync` for blocking code
-(``send_sync`` returns a ``concurrent.futures.Future``; lingering is done by a
-timer thread). Delivery is what the broker's produce gives; over a
-RemoteBroker a failed send may have been appended (at-least-once on re-send).
+returns a :class:`~lkstream.client.delivery.Delivery`: ``await`` it for
+``(partition, offset)``), and :meth:`send_sync`/:meth:`flush_sync`/:meth:`close_sync`
+for blocking code (``send_sync`` returns a :class:`~lkstream.client.delivery.SyncDelivery`
+with ``result(timeout)``; lingering is done by a timer thread). A handle is the record's
+batch and its place in it: no future per record (see :mod:`lkstream.client.delivery`).
+Delivery is what the broker's produce gives; over a RemoteBroker a failed send may have
+been appended (at-least-once on re-send).
+
+Threads: the asyncio face belongs to one event loop and takes no lock per record; the
+blocking face may be used from any number of threads. Used from both at once, the two
+faces keep separate byte counts, and the bound may be passed by the one record each face
+admits at the same instant.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from lkstream.client.delivery import Batch, Delivery, Result, Slot, SyncDelivery
 from lkstream.errors import BackpressureError, BrokerClosedError, InvalidArgumentError
 from lkstream.format.codec import Compression, Headers
 from lkstream.format.produce import RECORD_OVERHEAD, check_headers, to_bytes
@@ -36,8 +43,7 @@ DEFAULT_LINGER_MS = 5.0
 DEFAULT_BATCH_BYTES = 1024 * 1024
 DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
 
-Result = tuple[int, int]
-_Key = tuple[str, int | None]
+__all__ = ["Delivery", "ProduceTarget", "Producer", "Result", "SyncDelivery"]
 
 
 class ProduceTarget(Protocol):
@@ -62,19 +68,6 @@ class ProduceTarget(Protocol):
     ) -> list[tuple[int, int]]: ...
 
 
-class _Buffer:
-    """The records of one produce call being gathered for one slot, with their futures."""
-
-    __slots__ = ("futures", "nbytes", "records", "slot")
-
-    def __init__(self, slot: _Key) -> None:
-        self.slot = slot
-        # Items exactly as produce_many takes them: (key, value), or (key, value, headers) when it has any.
-        self.records: list[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Headers]] = []
-        self.futures: list[Any] = []
-        self.nbytes = 0
-
-
 class Producer:
     """Batching producer over ``broker_or_remote``; see the module docstring."""
 
@@ -94,45 +87,35 @@ class Producer:
         self.batch_bytes = batch_bytes
         self.buffer_bytes = buffer_bytes
         self.compression = None if compression is None else Compression.parse(compression)
-        self._lock = threading.Lock()  # guards the buffers and the byte count (both faces)
-        self._buffered = 0  # accepted and not yet acknowledged
+        # An embedded Broker can answer with a view of the results rather than a tuple per record
+        # (Broker.produce_many_view): most records' handles are never asked.
+        self._produce_many = getattr(broker_or_remote, "produce_many_view", None) or broker_or_remote.produce_many
         self._closed = False
-        # async face
-        self._abuffers: dict[_Key, _Buffer] = {}  # the buffer still filling, per slot
-        # Sealed buffers waiting for their call, per face (keyed by the face's filling-buffer dict).
-        self._aready: dict[_Key, deque[_Buffer]] = {}
-        self._sready: dict[_Key, deque[_Buffer]] = {}
-        self._asend_locks: dict[_Key, asyncio.Lock] = {}
+        # asyncio face: touched only on its event loop, so no lock per record.
+        self._abuffered = 0  # accepted by send() and not yet acknowledged
+        # The batch still filling, per slot; keyed by the topic alone for partition None (the common
+        # send: no tuple to build and hash per record), by (topic, partition) otherwise.
+        self._afilling: dict[str | Slot, Batch] = {}
+        self._aready: dict[Slot, deque[Batch]] = {}  # sealed batches waiting for their call, per slot
+        self._asend_locks: dict[Slot, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        # blocking face
-        self._sbuffers: dict[_Key, _Buffer] = {}
-        self._ssend_locks: dict[_Key, threading.Lock] = {}
+        # blocking face: any thread, under _lock.
+        self._lock = threading.Lock()
+        self._sbuffered = 0
+        self._sfilling: dict[Slot, Batch] = {}
+        self._sready: dict[Slot, deque[Batch]] = {}
+        self._ssend_locks: dict[Slot, threading.Lock] = {}
         self._timers: set[threading.Timer] = set()
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes accepted by send and not yet acknowledged."""
-        return self._buffered
+        """Bytes accepted by send (either face) and not yet acknowledged."""
+        return self._abuffered + self._sbuffered
 
     # -- accepting records -------------------------------------------------------------------------
 
-    def _admit(
-        self,
-        buffers: dict[_Key, _Buffer],
-        topic: str,
-        value: object,
-        *,
-        key: object,
-        headers: object,
-        partition: object,
-        future: Any,
-    ) -> tuple[_Buffer, bool] | None:
-        """Validate one record and add it, with its future, to its buffer.
-
-        Returns None when nothing else is to be done (the common case, kept
-        cheap: this runs once per record), else the buffer and whether it is
-        full (send it now) rather than new (start its linger timer).
-        """
+    def _record(self, topic: object, value: object, key: object, headers: object, partition: object) -> tuple[Any, int]:
+        """Validate one record: the item ``produce_many`` takes and its size (what the buffer bound counts)."""
         if self._closed:
             raise BrokerClosedError("producer is closed")
         if type(topic) is not str or (partition is not None and type(partition) is not int):
@@ -142,28 +125,12 @@ class Producer:
         if key is not None and type(key) is not bytes:
             key = to_bytes(key, "key")
         size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (0 if key is None else len(key))
-        checked: Headers = () if headers is None else check_headers(headers)
-        if checked:
-            size += sum(len(n) + len(x or b"") for n, x in checked)
-            record: Any = (key, value, checked)
-        else:
-            record = (key, value)
-        slot: _Key = (topic, partition)  # type: ignore[assignment]  # checked above: (str, int | None)
-        with self._lock:
-            buffered = self._buffered + size
-            if buffered > self.buffer_bytes:
-                raise BackpressureError(buffered, self.buffer_bytes)
-            self._buffered = buffered
-            buffer = buffers.get(slot)
-            first = buffer is None
-            if buffer is None:
-                buffer = buffers[slot] = _Buffer(slot)
-            buffer.records.append(record)
-            buffer.futures.append(future)
-            buffer.nbytes += size
-            if buffer.nbytes >= self.batch_bytes:
-                return buffer, True
-            return (buffer, False) if first else None
+        if headers is None:
+            return (key, value), size
+        checked = check_headers(headers)
+        if not checked:
+            return (key, value), size
+        return (key, value, checked), size + sum(len(n) + len(x or b"") for n, x in checked)
 
     def send(
         self,
@@ -172,24 +139,51 @@ class Producer:
         key: object = None,
         headers: Headers | None = None,
         partition: int | None = None,
-    ) -> asyncio.Future[Result]:
-        """Buffer one record; the future resolves to its ``(partition, offset)`` once acknowledged.
+    ) -> Delivery:
+        """Buffer one record; ``await`` the returned :class:`Delivery` for its ``(partition, offset)``.
 
-        Must be called from a running event loop. Raises :class:`BackpressureError`
-        at once when the record would take the buffer above ``buffer_bytes``.
+        Must be called from a running event loop (the producer's asyncio face belongs to
+        one). Raises :class:`BackpressureError` at once when the record would take the
+        buffer above ``buffer_bytes``. The handle may be dropped: the record is sent anyway.
         """
+        # The common record (bytes value, bytes or no key, no headers) is checked inline: this runs
+        # once per record, and a call to _record costs as much as the checks themselves.
+        if (
+            type(value) is bytes
+            and headers is None
+            and (key is None or type(key) is bytes)
+            and type(topic) is str
+            and (partition is None or type(partition) is int)
+            and not self._closed
+        ):
+            record: Any = (key, value)
+            size = RECORD_OVERHEAD + len(value) + (0 if key is None else len(key))
+        else:
+            record, size = self._record(topic, value, key, headers, partition)
+        buffered = self._abuffered + self._sbuffered + size
+        if buffered > self.buffer_bytes:
+            raise BackpressureError(buffered, self.buffer_bytes)
+        batch = self._afilling.get(topic if partition is None else (topic, partition))
+        if batch is None:
+            batch = self._new_batch(topic, partition)
+        self._abuffered += size
+        records = batch.records
+        records.append(record)
+        batch.nbytes += size
+        if batch.nbytes >= self.batch_bytes:
+            self._start(batch)
+        return Delivery(batch, len(records) - 1)
+
+    def _new_batch(self, topic: str, partition: int | None) -> Batch:
+        """Start filling a batch for ``(topic, partition)`` and schedule its send after ``linger_ms``."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Result] = loop.create_future()
-        action = self._admit(self._abuffers, topic, value, key=key, headers=headers, partition=partition, future=future)
-        if action is not None:
-            buffer, full = action
-            if full:
-                self._start(self._abuffers, buffer)
-            elif self.linger_s:
-                loop.call_later(self.linger_s, self._start, self._abuffers, buffer)
-            else:
-                loop.call_soon(self._start, self._abuffers, buffer)
-        return future
+        batch = Batch((topic, partition), loop=loop)
+        self._afilling[topic if partition is None else (topic, partition)] = batch
+        if self.linger_s:
+            loop.call_later(self.linger_s, self._start, batch)
+        else:
+            loop.call_soon(self._start, batch)
+        return batch
 
     def send_sync(
         self,
@@ -198,124 +192,122 @@ class Producer:
         key: object = None,
         headers: Headers | None = None,
         partition: int | None = None,
-    ) -> concurrent.futures.Future[Result]:
-        """Blocking-code twin of :meth:`send`: buffer one record, return a ``concurrent.futures.Future``.
+    ) -> SyncDelivery:
+        """Blocking-code twin of :meth:`send`: buffer one record, return a :class:`SyncDelivery`.
 
         A full buffer is sent in the calling thread; otherwise a timer thread sends it after ``linger_ms``.
         """
-        future: concurrent.futures.Future[Result] = concurrent.futures.Future()
-        action = self._admit(self._sbuffers, topic, value, key=key, headers=headers, partition=partition, future=future)
-        if action is None:
-            return future
-        buffer, full = action
+        record, size = self._record(topic, value, key, headers, partition)
+        slot = (topic, partition)
         with self._lock:
-            if full:
-                sealed = self._seal(self._sbuffers, buffer)
-            else:
-                sealed = False
-                timer = threading.Timer(self.linger_s, self._linger_sync, (buffer,))
+            buffered = self._abuffered + self._sbuffered + size
+            if buffered > self.buffer_bytes:
+                raise BackpressureError(buffered, self.buffer_bytes)
+            self._sbuffered += size
+            batch = self._sfilling.get(slot)
+            first = batch is None
+            if batch is None:
+                batch = self._sfilling[slot] = Batch(slot, lock=self._lock)
+            batch.records.append(record)
+            batch.nbytes += size
+            handle = SyncDelivery(batch, len(batch.records) - 1)
+            sealed = batch.nbytes >= self.batch_bytes and self._seal_sync(batch)
+            if first and not sealed:
+                timer = threading.Timer(self.linger_s, self._linger_sync, (batch,))
                 timer.daemon = True
                 self._timers.add(timer)
                 timer.start()
         if sealed:
-            self._send_sync(buffer.slot)
-        return future
+            self._send_sync(slot)
+        return handle
 
-    # -- sending ----------------------------------------------------------------------------------
+    # -- sending: the asyncio face ------------------------------------------------------------------
 
-    def _seal(self, buffers: dict[_Key, _Buffer], buffer: _Buffer) -> bool:
-        """Move ``buffer`` (if still its slot's filling one) to the ready queue; call with ``_lock`` held."""
-        slot = buffer.slot
-        if buffers.get(slot) is not buffer:
-            return False  # already sealed (full, or flushed)
-        del buffers[slot]
-        ready = self._aready if buffers is self._abuffers else self._sready
-        ready.setdefault(slot, deque()).append(buffer)
-        return True
-
-    def _take(self, queues: dict[_Key, deque[_Buffer]], slot: _Key) -> _Buffer | None:
-        with self._lock:
-            ready = queues.get(slot)
-            return ready.popleft() if ready else None
-
-    def _release(self, nbytes: int) -> None:
-        with self._lock:
-            self._buffered -= nbytes
-
-    def _start(self, buffers: dict[_Key, _Buffer], buffer: _Buffer) -> None:
-        with self._lock:
-            if not self._seal(buffers, buffer):
-                return
-        task = asyncio.get_running_loop().create_task(self._send(buffer.slot))
+    def _start(self, batch: Batch) -> None:
+        """Seal ``batch`` (if still its slot's filling one) and start its produce call."""
+        slot = batch.slot
+        key = slot[0] if slot[1] is None else slot
+        if self._afilling.get(key) is not batch:
+            return  # already sealed (full, or flushed)
+        del self._afilling[key]
+        self._aready.setdefault(slot, deque()).append(batch)
+        task = asyncio.get_running_loop().create_task(self._send(slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, slot: _Key) -> None:
+    async def _send(self, slot: Slot) -> None:
         lock = self._asend_locks.setdefault(slot, asyncio.Lock())
-        async with lock:  # one call per buffer at a time, in order (asyncio.Lock is FIFO)
-            buffer = self._take(self._aready, slot)
-            if buffer is None:
+        async with lock:  # one call per slot at a time, in order (asyncio.Lock is FIFO)
+            ready = self._aready.get(slot)
+            if not ready:
                 return
+            batch = ready.popleft()
             try:
-                results = await self.broker.produce_many(
-                    slot[0], buffer.records, partition=slot[1], compression=self.compression
+                results = await self._produce_many(
+                    slot[0], batch.records, partition=slot[1], compression=self.compression
                 )
             except BaseException as exc:
-                for future in buffer.futures:
-                    if not future.done():
-                        future.set_exception(exc)
+                batch.fail(exc)
                 if not isinstance(exc, Exception):
                     raise
             else:
-                for future, result in zip(buffer.futures, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+                batch.succeed(results)
             finally:
-                self._release(buffer.nbytes)
+                self._abuffered -= batch.nbytes
 
-    def _linger_sync(self, buffer: _Buffer) -> None:
+    # -- sending: the blocking face -----------------------------------------------------------------
+
+    def _seal_sync(self, batch: Batch) -> bool:
+        """Move ``batch`` (if still its slot's filling one) to the ready queue; call with ``_lock`` held."""
+        slot = batch.slot
+        if self._sfilling.get(slot) is not batch:
+            return False
+        del self._sfilling[slot]
+        self._sready.setdefault(slot, deque()).append(batch)
+        return True
+
+    def _linger_sync(self, batch: Batch) -> None:
         with self._lock:
             self._timers.discard(threading.current_thread())  # type: ignore[arg-type,unused-ignore]
-            sealed = self._seal(self._sbuffers, buffer)
+            sealed = self._seal_sync(batch)
         if sealed:
-            self._send_sync(buffer.slot)
+            self._send_sync(batch.slot)
 
-    def _send_sync(self, slot: _Key) -> None:
+    def _send_sync(self, slot: Slot) -> None:
         with self._lock:
             lock = self._ssend_locks.setdefault(slot, threading.Lock())
         with lock:
-            buffer = self._take(self._sready, slot)
-            if buffer is None:
+            with self._lock:
+                ready = self._sready.get(slot)
+                batch = ready.popleft() if ready else None
+            if batch is None:
                 return
             try:
                 results = self.broker.produce_many_sync(
-                    slot[0], buffer.records, partition=slot[1], compression=self.compression
+                    slot[0], batch.records, partition=slot[1], compression=self.compression
                 )
             except Exception as exc:
-                for future in buffer.futures:
-                    future.set_exception(exc)
+                batch.fail(exc)
             else:
-                for future, result in zip(buffer.futures, results, strict=True):
-                    future.set_result(result)
+                batch.succeed(results)
             finally:
-                self._release(buffer.nbytes)
+                with self._lock:
+                    self._sbuffered -= batch.nbytes
 
     # -- flushing and closing ---------------------------------------------------------------------
 
     async def flush(self) -> None:
         """Send everything buffered by :meth:`send` now and wait until it is acknowledged (or failed)."""
-        with self._lock:
-            filling = list(self._abuffers.items())
-        for _, buffer in filling:
-            self._start(self._abuffers, buffer)
+        for batch in list(self._afilling.values()):
+            self._start(batch)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def flush_sync(self) -> None:
         """Send everything buffered by :meth:`send_sync` now, in this thread, and wait for it."""
         with self._lock:
-            filling = list(self._sbuffers.items())
-            sealed = [slot for slot, buffer in filling if self._seal(self._sbuffers, buffer)]
+            filling = list(self._sfilling.values())
+            sealed = [batch.slot for batch in filling if self._seal_sync(batch)]
             timers = list(self._timers)
         for slot in sealed:
             self._send_sync(slot)

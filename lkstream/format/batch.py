@@ -29,8 +29,8 @@ The CRC deliberately excludes ``base_offset``, ``batch_length`` and the leader
 epoch, which is why the broker can stamp offsets by overwriting eight bytes and
 never re-encode or re-checksum a batch: the append path is O(1) per batch.
 
-Records inside a batch are encoded and decoded only by clients, with aiokafka's
-C codec (:mod:`aiokafka.record`); the broker and storage handle
+Records inside a batch are encoded and decoded only by clients, with LKSTREAM's
+C codec (:mod:`lkstream.format.encode`, :mod:`lkstream.format.codec`); the broker and storage handle
 :class:`BatchHeader` views and raw bytes, never records.
 """
 
@@ -158,19 +158,29 @@ def span_of_whole_batches(buf: bytes | bytearray | memoryview, min_offset: int =
     return records, next_offset
 
 
+#: Batches below this are checksummed without releasing the GIL: releasing it costs more than the
+#: CRC of a batch of a few hundred KiB (about 8 us), and lets the group-commit thread take the GIL
+#: from the producer in the middle of its call (docs/benchmarks.md, issue 14 phase 2).
+GIL_RELEASE_BYTES: Final = 1 << 20
+
+
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
-    """CRC-32C over the bytes the batch CRC covers."""
-    crc: int = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:])
+    """CRC-32C over the bytes the batch CRC covers (hardware CRC of the ``crc32c`` package)."""
+    size = len(batch)
+    crc: int = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:], gil_release_mode=int(size >= GIL_RELEASE_BYTES))
     return crc
 
 
-def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> BatchHeader:
+def check_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None, *, crc: bool = True
+) -> BatchHeader:
     """Validate the batch that starts at ``pos`` and return its header.
 
     Checks, in order: the header is complete, ``batch_length`` is sane and the
     whole batch lies within ``[pos, end)``, magic is 2, counts are consistent,
-    and the CRC-32C matches. Raises :class:`CorruptRecordError` naming the first
-    failed check; never any other exception for any input bytes.
+    and the CRC-32C matches (``crc=False`` skips only that: for bytes this process
+    checked already). Raises :class:`CorruptRecordError` naming the first failed
+    check; never any other exception for any input bytes.
     """
     end = len(buf) if end is None else end
     available = end - pos
@@ -187,6 +197,8 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | No
         raise CorruptRecordError(
             f"inconsistent counts: records_count={header.records_count}, last_offset_delta={header.last_offset_delta}"
         )
+    if not crc:
+        return header
     actual = compute_crc(memoryview(buf)[pos : pos + header.size])
     if actual != header.crc:
         raise CorruptRecordError(f"CRC-32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")

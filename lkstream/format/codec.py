@@ -1,38 +1,36 @@
 """Client-side encoding and decoding of record batches.
 
 Only clients (producers, consumers, the Spark source, the CLI's dump) build or
-read individual records; the broker and storage move whole batches. Encoding and
-decoding run in aiokafka's C extension, so a Python loop touches each record once.
+read individual records; the broker and storage move whole batches. Encoding runs
+in LKSTREAM's own C encoder (:mod:`lkstream.format.encode`), decoding in aiokafka's
+C extension, so no Python loop runs per record on the way in.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
 from typing import Final, NamedTuple
-
-from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from lkstream.errors import CorruptRecordError, InvalidArgumentError
 from lkstream.format.batch import (
     ATTRIBUTES_AT,
     COMPRESSION_MASK,
     HEADER_SIZE,
-    MAGIC,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
     check_batch,
     parse_header,
     read_length_prefix,
 )
+from lkstream.format.encode import encode
 from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_records
 
 Headers = Sequence[tuple[str, bytes | None]]
 KeyValue = tuple[bytes | None, bytes | None]
 
-_NO_HEADERS: Final[list[tuple[str, bytes | None]]] = []
-# A builder needs an upper bound; batch size limits are enforced by the broker.
-_UNBOUNDED: Final = 2**31 - 1
 # Offset, timestamp, topic and partition references of one decoded Record, roughly.
 _RECORD_FIXED_BYTES: Final = 64
 #: How many bytes of records one :func:`decode_batches` call decodes at most (plus one batch).
@@ -90,37 +88,25 @@ def encode_batch(
     compression: Compression = Compression.NONE,
     timestamp_ms: int | None = None,
 ) -> bytearray:
-    """Build one v2 record batch from ``(key, value)`` pairs.
+    """Build one v2 record batch from ``(key, value)`` pairs (:mod:`lkstream.format.encode`).
 
     Offsets inside the batch are deltas 0..n-1; the broker stamps the base.
     ``headers`` and ``timestamps``, when given, are per record and as long as
     ``records``; otherwise every record gets no headers and ``timestamp_ms``
-    (default: now).
+    (default: now). Keys and values are ``bytes``, ``str`` (UTF-8) or ``None``.
     """
-    count = len(records)
-    if count == 0:
+    if not records:
         raise InvalidArgumentError("a batch needs at least one record")
-    if headers is not None and len(headers) != count:
+    if headers is not None and len(headers) != len(records):
         raise InvalidArgumentError("headers must have one entry per record")
-    if timestamps is not None and len(timestamps) != count:
+    if timestamps is not None and len(timestamps) != len(records):
         raise InvalidArgumentError("timestamps must have one entry per record")
-    builder = DefaultRecordBatchBuilder(MAGIC, int(compression), 0, -1, -1, -1, _UNBOUNDED)
-    append = builder.append
+    ts = now_ms() if timestamp_ms is None else timestamp_ms
     try:
-        if headers is None and timestamps is None:
-            ts = now_ms() if timestamp_ms is None else timestamp_ms
-            for delta, (key, value) in enumerate(records):
-                append(delta, ts, key, value, _NO_HEADERS)
-        else:
-            ts = now_ms() if timestamp_ms is None else timestamp_ms
-            for delta, (key, value) in enumerate(records):
-                record_ts = ts if timestamps is None else timestamps[delta]
-                record_headers = _NO_HEADERS if headers is None else list(headers[delta])
-                append(delta, record_ts, key, value, record_headers)
-    except TypeError as exc:
-        raise InvalidArgumentError(f"keys and values must be bytes or None: {exc}") from exc
-    built: bytearray = builder.build()
-    return built
+        batch, _ = encode(records, ts, timestamps=timestamps, headers=headers, compression=int(compression))
+    except (TypeError, OverflowError) as exc:
+        raise InvalidArgumentError(f"records cannot be encoded: {exc}") from exc
+    return batch
 
 
 def decode_batch(
@@ -138,16 +124,60 @@ def decode_batch(
     compression bomb) raises :class:`CorruptRecordError` instead of being handed out
     in part, or inflated without bound.
     """
-    return _decode(batch, topic, partition, min_offset, max_decompressed_bytes)[0]
+    out: list[Record] = []
+    _decode(batch, topic, partition, min_offset, out, max_decompressed_bytes=max_decompressed_bytes)
+    return out
 
 
 def _decode(
-    batch: bytes, topic: str, partition: int, min_offset: int, max_decompressed_bytes: int
-) -> tuple[list[Record], int]:
-    """:func:`decode_batch`, plus about how many bytes the records take in memory."""
+    batch: bytes | memoryview,
+    topic: str,
+    partition: int,
+    min_offset: int,
+    out: list[Record],
+    *,
+    max_decompressed_bytes: int,
+    limit: int = -1,
+) -> int:
+    """:func:`decode_batch` into ``out`` (at most ``limit`` records, -1: all); returns about how
+    many bytes the records take in memory."""
     header = parse_header(batch)
     section = check_records(batch, header, max_decompressed_bytes)
     size = len(section) + header.records_count * _RECORD_FIXED_BYTES
+    if _decode_native is not None:
+        ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
+        fixed = header.max_timestamp if ts_type else None
+        try:
+            _decode_native(
+                section,
+                header.records_count,
+                header.base_offset,
+                header.base_timestamp,
+                fixed,
+                ts_type,
+                topic,
+                partition,
+                min_offset,
+                limit,
+                Record,
+                out,
+            )
+        except ValueError as exc:
+            raise CorruptRecordError(f"undecodable records: {exc}") from exc
+        return size
+    records = _decode_with_aiokafka(
+        bytes(batch), header, section, topic=topic, partition=partition, min_offset=min_offset
+    )
+    out.extend(records if limit < 0 else records[:limit])
+    return size
+
+
+def _decode_with_aiokafka(
+    batch: bytes, header: BatchHeader, section: bytes | memoryview, *, topic: str, partition: int, min_offset: int
+) -> list[Record]:
+    """The decoder used when ``_decode.c`` is not built (and the reference its tests compare with)."""
+    from aiokafka.record.default_records import DefaultRecordBatch  # only without the C decoder: ~17,000 objects
+
     if header.compression:
         # The C codec inflates without a bound: hand it the records we inflated, as a plain batch.
         plain = bytearray(batch[:HEADER_SIZE])
@@ -158,9 +188,7 @@ def _decode(
     ts_type = decoded.timestamp_type
     new = tuple.__new__  # skips NamedTuple's Python-level __new__: ~25% faster per record
     try:
-        # Headers become tuples (``()`` when empty): a Record holding only immutable values is
-        # untracked by the garbage collector, which otherwise spends about half of a large
-        # consume in full collections (docs/benchmarks.md).
+        # Headers become tuples (``()`` when empty), as the C decoder makes them.
         records = [
             new(
                 Record,
@@ -181,7 +209,21 @@ def _decode(
         raise CorruptRecordError(f"undecodable records: {exc}") from exc
     if records and records[0].offset < min_offset:
         records = [r for r in records if r.offset >= min_offset]
-    return records, size
+    return records
+
+
+def _native_decoder() -> Callable[..., int] | None:
+    try:
+        from lkstream.format import _decode as native  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    decode: Callable[..., int] = native.decode
+    return decode
+
+
+_decode_native: Final = _native_decoder()
+#: Whether the C record decoder is built (without it, aiokafka's decoder runs; records then stay GC-tracked).
+NATIVE_DECODE: Final = _decode_native is not None
 
 
 def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes]]:
@@ -191,15 +233,8 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, by
     consumers do; a complete batch that fails validation raises
     :class:`CorruptRecordError` when it is reached (the batches before it were yielded).
     """
-    view = memoryview(data)
-    pos, end = 0, len(view)
-    while end - pos >= 12:
-        _, size = read_length_prefix(view, pos)
-        if size > end - pos:
-            return
-        check_batch(view, pos, pos + size)
-        yield pos, bytes(view[pos : pos + size])
-        pos += size
+    for pos, view in _whole_batches(data):
+        yield pos, bytes(view)
 
 
 def decode_batches(
@@ -210,6 +245,7 @@ def decode_batches(
     max_records: int | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_DECODED_BYTES,
+    crc_checked: bool = False,
 ) -> list[Record]:
     """Decode the whole batches in ``data`` (concatenated, as stored), at most ``max_records`` records.
 
@@ -222,20 +258,41 @@ def decode_batches(
     A damaged batch never hides the good records before it (issue 12, finding 2):
     decoding stops there and returns what came before; the next read, which starts
     at the damaged batch, raises :class:`CorruptRecordError` naming it.
+
+    ``crc_checked`` says this process checked the batches' CRCs already (an embedded
+    broker's reads: from disk, or from the hot tail it checked at append); every other
+    check still runs.
     """
     out: list[Record] = []
     decoded = 0
     try:
-        for _, batch in iter_batches(data):
-            records, size = _decode(batch, topic, partition, min_offset, DEFAULT_MAX_DECOMPRESSED_BYTES)
-            out.extend(records)
-            decoded += size
-            if max_records is not None and len(out) >= max_records:
-                del out[max_records:]
-                break
-            if decoded >= max_bytes:
+        for _, batch in _whole_batches(data, crc=not crc_checked):
+            limit = -1 if max_records is None else max_records - len(out)
+            decoded += _decode(
+                batch,
+                topic,
+                partition,
+                min_offset,
+                out,
+                max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
+                limit=limit,
+            )
+            if (max_records is not None and len(out) >= max_records) or decoded >= max_bytes:
                 break
     except CorruptRecordError:
         if not out:
             raise
     return out
+
+
+def _whole_batches(data: bytes | bytearray | memoryview, *, crc: bool = True) -> Iterator[tuple[int, memoryview]]:
+    """``(position, view)`` of each whole, checked batch in ``data``, without copying it."""
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    while end - pos >= 12:
+        _, size = read_length_prefix(view, pos)
+        if size > end - pos:
+            return
+        check_batch(view, pos, pos + size, crc=crc)
+        yield pos, view[pos : pos + size]
+        pos += size

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lkstream.errors import BrokerClosedError, OffsetOutOfRangeError, StorageError, invariant, map_os_errors
-from lkstream.format.batch import BatchHeader, check_batch, stamp_base_offset
+from lkstream.format.batch import MAGIC, BatchHeader, check_batch, parse_header, stamp_base_offset
 from lkstream.storage.checkpoint import Checkpoint, CheckpointDamaged, read_checkpoint, write_checkpoint
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.files import OsFile, StorageFile, fsync_dir
@@ -259,15 +259,18 @@ class PartitionLog:
 
     # -- append ---------------------------------------------------------------------------------
 
-    def append(self, batch: bytearray) -> AppendResult:
+    def append(self, batch: bytearray, *, checksummed: bool = False) -> AppendResult:
         """Validate ``batch`` (length, magic, CRC), stamp its base offset, append it.
 
         ``batch`` is modified in place (its first 8 bytes). Raises
         :class:`~lkstream.errors.CorruptRecordError` for an invalid batch and
         :class:`~lkstream.errors.StorageError` (``DiskFullError``) if the write
-        failed, in which case nothing was appended.
+        failed, in which case nothing was appended. ``checksummed`` says the caller
+        computed the CRC over these very bytes a moment ago (the broker's own encoder):
+        the frame is still checked, the CRC pass is skipped.
         """
-        header = check_batch(batch)
+        header = parse_header(batch) if checksummed else check_batch(batch)
+        invariant(header.magic == MAGIC and header.records_count >= 1, "a batch the broker built is malformed")
         invariant(header.size == len(batch), "append takes exactly one batch")
         with self._lock:
             self._check_open()

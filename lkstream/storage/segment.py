@@ -147,8 +147,16 @@ class Segment:
         """
         if position >= end:
             return b""
-        first_size = self.header_at(position).size
-        data = self.file.pread(min(end - position, max(max_bytes, first_size)), position)
+        # One pread in the common case: the first batch's size comes from the bytes read, and only a
+        # first batch larger than max_bytes costs a second read (of exactly that batch).
+        data = self.file.pread(min(end - position, max(max_bytes, HEADER_SIZE)), position)
+        if len(data) < LOG_OVERHEAD:
+            raise CorruptRecordError(
+                f"truncated header: {len(data)} of {HEADER_SIZE} bytes", path=self.path, position=position
+            )
+        _, first_size = read_length_prefix(data, 0)
+        if len(data) < first_size <= end - position:
+            data = self.file.pread(first_size, position)
         pos = 0
         expected: int | None = None  # the first batch's base offset was checked by position_of
         while len(data) - pos >= LOG_OVERHEAD:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -698,3 +699,42 @@ def test_a_blocking_wait_on_a_deleted_topic_returns(make_broker: MakeBroker) -> 
     broker.delete_topic("gone")
     waiter.join(DEADLINE_S)
     assert result == [True], "the wait must end (the next fetch reports the unknown topic)"
+
+
+def test_hot_tails_of_all_partitions_stay_within_hot_tail_total_bytes(make_broker: MakeBroker) -> None:
+    broker = make_broker(hot_tail_total_bytes=64 * 1024)
+    broker.create_topic("wide", 8)
+    for pid in range(8):
+        for _ in range(10):
+            broker.produce_many_sync("wide", [(None, bytes(1000))] * 5, partition=pid)
+    assert 0 < broker.tail_budget.bytes <= 64 * 1024
+    newest, oldest = broker.partition("wide", 7), broker.partition("wide", 0)
+    assert newest._tail.read(45, 1 << 20, 50) is not None  # the newest batches stay in memory
+    assert oldest._tail.read(0, 1 << 20, 50) is None  # the oldest were dropped: the log serves them
+    for partition, offset in ((newest, 45), (oldest, 0)):
+        assert partition.read_raw(offset, 1 << 20).data == partition.log.read(offset, 1 << 20).data
+    broker.delete_topic("wide")
+    assert broker.tail_budget.bytes == 0
+
+
+def test_appending_leaves_no_gc_tracked_object_per_batch(make_broker: MakeBroker) -> None:
+    """Objects that outlive a produce call are promoted until full collections run (tail latency, issue 14)."""
+    broker = make_broker()
+    broker.produce_many_sync("t", [(None, b"warm")])
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(3_000):
+        broker.produce_many_sync("t", [(None, b"v")])  # 3,000 batches, all kept in the hot tail
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
+
+
+def test_keys_route_by_the_new_count_after_create_partitions(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.create_topic("grow", 2)
+    keys = [f"k{i}" for i in range(20)]
+    before = broker.produce_many_sync("grow", [(k, b"v") for k in keys])
+    assert [pid for pid, _ in before] == [partition_for_key(k.encode(), 2) for k in keys]
+    broker.create_partitions("grow", 4)
+    after = broker.produce_many_sync("grow", [(k, b"v") for k in keys])  # the route cache starts over
+    assert [pid for pid, _ in after] == [partition_for_key(k.encode(), 4) for k in keys]

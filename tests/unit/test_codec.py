@@ -114,9 +114,15 @@ def test_encode_batch_rejects_timestamps_of_wrong_length() -> None:
         encode_batch([(b"k", b"v")] * 2, timestamps=[1])
 
 
-def test_encode_batch_rejects_str_values() -> None:
-    with pytest.raises(InvalidArgumentError, match="bytes or None"):
-        encode_batch([(b"k", "text")])  # type: ignore[list-item]
+def test_encode_batch_encodes_str_keys_and_values_as_utf8() -> None:
+    (record,) = decode_batch(bytes(encode_batch([("clé", "wert")])), "t", 0)  # type: ignore[list-item]
+    assert (record.key, record.value) == ("clé".encode(), b"wert")
+
+
+@pytest.mark.parametrize("value", [3, 2.5, ["x"], object()])
+def test_encode_batch_rejects_values_that_are_not_bytes_str_or_none(value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="bytes, str or None"):
+        encode_batch([(b"k", value)])  # type: ignore[list-item]
 
 
 def test_decode_batch_skips_records_below_min_offset() -> None:
@@ -165,3 +171,16 @@ def test_iter_batches_on_empty_input_yields_nothing() -> None:
 def test_decode_batches_decodes_every_whole_batch_from_min_offset() -> None:
     data = bytes(make_batch(3, base_offset=0) + make_batch(3, base_offset=3))
     assert [r.offset for r in decode_batches(data, "t", 0, 2)] == [2, 3, 4, 5]
+
+
+def test_decode_batches_skips_only_the_crc_for_bytes_this_process_checked() -> None:
+    """An embedded consumer's reads were CRC-checked by the log (or at append): the frame checks still run."""
+    batch = bytearray(make_batch(3))
+    batch[B.CRC_AT] ^= 0x01  # the stored CRC no longer matches; the records are intact
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        decode_batches(bytes(batch), "t", 0)
+    assert len(decode_batches(bytes(batch), "t", 0, crc_checked=True)) == 3
+    bad_magic = bytearray(make_batch(3))
+    bad_magic[B.MAGIC_AT] = 1
+    with pytest.raises(CorruptRecordError, match="magic"):
+        decode_batches(bytes(bad_magic), "t", 0, crc_checked=True)

@@ -490,3 +490,73 @@ async def test_a_seek_from_the_handler_takes_effect_after_the_current_record(bro
     assert await consumer.consume("t", handler, max_records=15) == 15
     assert seen == [0, 1, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6, 7, 8, 9]
     assert consumer.position("t", 0) == 10
+
+
+# -- the handler loop (issue 14: positions per partition and read, one flag per record) -------------
+
+
+async def test_a_failing_handler_leaves_the_position_at_the_failed_record(broker: Broker) -> None:
+    _produce(broker, 5)
+    consumer = Consumer(broker, group="g", auto_commit=False)
+    consumer.subscribe("t")
+
+    def handler(pid: int, offset: int, record: Record) -> None:
+        if offset == 3:
+            raise RuntimeError("handler failed")
+
+    with pytest.raises(RuntimeError):
+        await consumer.consume("t", handler, idle_timeout=0.01)
+    assert consumer.position("t", 0) == 3
+    again = Collector()
+    assert await consumer.consume("t", again, idle_timeout=0.01) == 2
+    assert again.offsets == [3, 4]
+
+
+async def test_handler_results_that_are_not_awaitable_are_ignored_and_awaitables_awaited(broker: Broker) -> None:
+    _produce(broker, 4)
+    consumer = Consumer(broker, group="g")
+    consumer.subscribe("t")
+    awaited: list[int] = []
+
+    async def later(offset: int) -> None:
+        awaited.append(offset)
+
+    def handler(pid: int, offset: int, record: Record) -> object:
+        return later(offset) if offset % 2 else True  # a plain function returning a coroutine, or a value
+
+    assert await consumer.consume("t", handler, idle_timeout=0.01) == 4
+    assert awaited == [1, 3]
+    assert consumer.position("t", 0) == 4
+
+
+async def test_a_seek_of_another_partition_skips_its_records_of_the_current_read(make_broker: MakeBroker) -> None:
+    broker = make_broker(partitions=2)
+    broker.create_topic("t", 2)
+    _produce(broker, 3, partition=0)
+    _produce(broker, 3, partition=1)
+    consumer = Consumer(broker, group="g", auto_commit=False)
+    consumer.subscribe("t")
+    seen = Collector()
+
+    def handler(pid: int, offset: int, record: Record) -> None:
+        seen(pid, offset, record)
+        if (pid, offset) == (0, 0):
+            consumer.seek("t", 1, 2)
+
+    assert await consumer.consume("t", handler, max_records=4) == 4
+    assert [(p, o) for p, o, _ in seen.seen] == [(0, 0), (0, 1), (0, 2), (1, 2)]
+    assert (consumer.position("t", 0), consumer.position("t", 1)) == (3, 3)
+
+
+async def test_a_wake_up_that_asks_for_nothing_does_not_cut_the_read_short(broker: Broker) -> None:
+    _produce(broker, 6)
+    consumer = Consumer(broker, group="g", auto_commit=False)
+    consumer.subscribe("t")
+    seen = Collector()
+
+    def handler(pid: int, offset: int, record: Record) -> None:
+        seen(pid, offset, record)
+        consumer.resume([("t", 0)])  # wakes the consumer: the loop checks why, and goes on
+
+    assert await consumer.consume("t", handler, idle_timeout=0.01) == 6
+    assert seen.offsets == list(range(6))

@@ -124,6 +124,16 @@ def test_append_rejects_more_than_one_batch(open_log: Opener) -> None:
     assert plog.next_offset == 0
 
 
+def test_append_of_a_checksummed_batch_skips_only_the_crc_pass(open_log: Opener) -> None:
+    """The broker's own batches (CRC computed a moment ago) are framed-checked, not checksummed again."""
+    plog = open_log()
+    plog.append(make_batch(3), checksummed=True)
+    assert [r.offset for r in _read_all(plog, 0)] == [0, 1, 2]
+    with pytest.raises(InvariantViolation):
+        plog.append(make_batch(1) + make_batch(1), checksummed=True)
+    assert plog.next_offset == 3
+
+
 def test_read_returns_the_appended_records_from_any_offset(open_log: Opener) -> None:
     plog = open_log()
     for _ in range(5):

@@ -1,8 +1,11 @@
-"""lkstream.client.producer: linger batching, the bounded buffer, flush, futures (embedded Broker)."""
+"""lkstream.client.producer: linger batching, the bounded buffer, flush, delivery handles (embedded Broker)."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import gc
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,3 +146,130 @@ async def test_send_rejects_bad_arguments_even_when_a_buffer_is_filling(
     await producer.flush()
     assert pending.result() == (1, 0)
     await producer.close()
+
+
+# -- delivery handles (issue 14: no future per record) ---------------------------------------------
+
+
+async def test_a_dropped_handle_still_delivers_its_record(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=1)
+    for i in range(300):
+        producer.send("t", b"v%d" % i, partition=0)  # handles dropped at once
+    await producer.flush()
+    assert [r.value for r in broker.read_from("t", 0, 0)] == [b"v%d" % i for i in range(300)]
+    assert producer.buffered_bytes == 0
+
+
+async def test_a_pending_handle_refuses_result_and_reports_its_state(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=60_000)
+    handle = producer.send("t", b"v", partition=0)
+    assert not handle.done() and not handle.cancelled() and not handle.cancel()
+    with pytest.raises(asyncio.InvalidStateError):
+        handle.result()
+    with pytest.raises(asyncio.InvalidStateError):
+        handle.exception()
+    assert "pending" in repr(handle)
+    await producer.flush()
+    assert handle.done() and handle.exception() is None and "acknowledged" in repr(handle)
+    assert await handle == (0, 0)  # awaiting a finished handle returns at once
+
+
+async def test_done_callbacks_run_on_the_loop_after_the_ack_and_when_added_late(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=1)
+    seen: list[tuple[str, tuple[int, int]]] = []
+    early = producer.send("t", b"a", partition=0)
+    early.add_done_callback(lambda h: seen.append(("early", h.result())))
+    removed = producer.send("t", b"b", partition=0)
+
+    def never(h: object) -> None:
+        raise AssertionError("removed callbacks must not run")
+
+    removed.add_done_callback(never)
+    assert removed.remove_done_callback(never) == 1
+    assert seen == []  # not called inside send
+    await early
+    await asyncio.sleep(0)  # callbacks are scheduled with call_soon, as for asyncio futures
+    early.add_done_callback(lambda h: seen.append(("late", h.result())))
+    await asyncio.sleep(0)
+    assert seen == [("early", (0, 0)), ("late", (0, 0))]
+    await producer.close()
+
+
+async def test_a_failed_call_fails_every_handle_of_its_batch(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=60_000)
+    handles = [producer.send("t", b"v", partition=9) for _ in range(5)]  # no such partition
+    await producer.flush()
+    for handle in handles:
+        assert isinstance(handle.exception(), InvalidArgumentError)
+        with pytest.raises(InvalidArgumentError):
+            await handle
+    assert "failed" in repr(handles[0])
+
+
+async def test_handles_work_with_gather_wait_for_and_wait(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=2)
+    handles = [producer.send("t", b"v", partition=1) for _ in range(3)]
+    assert await asyncio.gather(*handles) == [(1, 0), (1, 1), (1, 2)]
+    more = producer.send("t", b"w", partition=1)
+    done, pending = await asyncio.wait([asyncio.ensure_future(more)], timeout=5)
+    assert len(done) == 1 and not pending
+    assert await asyncio.wait_for(producer.send("t", b"x", partition=1), timeout=5) == (1, 4)
+    await producer.close()
+
+
+async def test_pending_records_hold_no_gc_tracked_object_per_record(broker: Broker) -> None:
+    """A future per pending record kept ~5,000 tracked objects alive per linger: 24-26% of send's time in GC."""
+    producer = Producer(broker, linger_ms=60_000)
+    producer.send("t", b"warm", partition=0)
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(10_000):
+        producer.send("t", b"v" * 20, partition=0)
+    gc.collect()  # untracks the (key, value) tuples: they hold only bytes and None
+    assert len(gc.get_objects()) - before < 50
+    await producer.close()
+
+
+def test_sync_handles_time_out_block_and_call_back_from_the_completing_thread(broker: Broker) -> None:
+    producer = Producer(broker, linger_ms=60_000)
+    handle = producer.send_sync("s", b"v", partition=0)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        handle.result(timeout=0.01)
+    threads: list[str] = []
+    handle.add_done_callback(lambda h: threads.append(threading.current_thread().name))
+    flusher = threading.Thread(target=producer.flush_sync, name="flusher")
+    flusher.start()
+    assert handle.result(timeout=10) == (0, 0)
+    flusher.join()
+    assert threads == ["flusher"]
+    handle.add_done_callback(lambda h: threads.append("now"))  # already done: runs at once
+    assert threads == ["flusher", "now"]
+    assert handle.exception(timeout=0) is None
+    producer.close_sync()
+
+
+def test_sync_handles_carry_the_error_of_their_batch(broker: Broker) -> None:
+    with Producer(broker, linger_ms=60_000) as producer:
+        handle = producer.send_sync("s", b"v", partition=5)
+        producer.flush_sync()
+        assert isinstance(handle.exception(timeout=1), InvalidArgumentError)
+        with pytest.raises(InvalidArgumentError):
+            handle.result(timeout=1)
+
+
+async def test_both_faces_share_the_bound_and_give_every_byte_back(broker: Broker) -> None:
+    size = RECORD_OVERHEAD + 100
+    producer = Producer(broker, linger_ms=60_000, buffer_bytes=3 * size)
+    blocking = await asyncio.to_thread(producer.send_sync, "s", b"b" * 100, partition=0)
+    producer.send("a", b"a" * 100, partition=0)
+    producer.send("a", b"a" * 100, partition=0)
+    assert producer.buffered_bytes == 3 * size
+    with pytest.raises(BackpressureError):
+        producer.send("a", b"a" * 100, partition=0)
+    with pytest.raises(BackpressureError):
+        producer.send_sync("s", b"b" * 100, partition=0)
+    await producer.flush()
+    assert producer.buffered_bytes == size  # the blocking face's record is still lingering
+    await asyncio.to_thread(producer.flush_sync)
+    assert blocking.result(timeout=5) == (0, 0)
+    assert producer.buffered_bytes == 0

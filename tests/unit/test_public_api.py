@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+
+import pytest
 
 import lkstream
 
@@ -37,12 +41,18 @@ def test_the_seed_example_names_are_exported() -> None:
         assert name in lkstream.__all__
 
 
-def test_import_lkstream_does_not_load_the_kafka_protocol_schemas() -> None:
-    # kio's schemas take seconds to import; embedded users must not pay for the Kafka listener.
-    import subprocess
-    import sys
-
-    code = "import sys, lkstream; print('kio' in sys.modules, 'lkstream.kafka' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert done.stdout.split() == ["False", "False"]
-    assert callable(lkstream.kafka_server)  # loaded on first use
+def test_importing_lkstream_leaves_the_network_surfaces_unloaded() -> None:
+    """An embedding process pays only for what it uses (issue 14: memory and full-GC pauses)."""
+    code = (
+        "import sys, lkstream\n"
+        "heavy = [m for m in ('grpc', 'google.protobuf', 'kio', 'aiohttp', 'aiokafka', 'scramp') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+        "lkstream.connect, lkstream.kafka_server, lkstream.ClientTls, lkstream.RemoteBroker\n"
+        "print('grpc' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    unloaded, loaded_on_use = done.stdout.splitlines()
+    assert unloaded == ""
+    assert loaded_on_use == "True"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        lkstream.nope  # noqa: B018

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+
 from lkstream.broker import tail as tail_module
-from lkstream.broker.tail import HotTail
+from lkstream.broker.tail import HotTail, TailBudget
 
 
 def _batch(base: int, count: int, size: int = 100) -> tuple[int, int, bytes]:
@@ -84,3 +86,60 @@ def test_compaction_keeps_reads_correct_after_many_evictions() -> None:
     assert len(tail._bases) < 3_000  # evicted entries were compacted away
     assert tail.read(2_995, 10_000, 3_000) == b"".join(bytes([o % 256]) * 100 for o in range(2_995, 3_000))
     assert tail.read(2_989, 10_000, 3_000) is None
+
+
+# -- the broker-wide budget (hot_tail_total_bytes) --------------------------------------------------
+
+
+def test_a_shared_budget_drops_the_oldest_batches_of_any_tail() -> None:
+    budget = TailBudget(500)
+    a, b = HotTail(10_000, budget), HotTail(10_000, budget)
+    for i in range(3):
+        a.add(*_batch(i * 2, 2))  # a: offsets 0-5, 300 bytes
+    for i in range(3):
+        b.add(*_batch(i * 2, 2))  # b: 300 more
+        budget.enforce()  # what Partition.append_batch does after releasing its lock
+    assert budget.bytes == 500 and budget.evictions == 1
+    assert a.read(0, 10_000, 6) is None  # dropped by the budget: a miss, the log serves it
+    assert a.read(2, 10_000, 6) == bytes([2]) * 100 + bytes([4]) * 100
+    assert b.read(0, 10_000, 6) == bytes([0]) * 100 + bytes([2]) * 100 + bytes([4]) * 100
+
+
+def test_a_tail_that_clears_gives_its_bytes_back_to_the_budget() -> None:
+    budget = TailBudget(10_000)
+    tail = HotTail(10_000, budget)
+    for i in range(4):
+        tail.add(*_batch(i, 1))
+    assert budget.bytes == 400
+    tail.clear()
+    assert budget.bytes == 0
+    tail.add(*_batch(10, 1))  # a tail keeps working after a clear; its old queue entries are stale
+    tail.close()
+    assert budget.bytes == 0
+
+
+def test_the_budget_queue_stays_bounded_when_tails_evict_themselves() -> None:
+    budget = TailBudget(1 << 30)
+    busy, idle = HotTail(300, budget), HotTail(300, budget)
+    idle.add(*_batch(0, 1))  # an old live batch at the front of the queue
+    for i in range(20_000):
+        busy.add(*_batch(i, 1))
+    assert budget.bytes == 400
+    assert len(budget._queue) <= 2 * 4 + 2 * tail_module._COMPACT_AFTER
+    assert idle.read(0, 10_000, 1) == bytes([0]) * 100
+
+
+def test_the_budget_queue_holds_no_object_the_gc_tracks() -> None:
+    """One queue entry per batch: tracked entries would pile up into full collections (issue 14)."""
+    budget = TailBudget(1 << 30)
+    tail = HotTail(1 << 30, budget)
+    for i in range(100):
+        tail.add(*_batch(i, 1))
+    gc.collect()
+    assert not any(gc.is_tracked(entry) for entry in budget._queue)
+
+
+def test_a_batch_larger_than_the_budget_is_not_cached() -> None:
+    tail = HotTail(10_000, TailBudget(150))
+    tail.add(*_batch(0, 1, size=200))
+    assert tail.read(0, 10_000, 1) is None
