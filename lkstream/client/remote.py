@@ -59,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -176,6 +177,8 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._sticky = StickyPartitioner()
         self._streams: dict[str, OrderedStream] = {}
         self._unstreamed: set[str] = set()
+        self._parked: dict[tuple[str, int], tuple[float, int, ReadResult]] = {}
+        self._parked_lock = threading.Lock()
         self._sync_loop = LoopThread(f"lkstream-client-{address}")
         self._closed = False
         self.max_message_bytes: int | None = None
@@ -199,16 +202,31 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
     # -- fetch -----------------------------------------------------------------------------------
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
-        """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``)."""
-        response = self._call(self._stub.Fetch, fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
-        return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
+        """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``).
+
+        Asked on the daemon's FetchStream (from the client's loop thread); an older daemon
+        gets a unary Fetch.
+        """
+        parked = self._parked_read(topic, partition, offset, max_bytes)
+        if parked is not None:
+            return parked
+        request = fetch_request(topic, partition, offset, max_bytes)
+        if "FetchStream" in self._unstreamed:
+            response = self._call(self._stub.Fetch, request, retry=Retry.SAFE)
+        else:
+            (response,) = self._blocking(self._astreamed("FetchStream", [request], Retry.SAFE))
+        return _read_result(response)
 
     async def fetch_async(
         self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
     ) -> ReadResult:
         """Async twin of :meth:`fetch`."""
-        response = await self._acall("Fetch", fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
-        return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
+        parked = self._parked_read(topic, partition, offset, max_bytes)
+        if parked is not None:
+            return parked
+        request = fetch_request(topic, partition, offset, max_bytes)
+        (response,) = await self._astreamed("FetchStream", [request], Retry.SAFE)
+        return _read_result(response)
 
     def read_from(
         self,
@@ -369,6 +387,10 @@ def _close_soon(loop: asyncio.AbstractEventLoop, close: Callable[[], Any]) -> No
     elif loop.is_running():
         asyncio.run_coroutine_threadsafe(close(), loop)
     # A stopped loop's channel is released with the loop.
+
+
+def _read_result(response: pb.FetchResponse) -> ReadResult:
+    return ReadResult(response.record_batches, response.log_start_offset, response.high_watermark)
 
 
 def _description(info: pb.TopicInfo) -> TopicDescription:

@@ -176,7 +176,9 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         count = self._ensure_topic(request.topic, create=True)
         pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
         try:
-            (base, last), ack = self.broker.begin_produce_batch(request.topic, pid, bytearray(request.record_batch))
+            # A fresh copy of the request's bytes, handed over: the hot tail keeps it as is.
+            batch = bytearray(request.record_batch)
+            (base, last), ack = self.broker.begin_produce_batch(request.topic, pid, batch, owned=True)
         except CorruptRecordError as exc:
             # A bad batch from a client is the client's argument, not data loss on this broker.
             raise InvalidArgumentError(f"record_batch rejected: {exc}") from exc

@@ -66,6 +66,9 @@ PRODUCE_PIPELINE: Final = 16
 #: Fetch requests of one FetchStream read ahead of the one being answered.
 FETCH_PIPELINE: Final = 4
 
+#: Acknowledgements of abandoned appends, awaited in the background (a reference keeps each task alive).
+_RELEASING: set[asyncio.Future[None]] = set()
+
 # (when it was read, the answer, what acknowledges it or None when the answer is final)
 _Taken = tuple[float, pb.ProduceResponse, Acknowledgement | None]
 
@@ -98,7 +101,12 @@ class StreamRpcs:
         self, requests: AsyncIterator[pb.ProduceRequest], context: Context
     ) -> AsyncIterator[pb.ProduceResponse]:
         async for response in self._serve(
-            requests, context, PRODUCE_PIPELINE, self._append_streamed, self._acknowledged
+            requests,
+            context,
+            window=PRODUCE_PIPELINE,
+            take=self._append_streamed,
+            finish=self._acknowledged,
+            drop=_release,
         ):
             yield response
 
@@ -129,7 +137,7 @@ class StreamRpcs:
     async def FetchStream(
         self, requests: AsyncIterator[pb.FetchRequest], context: Context
     ) -> AsyncIterator[pb.FetchResponse]:
-        async for response in self._serve(requests, context, FETCH_PIPELINE, _keep, self._fetched):
+        async for response in self._serve(requests, context, window=FETCH_PIPELINE, take=_keep, finish=self._fetched):
             yield response
 
     async def _fetched(self, taken: tuple[Principal, pb.FetchRequest]) -> pb.FetchResponse:
@@ -149,12 +157,17 @@ class StreamRpcs:
         self,
         requests: AsyncIterator[Any],
         context: Context,
+        *,
         window: int,
         take: Callable[[Any, Principal], Any],
         finish: Callable[[Any], Awaitable[Any]],
+        drop: Callable[[Any], None] | None = None,
     ) -> AsyncIterator[Any]:
         """Read requests in a task (``take`` each as it is read), answer them in order (``finish``), until
-        the client stops writing or the daemon stops (then: UNAVAILABLE once the requests read are answered)."""
+        the client stops writing or the daemon stops (then: UNAVAILABLE once the requests read are answered).
+
+        ``drop`` gets what was taken but never finished, when the call ends early (the client went away).
+        """
         async with guard(context, self.metrics):
             pipe = _Pipe(window)
             reader = asyncio.ensure_future(self._read(requests, call_principal(), take, pipe))
@@ -170,6 +183,9 @@ class StreamRpcs:
             finally:
                 reader.cancel()
                 stop.cancel()
+                if drop is not None:
+                    for taken in pipe.drain():
+                        drop(taken)
 
     async def _read(
         self, requests: AsyncIterator[Any], principal: Principal, take: Callable[[Any, Principal], Any], pipe: _Pipe
@@ -183,6 +199,15 @@ class StreamRpcs:
                 pipe.put(take(request, principal))
         finally:
             pipe.close()
+
+
+def _release(taken: _Taken) -> None:
+    """An append whose answer will never be sent still gives its in-flight bytes back once acknowledged."""
+    ack = taken[2]
+    if ack is not None:
+        task = asyncio.ensure_future(ack.wait())
+        _RELEASING.add(task)
+        task.add_done_callback(_RELEASING.discard)
 
 
 def _keep(request: pb.FetchRequest, principal: Principal) -> tuple[Principal, pb.FetchRequest]:
@@ -205,6 +230,11 @@ class _Pipe:
     def close(self) -> None:
         self._closed = True
         self._ready.set()
+
+    def drain(self) -> list[Any]:
+        """What is left (the call ends early)."""
+        items, self._items = list(self._items), deque()
+        return items
 
     async def next(self) -> Any | None:
         """The oldest item not yet answered; None once the reader ended and every item was taken."""

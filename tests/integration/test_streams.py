@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,6 +91,56 @@ def test_an_unknown_topic_fails_its_own_request_only(start_daemon: DaemonFactory
         with pytest.raises(UnknownTopicError):
             rb.produce_many_sync("s.missing", [(None, b"x")])
         assert rb.produce_many_sync("s.known", [(None, b"y")]) == [(0, 0)]  # the same stream goes on
+
+
+def test_appends_of_a_stream_the_client_abandons_give_their_in_flight_bytes_back(
+    start_daemon: DaemonFactory,
+) -> None:
+    daemon = start_daemon(fsync_mode="sync")  # acknowledgements wait for an fsync: answers lag appends
+    requests = [pb.ProduceRequest(topic="s.gone", record_batch=_batch(b"x" * 100_000)) for _ in range(12)]
+    with grpc.insecure_channel(daemon.address) as channel:
+        call = pb_grpc.BrokerStub(channel).ProduceStream(iter(requests), timeout=30)  # type: ignore[no-untyped-call]
+        next(call)  # the daemon is appending them
+        call.cancel()  # and nobody will read the answers
+    deadline = time.monotonic() + 20
+    while (inflight := _inflight_bytes(daemon)) != 0:
+        assert time.monotonic() < deadline, f"{inflight} bytes still in flight after the client left"
+        time.sleep(0.05)
+    with lkstream.connect(daemon.address) as rb:
+        assert rb.describe_topic("s.gone").partitions[0].high_watermark >= 1
+
+
+def _metric(daemon: DaemonProcess, name: str) -> float:
+    with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    assert match, f"{name} is missing from /metrics"
+    return float(match.group(1))
+
+
+def _inflight_bytes(daemon: DaemonProcess) -> float:
+    return _metric(daemon, "lk_inflight_bytes")
+
+
+async def test_a_wake_up_brings_the_new_batches_so_the_next_fetch_asks_nothing(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as rb:
+        rb.produce_many_sync("s.park", [(None, b"old")])
+
+        async def append_soon() -> None:
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(rb.produce_many_sync, "s.park", [(None, b"new 1"), (None, b"new 2")])
+
+        writer = asyncio.ensure_future(append_soon())
+        assert await rb.wait_for_data({("s.park", 0): 1}, timeout=30)
+        await writer
+        fetches = _metric(daemon, "lk_fetch_latency_seconds_count")
+        fetched = await rb.fetch_async("s.park", 0, 1)
+        assert [r.value for r in decode_batches(fetched.data, "s.park", 0, 1)] == [b"new 1", b"new 2"]
+        assert _metric(daemon, "lk_fetch_latency_seconds_count") == fetches  # served by the wake-up's answer
+        # Only once, only at that offset: the next fetch asks the daemon again.
+        again = await rb.fetch_async("s.park", 0, 1)
+        assert again.data == fetched.data
+        assert _metric(daemon, "lk_fetch_latency_seconds_count") == fetches + 1
 
 
 def test_fetch_stream_answers_each_fetch_like_the_unary_call(daemon: DaemonProcess, stub: Any) -> None:
