@@ -1,20 +1,34 @@
-"""The regression pass a developer runs before and after a produce-side change (about 2 minutes).
+"""The regression pass of issue 14 a developer runs before and after a change (``make bench-quick``).
 
-Runs the rows of issue 14 that the produce side answers for, at small sizes, 3 runs each:
+Every embedded row of issue 14, at small sizes, 3 passes by default:
 
-* ``bench_producer.py``: ``200B_keyed_p4`` (the seed's pattern: ``str`` ticker keys, 4
-  partitions, calls of 1,000), ``send_200B`` (``Producer.send`` one at a time), ``200B_keyed``
-  and ``200B`` (references);
-* ``bench_latency.py``: ack latency at 10,000 msg/s, open model, ``Producer(linger_ms=0)`` and
-  ``produce_many`` of one record, with the pacer's own floor.
+* ``bench_producer.py``: ``200B_keyed_p4`` (row 1, the seed's pattern: ``str`` ticker keys, 4
+  partitions, calls of 1,000), ``send_200B`` (row 2, ``Producer.send`` one at a time), and the
+  references ``200B_keyed`` and ``200B``;
+* ``bench_latency.py``: row 3, ack latency at 10,000 msg/s, open model, ``Producer(linger_ms=0)``
+  and ``produce_many`` of one record, with the pacer's own floor;
+* ``bench_consumer.py``: row 4, ``Consumer.consume`` with a no-op handler (1M records), and the
+  decode loop alone (``decoded_partition``) for reference;
+* the peer suite's embedded block (``benchmarks.suite.run --systems lkstream-embedded``, full
+  sizes, one run): row 7's peak RSS over those phases (``--no-rss`` skips it: 30 s a pass);
+* ``bench_daemon.py`` (the daemon over gRPC, one client process): row 5, ``produce_many`` sync
+  and async and consume (fetch + decode with one read ahead, and the public ``Consumer``); row
+  6, ack latency at 10,000 msg/s in 1 ms ticks (``Producer(linger_ms=0)``, ``produce_many`` of
+  one, the suite's ``linger_ms=1``, and the pacer's floor) and produce-to-consume through
+  ``subscribe()`` and through the ``Consumer`` (``--no-daemon`` skips them: about 40 s a pass);
+* the peer suite's daemon block (``--systems lkstream-daemon``): row 7's daemon peak RSS (with
+  ``--no-rss``, skipped too);
+* ``bench_spark.py`` with ``--spark`` (about 3 minutes a pass): row 8, the source through
+  ``bootstrap``, the ``path`` source against Spark's Parquet source (ratio per pass) and the sink.
 
-``--against REF`` measures a git revision's ``lkstream/`` (``git archive REF lkstream``, unpacked
-into a temporary directory and put first on ``PYTHONPATH``) in the same session, alternating
-with the working tree's, so before and after share the machine's load; the table then shows
-both medians and the median of the per-run ratios. The benchmark scripts themselves always come
-from the working tree.
+``--against REF`` measures a git revision's ``lkstream/`` in the same session, alternating with
+the working tree's, so before and after share the machine's load: ``git archive REF lkstream``
+is unpacked into a temporary directory, its C extensions are compiled there (a revision without
+them would otherwise run the pure-Python fallbacks), and the directory goes first on
+``PYTHONPATH``. The table shows both medians and the median of the per-pass ratios. The
+benchmark scripts themselves always come from the working tree.
 
-    .venv/bin/python benchmarks/quick.py                   # the working tree only
+    .venv/bin/python benchmarks/quick.py                   # the working tree only (about 3.5 minutes)
     .venv/bin/python benchmarks/quick.py --against "$(git merge-base main HEAD)"   # before and after
 
 Prints a table on stderr, the JSON document on stdout, and saves it as
@@ -30,7 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,52 +53,139 @@ from _common import REPO, emit, log, machine_facts
 
 HERE = Path(__file__).resolve().parent
 PRODUCER_ROWS = "200B_keyed_p4,send_200B,200B_keyed,200B"
+CONSUMER_ROWS = "consumer_consume,decoded_partition"
 # (script, scenario, field, higher is better, target): the rows of the table, in order.
 ROWS = [
     ("bench_producer", "200B_keyed_p4", "msg_per_s", True, 1_500_000),
     ("bench_producer", "send_200B", "msg_per_s", True, 1_000_000),
-    ("bench_producer", "200B_keyed", "msg_per_s", True, None),
-    ("bench_producer", "200B", "msg_per_s", True, None),
     ("bench_latency", "producer_send", "p99_ms", False, 0.5),
     ("bench_latency", "produce_many_1", "p99_ms", False, 0.5),
+    ("bench_consumer", "consumer_consume", "msg_per_s", True, 2_000_000),
+    ("suite", "lkstream-embedded", "peak_rss_MB", False, 150),
+    ("bench_producer", "200B_keyed", "msg_per_s", True, None),
+    ("bench_producer", "200B", "msg_per_s", True, None),
     ("bench_latency", "producer_send", "p50_ms", False, None),
     ("bench_latency", "produce_many_1", "p50_ms", False, None),
     ("bench_latency", "pacer", "p99_ms", False, None),
+    ("bench_consumer", "decoded_partition", "msg_per_s", True, None),
+    # The daemon's rows (issue 14, rows 5-8).
+    ("bench_daemon", "produce_many_sync", "msg_per_s", True, 1_100_000),
+    ("bench_daemon", "produce_many_async", "msg_per_s", True, 1_100_000),
+    ("bench_daemon", "fetch_pipelined", "msg_per_s", True, 1_300_000),
+    ("bench_daemon", "consumer", "msg_per_s", True, 1_300_000),
+    ("bench_daemon", "ack_10k_linger0", "p50_ms", False, 0.5),
+    ("bench_daemon", "ack_10k_linger0", "p99_ms", False, 2.0),
+    ("bench_daemon", "e2e", "p99_ms", False, 3.0),
+    ("bench_daemon", "e2e_consumer", "p99_ms", False, 3.0),
+    ("suite-daemon", "lkstream-daemon", "peak_rss_MB", False, 150),
+    ("bench_spark", "source_bootstrap_noop", "rows_per_s", True, 1_500_000),
+    ("bench_spark", "path_over_parquet", "ratio", True, 0.8),
+    ("bench_spark", "sink", "rows_per_s", True, 1_000_000),
+    ("bench_daemon", "ack_10k_one_call", "p50_ms", False, None),
+    ("bench_daemon", "ack_10k_one_call", "p99_ms", False, None),
+    ("bench_daemon", "ack_10k_linger1", "p50_ms", False, None),
+    ("bench_daemon", "ack_10k_linger1", "p99_ms", False, None),
+    ("bench_daemon", "ack_10k_pacer", "p99_ms", False, None),
+    ("bench_daemon", "e2e", "p50_ms", False, None),
+    ("bench_daemon", "fetch_raw", "msg_per_s", True, None),
+    ("bench_spark", "source_path_noop", "rows_per_s", True, None),
+    ("bench_spark", "parquet_noop", "rows_per_s", True, None),
 ]
+DAEMON_PHASES = (
+    "produce_many_sync,produce_many_async,fetch_raw,fetch_pipelined,consumer,"
+    "ack_10k_pacer,ack_10k_linger0,ack_10k_one_call,ack_10k_linger1,e2e,e2e_consumer"
+)
 
 
-def run_script(script: str, args: list[str], pythonpath: Path | None) -> dict[str, Any]:
-    """Run one benchmark script once (``--runs 1``) and return its JSON document."""
+def _env(pythonpath: Path | None) -> dict[str, str]:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_script(script: str, args: list[str], pythonpath: Path | None) -> dict[str, Any]:
+    """One run of one benchmark script (``--runs 1``); returns the JSON document it prints."""
     cmd = [sys.executable, str(HERE / f"{script}.py"), "--runs", "1", "--no-save", *args]
-    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, check=False, timeout=600)
+    done = subprocess.run(cmd, check=False, env=_env(pythonpath), cwd=REPO, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
     doc: dict[str, Any] = json.loads(done.stdout)
     return doc
 
 
+def run_suite(pythonpath: Path | None, system: str = "lkstream-embedded") -> dict[str, Any]:
+    """The peer suite's block of ``system``, once, at full sizes: its resources row as ``{"results": ...}``."""
+    with tempfile.TemporaryDirectory(prefix="lkstream-quick-suite-") as tmp:
+        out = Path(tmp) / "peers.json"
+        cmd = [sys.executable, "-m", "benchmarks.suite.run", "--systems", system, "--runs", "1"]
+        cmd += ["--no-extras", "--out", str(out)]
+        done = subprocess.run(
+            cmd, check=False, env=_env(pythonpath), cwd=REPO, capture_output=True, text=True, timeout=900
+        )
+        if done.returncode != 0 or not out.exists():
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+        doc = json.loads(out.read_text())
+    rows = [r for r in doc["raw"] if r["metric"] == "resources"]
+    return {"results": {r["system"]: {"peak_rss_MB": {"median": r["peak_rss_MB"]}} for r in rows}}
+
+
 @contextmanager
 def revision_tree(ref: str) -> Iterator[Path]:
-    """``lkstream/`` of git revision ``ref`` in a temporary directory."""
+    """``lkstream/`` of git revision ``ref`` in a temporary directory, its C extensions compiled."""
     with tempfile.TemporaryDirectory(prefix="lkstream-quick-") as tmp:
         archive = subprocess.run(
             ["git", "archive", "--format=tar", ref, "lkstream"], cwd=REPO, capture_output=True, check=True
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        build_extensions(Path(tmp))
         yield Path(tmp)
 
 
-def one_pass(pythonpath: Path | None, msgs: int, seconds: float) -> dict[str, dict[str, float]]:
-    """Each row's value from one run of each script: {scenario/field: value}."""
-    producer = run_script("bench_producer", ["--only", PRODUCER_ROWS, "--msgs-200b", str(msgs)], pythonpath)
-    latency = run_script("bench_latency", ["--seconds", str(seconds)], pythonpath)
-    docs = {"bench_producer": producer, "bench_latency": latency}
+def build_extensions(tree: Path) -> None:
+    """Compile every ``lkstream/format/_*.c`` of ``tree`` in place, as ``pip install`` would."""
+    sources = sorted((tree / "lkstream" / "format").glob("_*.c"))
+    modules = [f"Extension('lkstream.format.{p.stem}', ['lkstream/format/{p.name}'])" for p in sources]
+    if not modules:
+        return
+    code = (
+        "from setuptools import Extension, setup\n"
+        f"setup(name='lkstream-rev', ext_modules=[{', '.join(modules)}], script_args=['build_ext', '--inplace', '-q'])"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, timeout=300)
+    log(f"compiled {', '.join(p.name for p in sources)} for the revision")
+
+
+def one_pass(pythonpath: Path | None, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Each row's value from one run of each benchmark: {script: {scenario/field: value}}."""
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "bench_producer": lambda: run_script(
+            "bench_producer", ["--only", PRODUCER_ROWS, "--msgs-200b", str(args.msgs)], pythonpath
+        ),
+        "bench_latency": lambda: run_script("bench_latency", ["--seconds", str(args.seconds)], pythonpath),
+        "bench_consumer": lambda: run_script(
+            "bench_consumer",
+            ["--only", CONSUMER_ROWS, "--msgs", str(args.consume_msgs), "--random-gb", "0", "--no-gc-variants"],
+            pythonpath,
+        ),
+    }
+    if not args.no_rss:
+        steps["suite"] = lambda: run_suite(pythonpath)
+    if not args.no_daemon:
+        steps["bench_daemon"] = lambda: run_script(
+            "bench_daemon",
+            ["--msgs", str(args.msgs), "--phase-seconds", str(args.seconds), "--only", DAEMON_PHASES],
+            pythonpath,
+        )
+        if not args.no_rss:
+            steps["suite-daemon"] = lambda: run_suite(pythonpath, "lkstream-daemon")
+    if args.spark:
+        steps["bench_spark"] = lambda: run_script("bench_spark", ["--rows", str(args.spark_rows)], pythonpath)
+    docs = {script: step() for script, step in steps.items()}
     out: dict[str, dict[str, float]] = {}
     for script, scenario, field, _, _ in ROWS:
-        out.setdefault(script, {})[f"{scenario}/{field}"] = docs[script]["results"][scenario][field]["median"]
+        if script in docs:
+            out.setdefault(script, {})[f"{scenario}/{field}"] = docs[script]["results"][scenario][field]["median"]
     return out
 
 
@@ -92,6 +193,8 @@ def table(runs: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[str, 
     rows = []
     for script, scenario, field, higher, target in ROWS:
         key = f"{scenario}/{field}"
+        if script not in runs["after"][0]:
+            continue
         row: dict[str, Any] = {"row": key, "target": target}
         for side, passes in runs.items():
             values = [p[script][key] for p in passes]
@@ -111,7 +214,7 @@ def show(rows: list[dict[str, Any]]) -> None:
         before = f"{row['before']['median']:>14,.3f}" if "before" in row else ""
         ratio = f"  x{row['after_over_before']['median']:.2f}" if "after_over_before" in row else ""
         verdict = f"  {row.get('verdict', '')} (target {row['target']:,})" if row["target"] is not None else ""
-        print(f"{row['row']:<28}{before}{row['after']['median']:>14,.3f}{ratio}{verdict}", file=sys.stderr)
+        print(f"{row['row']:<36}{before}{row['after']['median']:>14,.3f}{ratio}{verdict}", file=sys.stderr)
 
 
 def main() -> None:
@@ -119,7 +222,12 @@ def main() -> None:
     parser.add_argument("--against", help="git revision to measure side by side (e.g. main)")
     parser.add_argument("--runs", type=int, default=3, help="passes per side (default 3)")
     parser.add_argument("--msgs", type=int, default=500_000, help="messages per throughput row and run")
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per latency scenario and run")
+    parser.add_argument("--consume-msgs", type=int, default=1_000_000, help="records of the consume rows' log")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per latency scenario and run")
+    parser.add_argument("--no-rss", action="store_true", help="skip the peer suite's blocks (row 7)")
+    parser.add_argument("--no-daemon", action="store_true", help="skip the daemon's rows (bench_daemon.py)")
+    parser.add_argument("--spark", action="store_true", help="add the Spark rows (bench_spark.py, ~3 min a pass)")
+    parser.add_argument("--spark-rows", type=int, default=2_000_000, help="rows of the Spark rows' log")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     args.quick, args.seed = False, None  # for emit(): the scripts use their own default seeds
@@ -131,12 +239,19 @@ def main() -> None:
         for n in range(args.runs):
             if before_tree is not None:
                 log(f"pass {n + 1}/{args.runs}: {args.against}")
-                runs["before"].append(one_pass(before_tree, args.msgs, args.seconds))
+                runs["before"].append(one_pass(before_tree, args))
             log(f"pass {n + 1}/{args.runs}: working tree")
-            runs["after"].append(one_pass(None, args.msgs, args.seconds))
+            runs["after"].append(one_pass(None, args))
     rows = table(runs)
     show(rows)
-    payload = {"against": args.against, "msgs_per_row": args.msgs, "latency_seconds": args.seconds, "rows": rows}
+    payload = {
+        "against": args.against,
+        "msgs_per_row": args.msgs,
+        "consume_msgs": args.consume_msgs,
+        "latency_seconds": args.seconds,
+        "spark_rows": args.spark_rows if args.spark else None,
+        "rows": rows,
+    }
     emit("quick", args, payload, facts)
 
 
