@@ -1,4 +1,4 @@
-"""The daemon (issue 3): one client process against ``python -m lkstream.grpc_server`` on loopback.
+"""The daemon (issues 3 and 14): one client process against ``python -m lkstream.grpc_server`` on loopback.
 
 Each run starts a fresh daemon as a subprocess (fsync_mode "group", data directory under
 ``<repo>/.bench-tmp/``, free ports), measures with 200-byte values, and stops it by PID
@@ -6,22 +6,25 @@ Each run starts a fresh daemon as a subprocess (fsync_mode "group", data directo
 
 ``produce_many_sync``  ``rb.produce_many_sync(topic, [(None, v)] * 1000)`` in a loop, one
                        partition: the client encodes, the daemon appends. msg/s acked.
+``produce_many_async`` the same with ``await rb.produce_many(...)``, one call after the other.
 ``produce_batch``      pre-encoded 1,000-record batches through ``await rb.produce_batch`` (the
                        encode is done before the clock starts): the RPC + append path alone.
 ``fetch_decode``       ``rb.fetch(topic, 0, offset)`` (raw batches, 1 MiB) + ``decode_batches``
                        from offset 0 to the end of the produce_many_sync log. msg/s.
 ``fetch_raw``          the same without the decode (reference).
+``fetch_pipelined``    ``fetch_async`` + decode with one read ahead (the next fetch in flight).
+``consumer``           the public ``Consumer.consume()`` with a handler that only counts.
 ``ack_latency``        open model: 1,000-record ``produce_many`` calls scheduled at fixed intervals
-                       so the offered rate is 80% of this run's ``produce_many_sync`` ceiling; each
-                       call is a task started at its scheduled time (or at once if late), and its
-                       latency runs from the *scheduled* time to the ack (no coordinated omission).
-``e2e``                10,000 msg/s as 100 records every 10 ms (scheduled time in the value) on a
-                       fresh topic, read back by ``subscribe`` in another process (e2e_reader.py,
-                       as a real consumer is; ``perf_counter`` is one system-wide monotonic
-                       clock); latency from the scheduled send time to the record's arrival.
-``e2e_same_process``   the same with the reader on the producer's event loop (what the first
-                       daemon pass measured): adds head-of-line blocking behind produce calls.
-``rss``                daemon VmRSS after start, after the produce phases, at the end.
+                       so the offered rate is 80% of this run's ``produce_many_sync`` ceiling (issue 3).
+``ack_10k_*``          ack latency at 10,000 msg/s in 1 ms ticks, the peer suite's schedule, with a
+                       precise pacer (``daemon_latency.py``): ``pacer`` (the harness alone),
+                       ``linger0`` (``Producer(linger_ms=0)``), ``one_call`` (``await produce_many``
+                       of one record) and ``linger1`` (``Producer(linger_ms=1)``, the suite's row).
+``e2e``                produce-to-Subscribe: one ``produce_many`` per 1 ms tick (10 records), read
+                       back by ``subscribe()`` in another process (``e2e_reader.py``).
+``e2e_consumer``       the same read by the public ``Consumer`` in another process.
+``rss``                daemon VmRSS after start, after the produce phases, at the end, and its peak
+                       (sampled every 50 ms through the whole run).
 
     .venv/bin/python benchmarks/bench_daemon.py --runs 3
     .venv/bin/python benchmarks/bench_daemon.py --quick --runs 1
@@ -32,18 +35,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import daemon_latency
 from _common import (
     MB,
     REPO,
@@ -60,6 +64,7 @@ from _common import (
     utc_stamp,
     verdict,
 )
+from daemon_latency import ACK_VARIANTS
 
 import lkstream
 from lkstream.format.batch import span_of_whole_batches
@@ -72,14 +77,16 @@ E2E_BATCH = 100
 LOAD_FRACTION = 0.80
 PHASES = (
     "produce_many_sync",
+    "produce_many_async",
     "produce_batch",
     "fetch_decode",
     "fetch_raw",
     "fetch_pipelined",
     "consumer",
     "ack_latency",
+    *(f"ack_10k_{variant}" for variant in ACK_VARIANTS),
     "e2e",
-    "e2e_same_process",
+    "e2e_consumer",
 )
 PY_SPY = REPO / ".venv" / "bin" / "py-spy"
 
@@ -184,6 +191,18 @@ def phase_produce_sync(rb: Any, topic: str, calls: list[Any], n_calls: int) -> d
     for i in range(n_calls):
         rb.produce_many_sync(topic, calls[i % len(calls)])
     seconds = time.perf_counter() - started
+    return {"msgs": n_calls * BATCH, "seconds": seconds, "msg_per_s": n_calls * BATCH / seconds}
+
+
+def phase_produce_async(rb: Any, topic: str, calls: list[Any], n_calls: int) -> dict[str, Any]:
+    async def go() -> float:
+        await rb.produce_many(topic, calls[0])  # creates the topic, warms the path
+        started = time.perf_counter()
+        for i in range(n_calls):
+            await rb.produce_many(topic, calls[i % len(calls)])
+        return time.perf_counter() - started
+
+    seconds = asyncio.run(go())
     return {"msgs": n_calls * BATCH, "seconds": seconds, "msg_per_s": n_calls * BATCH / seconds}
 
 
@@ -326,100 +345,38 @@ def phase_ack_latency(rb: Any, topic: str, calls: list[Any], ceiling: float, sec
     }
 
 
-def _send_e2e(rb: Any, topic: str, n: int, pad: bytes) -> Any:
-    """Coroutine: ``n`` calls of E2E_BATCH stamped records on a fixed schedule (open model)."""
-    interval = E2E_BATCH / E2E_RATE
-
-    async def send() -> None:
-        start = time.perf_counter() + 0.05
-        sends = []
-        for i in range(n):
-            scheduled = start + i * interval
-            delay = scheduled - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            records = [(None, struct.pack(">qd", i * E2E_BATCH + j, scheduled) + pad) for j in range(E2E_BATCH)]
-            sends.append(asyncio.create_task(rb.produce_many(topic, records)))
-        await asyncio.gather(*sends)
-
-    return send()
-
-
-def phase_e2e(rb: Any, topic: str, seconds: float, seed: int) -> dict[str, Any]:
-    """Produce-to-Subscribe latency with the reader in its own process, as a real consumer is."""
-    n = int(seconds * E2E_RATE / E2E_BATCH)
-    pad = random.Random(seed).randbytes(SMALL - 16)
-    rb.create_topic(topic, 1)
-    reader = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("e2e_reader.py")), rb.address, topic, str(n * E2E_BATCH),
-         str(n // 10 * E2E_BATCH)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert reader.stdout is not None
-        if reader.stdout.readline().strip() != "ready":
-            raise SystemExit("e2e reader did not start")
-        asyncio.run(_send_e2e(rb, topic, n, pad))
-        out, _ = reader.communicate(timeout=60)
-    finally:
-        if reader.poll() is None:
-            reader.kill()
-            reader.wait()
-    lat = json.loads(out)
-    return {"rate_msg_per_s": float(E2E_RATE), "received": float(len(lat)), **lat_stats(lat)}
-
-
-def phase_e2e_same_process(rb: Any, topic: str, seconds: float, seed: int) -> dict[str, Any]:
-    """The same, with the reader on the producer's event loop (the first daemon pass measured this)."""
-    n = int(seconds * E2E_RATE / E2E_BATCH)
-    warm = n // 10
-    pad = random.Random(seed).randbytes(SMALL - 16)
-    rb.create_topic(topic, 1)
-
-    async def go() -> list[float]:
-        lat: list[float] = []
-        total = n * E2E_BATCH
-        received = 0
-        done = asyncio.Event()
-
-        async def consume() -> None:
-            nonlocal received
-            async for rec in rb.subscribe(topic, 0, 0):
-                now = time.perf_counter()
-                seq, scheduled = struct.unpack_from(">qd", rec.value)
-                if seq >= warm * E2E_BATCH:
-                    lat.append(now - scheduled)
-                received += 1
-                if received >= total:
-                    break
-            done.set()
-
-        reader = asyncio.create_task(consume())
-        await asyncio.sleep(0.3)  # the stream is open
-        await _send_e2e(rb, topic, n, pad)
-        try:
-            await asyncio.wait_for(done.wait(), 30)
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
-        return lat
-
-    lat = asyncio.run(go())
-    return {"rate_msg_per_s": float(E2E_RATE), "received": float(len(lat)), **lat_stats(lat)}
-
-
 # -- one run ---------------------------------------------------------------------------------------
+
+
+class PeakRss:
+    """Samples a process's VmRSS every 50 ms in a thread; ``peak`` is the largest seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, rss_bytes(self.pid))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return self.peak
 
 
 def one_run(root: Path, args: Any, calls: list[Any], n_calls: int, phase_s: float) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     daemon = DaemonProcess(root)
     rb = None
+    peak: PeakRss | None = None
     try:
         address = daemon.wait_ready()
         rss0 = rss_bytes(daemon.pid)
+        peak = PeakRss(daemon.pid)
         log(f"daemon pid {daemon.pid} at {address}, RSS {rss0 / MB:.1f} MB")
         rb = lkstream.connect(address)
 
@@ -431,6 +388,7 @@ def one_run(root: Path, args: Any, calls: list[Any], n_calls: int, phase_s: floa
             log(f"{name}: " + ", ".join(f"{k}={v:,.3f}" for k, v in out[name].items()))
 
         run("produce_many_sync", lambda: phase_produce_sync(rb, "bench.produce", calls, n_calls))
+        run("produce_many_async", lambda: phase_produce_async(rb, "bench.async", calls, n_calls))
         run("produce_batch", lambda: phase_produce_batch(rb, "bench.batch", calls, n_calls))
         rss1 = rss_bytes(daemon.pid)
         run("fetch_decode", lambda: phase_fetch(rb, "bench.produce", decode=True))
@@ -439,17 +397,28 @@ def one_run(root: Path, args: Any, calls: list[Any], n_calls: int, phase_s: floa
         run("consumer", lambda: phase_consumer(rb, "bench.produce", n_calls * BATCH))
         ceiling = out.get("produce_many_sync", {}).get("msg_per_s", args.ceiling)
         run("ack_latency", lambda: phase_ack_latency(rb, "bench.ack", calls, ceiling, phase_s))
-        run("e2e", lambda: phase_e2e(rb, "bench.e2e", phase_s, args.seed))
-        run("e2e_same_process", lambda: phase_e2e_same_process(rb, "bench.e2e2", phase_s, args.seed))
+        for variant in ACK_VARIANTS:
+            run(
+                f"ack_10k_{variant}",
+                lambda v=variant: daemon_latency.ack_10k(rb, f"bench.ack10k.{v}", v, phase_s, SMALL),
+            )
+        run("e2e", lambda: daemon_latency.e2e(rb, "bench.e2e", phase_s, SMALL, reader="subscribe", seed=args.seed))
+        run(
+            "e2e_consumer",
+            lambda: daemon_latency.e2e(rb, "bench.e2e.c", phase_s, SMALL, reader="consumer", seed=args.seed),
+        )
         rss2 = rss_bytes(daemon.pid)
         out["rss"] = {
             "after_start_MB": rss0 / MB,
             "after_produce_MB": rss1 / MB,
             "at_end_MB": rss2 / MB,
+            "peak_MB": peak.stop() / MB,
             "growth_MB": (rss2 - rss0) / MB,
         }
         log("rss: " + ", ".join(f"{k}={v:,.1f}" for k, v in out["rss"].items()))
     finally:
+        if peak is not None:
+            peak.stop()
         if rb is not None:
             rb.close()
         code = daemon.stop()
@@ -459,18 +428,42 @@ def one_run(root: Path, args: Any, calls: list[Any], n_calls: int, phase_s: floa
 
 TARGETS = (
     # (target, result section, key, limit, higher is better, unit)
-    ("produce >= 500,000 msg/s (1,000 x 200 B per call)", "produce_many_sync", "msg_per_s", 5e5, True, "msg/s"),
     (
-        "consume via Fetch >= 1,000,000 msg/s (fetch + decode, one read ahead)",
+        "issue 3: produce >= 500,000 msg/s (1,000 x 200 B per call)",
+        "produce_many_sync",
+        "msg_per_s",
+        5e5,
+        True,
+        "msg/s",
+    ),
+    ("issue 14: produce_many >= 1,100,000 msg/s (sync)", "produce_many_sync", "msg_per_s", 1.1e6, True, "msg/s"),
+    ("issue 14: produce_many >= 1,100,000 msg/s (async)", "produce_many_async", "msg_per_s", 1.1e6, True, "msg/s"),
+    (
+        "issue 3: consume via Fetch >= 1,000,000 msg/s (one read ahead)",
         "fetch_pipelined",
         "msg_per_s",
         1e6,
         True,
         "msg/s",
     ),
-    ("ack latency p50 < 1 ms at 80% of ceiling", "ack_latency", "p50_ms", 1.0, False, "ms"),
-    ("ack latency p99 < 10 ms at 80% of ceiling", "ack_latency", "p99_ms", 10.0, False, "ms"),
-    ("e2e produce-to-Subscribe p99 < 5 ms at 10,000 msg/s (reader process)", "e2e", "p99_ms", 5.0, False, "ms"),
+    (
+        "issue 14: consume >= 1,300,000 msg/s (fetch + decode, one read ahead)",
+        "fetch_pipelined",
+        "msg_per_s",
+        1.3e6,
+        True,
+        "msg/s",
+    ),
+    ("issue 14: consume >= 1,300,000 msg/s (Consumer.consume)", "consumer", "msg_per_s", 1.3e6, True, "msg/s"),
+    ("issue 3: ack latency p50 < 1 ms at 80% of ceiling", "ack_latency", "p50_ms", 1.0, False, "ms"),
+    ("issue 3: ack latency p99 < 10 ms at 80% of ceiling", "ack_latency", "p99_ms", 10.0, False, "ms"),
+    ("issue 14: ack p50 <= 0.5 ms at 10k msg/s, Producer(linger_ms=0)", "ack_10k_linger0", "p50_ms", 0.5, False, "ms"),
+    ("issue 14: ack p99 <= 2 ms at 10k msg/s, Producer(linger_ms=0)", "ack_10k_linger0", "p99_ms", 2.0, False, "ms"),
+    ("issue 14: ack p50 <= 0.5 ms at 10k msg/s, produce_many of one", "ack_10k_one_call", "p50_ms", 0.5, False, "ms"),
+    ("issue 14: ack p99 <= 2 ms at 10k msg/s, produce_many of one", "ack_10k_one_call", "p99_ms", 2.0, False, "ms"),
+    ("issue 14: produce-to-Subscribe p99 <= 3 ms at 10k msg/s", "e2e", "p99_ms", 3.0, False, "ms"),
+    ("issue 14: produce-to-Consumer p99 <= 3 ms at 10k msg/s", "e2e_consumer", "p99_ms", 3.0, False, "ms"),
+    ("issue 14: daemon peak RSS <= 150 MB", "rss", "peak_MB", 150.0, False, "MB"),
 )
 
 

@@ -10,7 +10,16 @@ Every embedded row of issue 14, at small sizes, 3 passes by default:
 * ``bench_consumer.py``: row 4, ``Consumer.consume`` with a no-op handler (1M records), and the
   decode loop alone (``decoded_partition``) for reference;
 * the peer suite's embedded block (``benchmarks.suite.run --systems lkstream-embedded``, full
-  sizes, one run): row 7's peak RSS over those phases (``--no-rss`` skips it: 30 s a pass).
+  sizes, one run): row 7's peak RSS over those phases (``--no-rss`` skips it: 30 s a pass);
+* ``bench_daemon.py`` (the daemon over gRPC, one client process): row 5, ``produce_many`` sync
+  and async and consume (fetch + decode with one read ahead, and the public ``Consumer``); row
+  6, ack latency at 10,000 msg/s in 1 ms ticks (``Producer(linger_ms=0)``, ``produce_many`` of
+  one, the suite's ``linger_ms=1``, and the pacer's floor) and produce-to-consume through
+  ``subscribe()`` and through the ``Consumer`` (``--no-daemon`` skips them: about 40 s a pass);
+* the peer suite's daemon block (``--systems lkstream-daemon``): row 7's daemon peak RSS (with
+  ``--no-rss``, skipped too);
+* ``bench_spark.py`` with ``--spark`` (about 3 minutes a pass): row 8, the source through
+  ``bootstrap``, the ``path`` source against Spark's Parquet source (ratio per pass) and the sink.
 
 ``--against REF`` measures a git revision's ``lkstream/`` in the same session, alternating with
 the working tree's, so before and after share the machine's load: ``git archive REF lkstream``
@@ -19,7 +28,7 @@ them would otherwise run the pure-Python fallbacks), and the directory goes firs
 ``PYTHONPATH``. The table shows both medians and the median of the per-pass ratios. The
 benchmark scripts themselves always come from the working tree.
 
-    .venv/bin/python benchmarks/quick.py                   # the working tree only (about 2.5 minutes)
+    .venv/bin/python benchmarks/quick.py                   # the working tree only (about 3.5 minutes)
     .venv/bin/python benchmarks/quick.py --against "$(git merge-base main HEAD)"   # before and after
 
 Prints a table on stderr, the JSON document on stdout, and saves it as
@@ -59,7 +68,33 @@ ROWS = [
     ("bench_latency", "produce_many_1", "p50_ms", False, None),
     ("bench_latency", "pacer", "p99_ms", False, None),
     ("bench_consumer", "decoded_partition", "msg_per_s", True, None),
+    # The daemon's rows (issue 14, rows 5-8).
+    ("bench_daemon", "produce_many_sync", "msg_per_s", True, 1_100_000),
+    ("bench_daemon", "produce_many_async", "msg_per_s", True, 1_100_000),
+    ("bench_daemon", "fetch_pipelined", "msg_per_s", True, 1_300_000),
+    ("bench_daemon", "consumer", "msg_per_s", True, 1_300_000),
+    ("bench_daemon", "ack_10k_linger0", "p50_ms", False, 0.5),
+    ("bench_daemon", "ack_10k_linger0", "p99_ms", False, 2.0),
+    ("bench_daemon", "e2e", "p99_ms", False, 3.0),
+    ("bench_daemon", "e2e_consumer", "p99_ms", False, 3.0),
+    ("suite-daemon", "lkstream-daemon", "peak_rss_MB", False, 150),
+    ("bench_spark", "source_bootstrap_noop", "rows_per_s", True, 1_500_000),
+    ("bench_spark", "path_over_parquet", "ratio", True, 0.8),
+    ("bench_spark", "sink", "rows_per_s", True, 1_000_000),
+    ("bench_daemon", "ack_10k_one_call", "p50_ms", False, None),
+    ("bench_daemon", "ack_10k_one_call", "p99_ms", False, None),
+    ("bench_daemon", "ack_10k_linger1", "p50_ms", False, None),
+    ("bench_daemon", "ack_10k_linger1", "p99_ms", False, None),
+    ("bench_daemon", "ack_10k_pacer", "p99_ms", False, None),
+    ("bench_daemon", "e2e", "p50_ms", False, None),
+    ("bench_daemon", "fetch_raw", "msg_per_s", True, None),
+    ("bench_spark", "source_path_noop", "rows_per_s", True, None),
+    ("bench_spark", "parquet_noop", "rows_per_s", True, None),
 ]
+DAEMON_PHASES = (
+    "produce_many_sync,produce_many_async,fetch_raw,fetch_pipelined,consumer,"
+    "ack_10k_pacer,ack_10k_linger0,ack_10k_one_call,ack_10k_linger1,e2e,e2e_consumer"
+)
 
 
 def _env(pythonpath: Path | None) -> dict[str, str]:
@@ -79,11 +114,11 @@ def run_script(script: str, args: list[str], pythonpath: Path | None) -> dict[st
     return doc
 
 
-def run_suite(pythonpath: Path | None) -> dict[str, Any]:
-    """The peer suite's embedded block, once, at full sizes: its resources row as ``{"results": ...}``."""
+def run_suite(pythonpath: Path | None, system: str = "lkstream-embedded") -> dict[str, Any]:
+    """The peer suite's block of ``system``, once, at full sizes: its resources row as ``{"results": ...}``."""
     with tempfile.TemporaryDirectory(prefix="lkstream-quick-suite-") as tmp:
         out = Path(tmp) / "peers.json"
-        cmd = [sys.executable, "-m", "benchmarks.suite.run", "--systems", "lkstream-embedded", "--runs", "1"]
+        cmd = [sys.executable, "-m", "benchmarks.suite.run", "--systems", system, "--runs", "1"]
         cmd += ["--no-extras", "--out", str(out)]
         done = subprocess.run(
             cmd, check=False, env=_env(pythonpath), cwd=REPO, capture_output=True, text=True, timeout=900
@@ -136,6 +171,16 @@ def one_pass(pythonpath: Path | None, args: argparse.Namespace) -> dict[str, dic
     }
     if not args.no_rss:
         steps["suite"] = lambda: run_suite(pythonpath)
+    if not args.no_daemon:
+        steps["bench_daemon"] = lambda: run_script(
+            "bench_daemon",
+            ["--msgs", str(args.msgs), "--phase-seconds", str(args.seconds), "--only", DAEMON_PHASES],
+            pythonpath,
+        )
+        if not args.no_rss:
+            steps["suite-daemon"] = lambda: run_suite(pythonpath, "lkstream-daemon")
+    if args.spark:
+        steps["bench_spark"] = lambda: run_script("bench_spark", ["--rows", str(args.spark_rows)], pythonpath)
     docs = {script: step() for script, step in steps.items()}
     out: dict[str, dict[str, float]] = {}
     for script, scenario, field, _, _ in ROWS:
@@ -179,7 +224,10 @@ def main() -> None:
     parser.add_argument("--msgs", type=int, default=500_000, help="messages per throughput row and run")
     parser.add_argument("--consume-msgs", type=int, default=1_000_000, help="records of the consume rows' log")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per latency scenario and run")
-    parser.add_argument("--no-rss", action="store_true", help="skip the peer suite's embedded block (row 7)")
+    parser.add_argument("--no-rss", action="store_true", help="skip the peer suite's blocks (row 7)")
+    parser.add_argument("--no-daemon", action="store_true", help="skip the daemon's rows (bench_daemon.py)")
+    parser.add_argument("--spark", action="store_true", help="add the Spark rows (bench_spark.py, ~3 min a pass)")
+    parser.add_argument("--spark-rows", type=int, default=2_000_000, help="rows of the Spark rows' log")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     args.quick, args.seed = False, None  # for emit(): the scripts use their own default seeds
@@ -201,6 +249,7 @@ def main() -> None:
         "msgs_per_row": args.msgs,
         "consume_msgs": args.consume_msgs,
         "latency_seconds": args.seconds,
+        "spark_rows": args.spark_rows if args.spark else None,
         "rows": rows,
     }
     emit("quick", args, payload, facts)

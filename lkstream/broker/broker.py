@@ -522,18 +522,21 @@ class Broker(GroupCalls):
         return result
 
     def begin_produce_batch(
-        self, topic: str, partition: int, batch: bytearray
+        self, topic: str, partition: int, batch: bytearray, *, owned: bool = False
     ) -> tuple[tuple[int, int], Acknowledgement]:
         """:meth:`produce_batch` in two halves: validate and append now, acknowledge later.
 
         Returns ``((base, last), ack)``; ``await ack.wait()`` (or ``ack.wait_sync()``)
         before telling the producer. For surfaces that pipeline requests (the Kafka
-        listener): appends happen in request order even while earlier acknowledgements
-        are still waiting for their fsync.
+        listener, gRPC streams): appends happen in request order even while earlier
+        acknowledgements are still waiting for their fsync. ``owned``: the caller made
+        ``batch`` for this call and hands it over (the hot tail keeps it without a copy).
         """
-        return self._append_encoded(topic, partition, batch)
+        return self._append_encoded(topic, partition, batch, owned=owned)
 
-    def _append_encoded(self, topic: str, pid: int, batch: bytearray) -> tuple[tuple[int, int], Acknowledgement]:
+    def _append_encoded(
+        self, topic: str, pid: int, batch: bytearray, *, owned: bool = False
+    ) -> tuple[tuple[int, int], Acknowledgement]:
         self._check_open()
         if not isinstance(batch, bytearray):
             batch = bytearray(batch)
@@ -542,7 +545,7 @@ class Broker(GroupCalls):
         validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
         target = self.partition(self._topic(topic, create=True).name, pid)
         with self._acknowledgement(len(batch)) as ack:
-            result = ack.append(target, batch)
+            result = ack.append(target, batch, owned=owned)
         return (result.base_offset, result.last_offset), ack
 
     def init_producer_id(self) -> tuple[int, int]:

@@ -59,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -67,9 +68,11 @@ import grpc
 
 from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
-from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.broker.partitioner import StickyPartitioner
 from lkstream.client.remote_calls import fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
+from lkstream.client.remote_produce import RemoteProduce
+from lkstream.client.remote_streams import STREAM_RPCS, LoopThread, OrderedStream
 from lkstream.client.remote_waits import RemoteWaits
 from lkstream.client.retry import (
     DEFAULT_BACKOFF_MAX_S,
@@ -77,13 +80,8 @@ from lkstream.client.retry import (
     Retry,
     normalise_address,
 )
-from lkstream.errors import (
-    InvalidArgumentError,
-    RecordTooLargeError,
-    UnknownTopicError,
-)
-from lkstream.format.codec import Compression, Headers, KeyValue, Record, decode_batches, encode_batch
-from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
+from lkstream.errors import InvalidArgumentError, UnknownTopicError
+from lkstream.format.codec import Compression, Record, decode_batches
 from lkstream.security.access import AUTHORIZATION_KEY
 from lkstream.security.tls import ClientTls, client_tls
 from lkstream.storage.log import PartitionStats, ReadResult
@@ -107,16 +105,13 @@ _RECONNECT_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
-# (partition or None for "the daemon picks", encoded batch, indices of the records in it)
-_Chunk = tuple[int | None, bytearray, list[int]]
-
 
 def connect(address: str = "127.0.0.1:9090", **options: Any) -> RemoteBroker:
     """Connect to the daemon at ``address`` and check the protocol version; see :class:`RemoteBroker`."""
     return RemoteBroker(address, **options)
 
 
-class RemoteBroker(RemoteWaits, RemoteGroupCalls):
+class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
     """A connection to an LKSTREAM daemon with the embedded :class:`Broker`'s surface."""
 
     def __init__(
@@ -180,6 +175,11 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls):
         self._aio: dict[asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, Any]] = {}
         self._partitions: dict[str, int] = {}
         self._sticky = StickyPartitioner()
+        self._streams: dict[str, OrderedStream] = {}
+        self._unstreamed: set[str] = set()
+        self._parked: dict[tuple[str, int], tuple[float, int, ReadResult]] = {}
+        self._parked_lock = threading.Lock()
+        self._sync_loop = LoopThread(f"lkstream-client-{address}")
         self._closed = False
         self.max_message_bytes: int | None = None
         try:
@@ -194,117 +194,39 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls):
             self._stub.Handshake, request, timeout=timeout, retry=Retry.SAFE, deadline=time.monotonic() + timeout
         )
         self.max_message_bytes = int(response.max_message_bytes) or None
+        # An older daemon names no streams: its unary twins are used instead.
+        self._unstreamed = set(STREAM_RPCS) - set(response.streams)
         self._reached = True
         return int(response.server_protocol_version)
-
-    # -- produce ---------------------------------------------------------------------------------
-
-    async def produce_many(
-        self,
-        topic: str,
-        records: Sequence[Any],
-        *,
-        partition: int | None = None,
-        compression: Compression | str | None = None,
-    ) -> list[tuple[int, int]]:
-        """Append ``(key, value[, headers])`` records; return ``[(partition, offset)]`` in input order."""
-        pairs, headers = normalise_records(records)
-        if not pairs:
-            return []
-        self._check_sizes(pairs)  # before a describe that may auto-create the topic
-        count = None
-        if partition is None and any(key is not None for key, _ in pairs):
-            count = self._partitions.get(topic) or await self._adescribe_count(topic)
-        chunks = self._plan(pairs, headers, partition, count, compression)
-        results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
-        for pid, batch, indices in chunks:
-            response = await self._acall("Produce", _produce_request(topic, pid, batch), retry=Retry.RESEND)
-            _place(results, indices, response)
-        return results
-
-    def produce_many_sync(
-        self,
-        topic: str,
-        records: Sequence[Any],
-        *,
-        partition: int | None = None,
-        compression: Compression | str | None = None,
-    ) -> list[tuple[int, int]]:
-        """Blocking twin of :meth:`produce_many`."""
-        pairs, headers = normalise_records(records)
-        if not pairs:
-            return []
-        self._check_sizes(pairs)  # before a describe that may auto-create the topic
-        count = None
-        if partition is None and any(key is not None for key, _ in pairs):
-            count = self.partitions_for(topic, create=True)
-        results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
-        for pid, batch, indices in self._plan(pairs, headers, partition, count, compression):
-            request = _produce_request(topic, pid, batch)
-            _place(results, indices, self._call(self._stub.Produce, request, retry=Retry.RESEND))
-        return results
-
-    async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
-        """Append one pre-encoded v2 batch; return ``(base_offset, last_offset)``."""
-        response = await self._acall("Produce", _produce_request(topic, partition, batch), retry=Retry.RESEND)
-        return int(response.base_offset), int(response.last_offset)
-
-    def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
-        """Blocking twin of :meth:`produce_batch`."""
-        response = self._call(self._stub.Produce, _produce_request(topic, partition, batch), retry=Retry.RESEND)
-        return int(response.base_offset), int(response.last_offset)
-
-    def _check_sizes(self, pairs: list[KeyValue]) -> None:
-        """The daemon appends our batches without looking at records: enforce its per-record limit here."""
-        if self.max_message_bytes is not None:
-            largest = max(record_sizes(pairs))
-            if largest > self.max_message_bytes:
-                raise RecordTooLargeError(largest, self.max_message_bytes)
-
-    def _plan(
-        self,
-        pairs: list[KeyValue],
-        headers: list[Headers] | None,
-        explicit: int | None,
-        count: int | None,
-        compression: Compression | str | None,
-    ) -> list[_Chunk]:
-        """Route records to partitions (as the embedded broker does) and encode one batch per chunk."""
-        codec = self.compression if compression is None else Compression.parse(compression)
-        sizes = record_sizes(pairs)
-        routes: dict[int | None, list[int]]
-        if explicit is not None or count is None or count == 1:
-            routes = {explicit if count != 1 or explicit is not None else 0: list(range(len(pairs)))}
-        else:
-            keyless = self._sticky.next(count)
-            routes = {}
-            for i, (key, _) in enumerate(pairs):
-                target = keyless if key is None else partition_for_key(key, count)
-                routes.setdefault(target, []).append(i)
-        chunks: list[_Chunk] = []
-        for pid, indices in routes.items():
-            for chunk in chunk_by_size(indices, sizes, self.batch_bytes):
-                batch = encode_batch(
-                    [pairs[i] for i in chunk],
-                    headers=None if headers is None else [headers[i] for i in chunk],
-                    compression=codec,
-                )
-                chunks.append((pid, batch, chunk))
-        return chunks
 
     # -- fetch -----------------------------------------------------------------------------------
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
-        """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``)."""
-        response = self._call(self._stub.Fetch, fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
-        return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
+        """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``).
+
+        Asked on the daemon's FetchStream (from the client's loop thread); an older daemon
+        gets a unary Fetch.
+        """
+        parked = self._parked_read(topic, partition, offset, max_bytes)
+        if parked is not None:
+            return parked
+        request = fetch_request(topic, partition, offset, max_bytes)
+        if "FetchStream" in self._unstreamed:
+            response = self._call(self._stub.Fetch, request, retry=Retry.SAFE)
+        else:
+            (response,) = self._blocking(self._astreamed("FetchStream", [request], Retry.SAFE))
+        return _read_result(response)
 
     async def fetch_async(
         self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES
     ) -> ReadResult:
         """Async twin of :meth:`fetch`."""
-        response = await self._acall("Fetch", fetch_request(topic, partition, offset, max_bytes), retry=Retry.SAFE)
-        return ReadResult(bytes(response.record_batches), response.log_start_offset, response.high_watermark)
+        parked = self._parked_read(topic, partition, offset, max_bytes)
+        if parked is not None:
+            return parked
+        request = fetch_request(topic, partition, offset, max_bytes)
+        (response,) = await self._astreamed("FetchStream", [request], Retry.SAFE)
+        return _read_result(response)
 
     def read_from(
         self,
@@ -412,6 +334,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls):
         if self._closed:
             return
         self._closed = True
+        self._close_streams()
         self._channel.close()
         for loop, (channel, _) in list(self._aio.items()):
             if not loop.is_closed():
@@ -466,14 +389,8 @@ def _close_soon(loop: asyncio.AbstractEventLoop, close: Callable[[], Any]) -> No
     # A stopped loop's channel is released with the loop.
 
 
-def _produce_request(topic: str, partition: int | None, batch: bytes | bytearray) -> pb.ProduceRequest:
-    return pb.ProduceRequest(topic=topic, partition=partition, record_batch=bytes(batch))
-
-
-def _place(results: list[tuple[int, int]], indices: list[int], response: pb.ProduceResponse) -> None:
-    pid, base = int(response.partition), int(response.base_offset)
-    for delta, i in enumerate(indices):
-        results[i] = (pid, base + delta)
+def _read_result(response: pb.FetchResponse) -> ReadResult:
+    return ReadResult(response.record_batches, response.log_start_offset, response.high_watermark)
 
 
 def _description(info: pb.TopicInfo) -> TopicDescription:

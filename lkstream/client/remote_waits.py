@@ -2,7 +2,9 @@
 
 * :meth:`RemoteWaits.wait_for_data` / ``wait_for_data_sync``: the Consumer's wake-up,
   one long-poll Fetch (``max_wait_ms``) per watched partition, answered by the
-  daemon when the append lands: nothing polls.
+  daemon when the append lands: nothing polls. The answer carries the new batches;
+  they are kept ("parked", briefly and bounded) for the fetch that follows the
+  wake-up, which then needs no second round trip.
 * :meth:`RemoteWaits.subscribe` / ``subscribe_batches``: the daemon pushes batches as
   they are appended; a stream broken by a daemon restart is reopened after the
   last batch delivered.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,12 +33,46 @@ from lkstream.wire._proto import messaging_pb2 as pb
 
 #: Longest single long-poll Fetch while waiting for data (a longer wait re-asks).
 LONG_POLL_S = 10.0
+#: How long the batches a wake-up brought are kept for the next fetch at that offset.
+PARK_S = 0.5
+#: Bytes of such batches kept at most (over all partitions); a wake-up beyond it parks nothing.
+PARKED_BYTES_MAX = 8 * 1024 * 1024
 
 
 class RemoteWaits(RemoteCalls):
     """Long polls and subscriptions; needs the blocking stub ``_stub`` besides the call plumbing."""
 
     _stub: Any
+    #: (topic, partition) -> (monotonic time parked, offset asked, what the long poll answered)
+    _parked: dict[tuple[str, int], tuple[float, int, ReadResult]]
+    _parked_lock: threading.Lock
+
+    def _park(self, topic: str, partition: int, offset: int, response: pb.FetchResponse) -> None:
+        """Keep a long poll's answer for the fetch the wake-up leads to (when it holds new batches)."""
+        data = response.record_batches
+        if not data or int(response.high_watermark) <= offset:
+            return
+        with self._parked_lock:
+            now = time.monotonic()
+            for key in [k for k, (at, _, _) in self._parked.items() if now - at > PARK_S]:
+                del self._parked[key]
+            if sum(len(r.data) for _, _, r in self._parked.values()) + len(data) > PARKED_BYTES_MAX:
+                return
+            result = ReadResult(data, int(response.log_start_offset), int(response.high_watermark))
+            self._parked[(topic, partition)] = (now, offset, result)
+
+    def _parked_read(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult | None:
+        """The parked answer for a fetch of ``topic[partition]`` at ``offset``, if fresh and within ``max_bytes``."""
+        if not self._parked:
+            return None
+        with self._parked_lock:
+            entry = self._parked.pop((topic, partition), None)
+        if entry is None:
+            return None
+        at, asked, result = entry
+        if asked != offset or time.monotonic() - at > PARK_S or len(result.data) > max(max_bytes, 1):
+            return None
+        return result
 
     async def wait_for_data(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
         """Wait until any ``(topic, partition)`` has a record at or past its offset; False on timeout.
@@ -70,6 +107,7 @@ class RemoteWaits(RemoteCalls):
             response = await stub.Fetch(request, timeout=wait_s + self.timeout, metadata=self._metadata)
         except grpc.RpcError:
             return True
+        self._park(topic, pid, offset, response)
         return int(response.high_watermark) > offset
 
     def wait_for_data_sync(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
@@ -77,7 +115,7 @@ class RemoteWaits(RemoteCalls):
         deadline = _deadline(positions, timeout)
         while True:
             wait_s = _wait_slice(deadline)
-            answered: queue.SimpleQueue[tuple[Any, int]] = queue.SimpleQueue()
+            answered: queue.SimpleQueue[tuple[Any, tuple[str, int, int]]] = queue.SimpleQueue()
             calls = []
             if self._closed:
                 raise InvalidArgumentError("this RemoteBroker is closed")
@@ -85,15 +123,19 @@ class RemoteWaits(RemoteCalls):
                 call = self._stub.Fetch.future(
                     _wait_request(topic, pid, offset, wait_s), timeout=wait_s + self.timeout, metadata=self._metadata
                 )
-                call.add_done_callback(functools.partial(_answered, answered, offset))
+                call.add_done_callback(functools.partial(_answered, answered, (topic, pid, offset)))
                 calls.append(call)
             try:
                 for _ in calls:
                     try:
-                        done, offset = answered.get(timeout=wait_s + self.timeout)
+                        done, (topic, pid, offset) = answered.get(timeout=wait_s + self.timeout)
                     except queue.Empty:
                         return True  # the calls' own deadlines should have fired: go and look
-                    if _arrived(done, offset):
+                    response = _answer(done)
+                    if response is None:
+                        return True  # a failed wait: go and look (the fetch reports the real error)
+                    self._park(topic, pid, offset, response)
+                    if int(response.high_watermark) > offset:
                         return True
             finally:
                 for call in calls:
@@ -152,8 +194,8 @@ class RemoteWaits(RemoteCalls):
 
 
 def _wait_request(topic: str, partition: int, offset: int, wait_s: float) -> pb.FetchRequest:
-    # max_bytes=1: the answer carries at most one batch; the caller only looks at high_watermark.
-    request = fetch_request(topic, partition, offset, 1)
+    # The answer brings the new batches along (parked for the fetch that follows the wake-up).
+    request = fetch_request(topic, partition, offset, DEFAULT_FETCH_BYTES)
     request.max_wait_ms = max(0, int(wait_s * 1000))
     return request
 
@@ -168,13 +210,16 @@ def _wait_slice(deadline: float | None) -> float:
     return LONG_POLL_S if deadline is None else max(0.0, min(LONG_POLL_S, deadline - time.monotonic()))
 
 
-def _answered(answers: queue.SimpleQueue[tuple[Any, int]], offset: int, call: Any) -> None:
-    answers.put((call, offset))
+def _answered(
+    answers: queue.SimpleQueue[tuple[Any, tuple[str, int, int]]], asked: tuple[str, int, int], call: Any
+) -> None:
+    answers.put((call, asked))
 
 
-def _arrived(call: Any, offset: int) -> bool:
-    """Whether a finished long-poll Fetch saw data past ``offset`` (a failed one counts: go and look)."""
+def _answer(call: Any) -> pb.FetchResponse | None:
+    """What a finished long-poll Fetch answered; None when it failed."""
     try:
-        return int(call.result(timeout=0).high_watermark) > offset
+        response: pb.FetchResponse = call.result(timeout=0)
     except (grpc.RpcError, grpc.FutureCancelledError, grpc.FutureTimeoutError):
-        return True
+        return None
+    return response

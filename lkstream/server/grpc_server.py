@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc
 
+from lkstream.broker.acks import Acknowledgement
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
@@ -51,6 +52,7 @@ from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.group_rpcs import GroupRpcs
 from lkstream.server.grpc_access import call_principal
 from lkstream.server.guard import guard
+from lkstream.server.stream_rpcs import STREAMS, StreamRpcs
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -113,7 +115,7 @@ def _topic_info(description: TopicDescription) -> pb.TopicInfo:
     )
 
 
-class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
+class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
     """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe.
 
     Subclassing the generated base keeps the server startable whatever the proto
@@ -160,16 +162,27 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
         )
 
     async def _produce_batch(self, request: pb.ProduceRequest, explicit: int | None) -> pb.ProduceResponse:
+        count = await self._ensure_topic(request.topic, create=True)
+        response, ack = self.append_batch(request, explicit, count)
+        await ack.wait()
+        return response
+
+    def append_batch(
+        self, request: pb.ProduceRequest, explicit: int | None, count: int
+    ) -> tuple[pb.ProduceResponse, Acknowledgement]:
+        """Append ``request.record_batch`` to its topic of ``count`` partitions now; the answer may be
+        sent once the acknowledgement is waited for."""
         if request.values or request.key:
             raise InvalidArgumentError("record_batch excludes key and values: send one or the other")
-        count = await self._ensure_topic(request.topic, create=True)
         pid = explicit if explicit is not None else (0 if count == 1 else self._sticky.next(count))
         try:
-            base, last = await self.broker.produce_batch(request.topic, pid, bytearray(request.record_batch))
+            # A fresh copy of the request's bytes, handed over: the hot tail keeps it as is.
+            batch = bytearray(request.record_batch)
+            (base, last), ack = self.broker.begin_produce_batch(request.topic, pid, batch, owned=True)
         except CorruptRecordError as exc:
             # A bad batch from a client is the client's argument, not data loss on this broker.
             raise InvalidArgumentError(f"record_batch rejected: {exc}") from exc
-        return pb.ProduceResponse(partition=pid, base_offset=base, last_offset=last)
+        return pb.ProduceResponse(partition=pid, base_offset=base, last_offset=last), ack
 
     async def _ensure_topic(self, name: str, *, create: bool) -> int:
         """Partition count of ``name``; create it first (in a worker thread) if asked and the broker auto-creates."""
@@ -384,5 +397,6 @@ class BrokerService(GroupRpcs, pb_grpc.BrokerServicer):
                 server_version=__version__,
                 max_message_bytes=self.broker.config.max_message_bytes,
                 max_batch_bytes=self.broker.config.max_batch_bytes,
+                streams=STREAMS,
             )
         raise AssertionError("unreachable")  # pragma: no cover

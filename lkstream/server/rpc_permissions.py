@@ -13,6 +13,9 @@ need ``read`` on the group; committing needs ``read`` on the group and on each t
 looking at offsets needs ``describe``; operator offset resets need ``admin`` on the
 cluster. Listing topics or groups needs nothing: the answer holds only what the
 caller may ``describe`` (:data:`FILTERED`). Handshake only needs a principal.
+``ProduceStream`` and ``FetchStream`` carry many requests: opening one needs a
+principal, and the servicer checks each request with the rule of ``Produce`` or
+``Fetch`` (:mod:`lkstream.server.stream_rpcs`).
 """
 
 from __future__ import annotations
@@ -97,6 +100,9 @@ RPC_NEEDS: Final[dict[str, Rule]] = {
     "DescribeGroup": lambda r, b: [(DESCRIBE, GROUP, r.group)],
     "ListGroups": lambda r, b: [],
     "ResetOffsets": lambda r, b: [(ADMIN, CLUSTER, CLUSTER_NAME)],
+    # Streams need a principal to open; the servicer checks each request with its unary twin's rule.
+    "ProduceStream": lambda r, b: [],
+    "FetchStream": lambda r, b: [],
 }
 
 #: Methods whose answer lists only what the caller may describe (they need no permission themselves).

@@ -13,14 +13,16 @@ and open their own).
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
 from typing import Protocol
 
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError, UnknownTopicError
-from lkstream.format.batch import parse_header
+from lkstream.format.batch import parse_header, span_of_whole_batches
 from lkstream.format.codec import decode_batch, iter_batches
 from lkstream.spark.options import Access
+from lkstream.storage.log import ReadResult
 from lkstream.storage.reader import DataDirReader
 
 
@@ -54,11 +56,12 @@ def open_view(access: Access, *, fetch_max_bytes: int = 4 * 1024 * 1024) -> LogV
 
 
 class DaemonView:
-    """A daemon through :class:`RemoteBroker`."""
+    """A daemon through :class:`RemoteBroker`; a task's fetches run one ahead of its decoding."""
 
     def __init__(self, broker: RemoteBroker, fetch_max_bytes: int) -> None:
         self.broker = broker
         self.fetch_max_bytes = fetch_max_bytes
+        self._ahead: concurrent.futures.ThreadPoolExecutor | None = None
 
     def topics(self) -> list[str]:
         return sorted(self.broker.list_topics())
@@ -77,30 +80,49 @@ class DaemonView:
         return self.broker.offsets_for_timestamp(topic, timestamp_ms, [partition])[partition]
 
     def batches(self, topic: str, partition: int, start: int, end: int) -> Iterator[bytes]:
-        """Raw batches covering ``[start, end)``; raises :class:`DataLoss` when ``start`` was deleted."""
+        """Raw batches covering ``[start, end)``; raises :class:`DataLoss` when ``start`` was deleted.
+
+        The next range is fetched (in a helper thread) while the caller decodes this
+        one, so the daemon reads and sends while the task decodes.
+        """
         offset = start
+        fetching = self._fetch_soon(topic, partition, offset)
         while offset < end:
-            try:
-                result = self.broker.fetch(topic, partition, offset, self.fetch_max_bytes)
-            except OffsetOutOfRangeError as exc:
-                if exc.earliest > offset:
-                    raise DataLoss(topic, partition, offset, exc.earliest) from None
-                raise
-            if result.log_start_offset > offset:
-                raise DataLoss(topic, partition, offset, result.log_start_offset)
-            last = offset
-            for _, batch in iter_batches(result.data):
-                header = parse_header(batch)
-                if header.base_offset >= end:
-                    return
-                yield batch
-                last = header.next_offset
-            if last <= offset:
+            result = self._fetched(fetching, topic, partition, offset)
+            _, after = span_of_whole_batches(result.data, offset)
+            if after <= offset:
                 # Nothing whole came back: the range lies beyond what the log holds now.
                 raise DataLoss(topic, partition, offset, max(result.high_watermark, offset))
-            offset = last
+            if after < min(end, result.high_watermark):
+                fetching = self._fetch_soon(topic, partition, after)
+            for _, batch in iter_batches(result.data):
+                if parse_header(batch).base_offset >= end:
+                    return
+                yield batch
+            offset = after
+
+    def _fetch_soon(self, topic: str, partition: int, offset: int) -> concurrent.futures.Future[ReadResult]:
+        if self._ahead is None:
+            self._ahead = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lkstream-spark-fetch")
+        return self._ahead.submit(self.broker.fetch, topic, partition, offset, self.fetch_max_bytes)
+
+    def _fetched(
+        self, fetching: concurrent.futures.Future[ReadResult], topic: str, partition: int, offset: int
+    ) -> ReadResult:
+        try:
+            result = fetching.result()
+        except OffsetOutOfRangeError as exc:
+            if exc.earliest > offset:
+                raise DataLoss(topic, partition, offset, exc.earliest) from None
+            raise
+        if result.log_start_offset > offset:
+            raise DataLoss(topic, partition, offset, result.log_start_offset)
+        return result
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.shutdown(wait=True, cancel_futures=True)
+            self._ahead = None
         self.broker.close()
 
 

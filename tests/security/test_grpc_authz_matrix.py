@@ -19,10 +19,12 @@ import grpc
 import pytest
 
 import lkstream
+from lkstream.format.codec import encode_batch
 from lkstream.security.acl import AclEntry
 from lkstream.server.rpc_permissions import FILTERED, RPC_NEEDS
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.wire.streams import StreamAnswer
 from tests.security.conftest import SecureDaemon, SecureFactory
 
 USER = "alice"
@@ -37,6 +39,9 @@ class Case:
     request: Any
     needs: list[AclEntry]
     streaming: bool = False
+    # A bidirectional stream (ProduceStream, FetchStream): one request sent, its answer read; a refused
+    # request is answered with ``error`` set (the stream goes on), not with the call's status.
+    bidi: bool = False
     # Filtered listings need nothing: without permissions they answer, but list nothing.
     filtered: bool = False
     label: str = ""
@@ -132,6 +137,29 @@ CASES: dict[str, list[Case]] = {
     "ResetOffsets": [
         Case(pb.ResetOffsetsRequest(group="g3", topic=ORDERS, earliest=True), [acl("admin", "cluster", "cluster")])
     ],
+    "ProduceStream": [
+        Case(
+            pb.ProduceRequest(topic=ORDERS, record_batch=bytes(encode_batch([(None, b"v")]))),
+            [acl("write", "topic", ORDERS)],
+            bidi=True,
+            label="existing topic",
+        ),
+        Case(
+            pb.ProduceRequest(topic="auto.streamed", record_batch=bytes(encode_batch([(None, b"v")]))),
+            [acl("write", "topic", "auto.streamed"), acl("create", "topic", "auto.streamed")],
+            bidi=True,
+            label="auto-created topic",
+        ),
+    ],
+    "FetchStream": [
+        Case(pb.FetchRequest(topic=ORDERS, partition=0, offset=0), [acl("read", "topic", ORDERS)], bidi=True),
+        Case(
+            pb.FetchRequest(topic=ORDERS, partition=0, offset=0, group="g1"),
+            [acl("read", "topic", ORDERS), acl("read", "group", "g1")],
+            bidi=True,
+            label="naming a group",
+        ),
+    ],
 }
 
 
@@ -150,6 +178,8 @@ def call(stub: Any, method: str, case: Case, token: str | None) -> grpc.StatusCo
     """Make the call; return the status code when refused, else the response (first one of a stream)."""
     metadata = () if token is None else (("authorization", f"Bearer {token}"),)
     try:
+        if case.bidi:
+            return _first_answer(getattr(stub, method)(iter([case.request]), metadata=metadata, timeout=10))
         if case.streaming:
             stream = getattr(stub, method)(case.request, metadata=metadata, timeout=10)
             try:
@@ -162,6 +192,20 @@ def call(stub: Any, method: str, case: Case, token: str | None) -> grpc.StatusCo
         if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
             return code, exc.details()  # type: ignore[attr-defined]
         return code  # admitted, then refused by the broker (unknown member, ...): not our concern here
+
+
+def _first_answer(stream: Any) -> Any:
+    """A bidirectional stream's answer to its one request; a per-request refusal as a call's would be."""
+    try:
+        answer = next(iter(stream))
+    finally:
+        stream.cancel()
+    if answer.HasField("error"):
+        code = StreamAnswer(answer.error).code()
+        if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+            return code, answer.error.message
+        return code
+    return answer
 
 
 def refused(result: Any) -> bool:

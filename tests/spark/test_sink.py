@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 import lkstream
+from lkstream.spark.sink import RECORD_OVERHEAD, _lengths, cut_points
 from tests.integration.conftest import DaemonProcess
+from tests.spark.conftest import start_daemon_at
 
 
 def _read_all(address: str, topic: str) -> list[Any]:
@@ -123,3 +128,52 @@ def test_overwrite_is_rejected(spark: Any, spark_daemon: DaemonProcess) -> None:
     writer = df.write.mode("overwrite").format("lkstream").option("bootstrap", spark_daemon.address)
     with pytest.raises(Exception, match="appends only"):
         writer.option("topic", "t").save()
+
+
+def test_one_task_s_batches_in_flight_together_land_in_the_order_it_wrote_them(
+    spark: Any, spark_daemon: DaemonProcess, topic_name: str
+) -> None:
+    with lkstream.connect(spark_daemon.address) as client:
+        client.create_topic(topic_name, partitions=1)
+    # One task, small batches: dozens of batches of one partition in flight on one stream.
+    df = spark.range(20_000, numPartitions=1).selectExpr("CAST(CAST(id AS STRING) AS BINARY) AS value")
+    df.write.mode("append").format("lkstream").option("bootstrap", spark_daemon.address).option(
+        "topic", topic_name
+    ).option("batchBytes", "4096").save()
+    records = _read_all(spark_daemon.address, topic_name)
+    assert [int(r.value) for r in records] == list(range(20_000))
+    assert len({r.offset - int(r.value) for r in records}) == 1  # dense, in order, no duplicates
+
+
+def test_rows_too_large_for_the_daemon_fail_the_write_naming_the_limit(
+    spark: Any, tmp_path: Path, topic_name: str
+) -> None:
+    daemon = start_daemon_at(tmp_path, "small", max_message_bytes=1000)
+    try:
+        df = spark.createDataFrame([(b"x" * 10,), (b"y" * 5000,)], "value binary")
+        writer = df.write.mode("append").format("lkstream").option("bootstrap", daemon.address)
+        with pytest.raises(Exception, match="5000"):
+            writer.option("topic", topic_name).save()
+    finally:
+        daemon.terminate()
+
+
+@pytest.mark.parametrize("sizes", [[], [10], [10] * 1000, [5000, 1, 1, 5000, 70_000, 3], list(range(0, 3000, 7))])
+def test_batches_are_cut_at_about_batch_bytes_and_hold_at_least_one_row(sizes: list[int]) -> None:
+    budget = 4096
+    rows = np.array(sizes, dtype=np.int64)
+    bounds = [0, *cut_points(rows, budget), len(sizes)] if sizes else [0]
+    for start, end in itertools.pairwise(bounds):
+        assert end > start
+        used = int((rows[start:end] + RECORD_OVERHEAD).sum())
+        assert end - start == 1 or used <= budget, (start, end, used)
+        if end < len(sizes):  # the next row would not have fit
+            assert used + sizes[end] + RECORD_OVERHEAD > budget
+
+
+def test_lengths_come_from_the_arrow_offsets_with_nulls_as_zero() -> None:
+    column = pa.array([b"abc", None, b"", b"x" * 300], type=pa.binary())
+    assert _lengths(column, 4).tolist() == [3, 0, 0, 300]
+    assert _lengths(column.slice(1, 3), 3).tolist() == [0, 0, 300]
+    assert _lengths(pa.array(["héllo", None], type=pa.large_string()), 2).tolist() == [6, 0]
+    assert _lengths(None, 2).tolist() == [0, 0]

@@ -21,16 +21,18 @@ class ProduceRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., key: _Optional[bytes] = ..., values: _Optional[_Iterable[bytes]] = ..., partition: _Optional[int] = ..., record_batch: _Optional[bytes] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("partition", "offsets", "base_offset", "last_offset")
+    __slots__ = ("partition", "offsets", "base_offset", "last_offset", "error")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     partition: int
     offsets: _containers.RepeatedScalarFieldContainer[int]
     base_offset: int
     last_offset: int
-    def __init__(self, partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ...) -> None: ...
+    error: ErrorStatus
+    def __init__(self, partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., error: _Optional[_Union[ErrorStatus, _Mapping]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("topic", "partition", "offset", "max_bytes", "raw_batches", "group", "max_wait_ms")
@@ -75,16 +77,30 @@ class Header(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("records", "record_batches", "high_watermark", "log_start_offset")
+    __slots__ = ("records", "record_batches", "high_watermark", "log_start_offset", "error")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     RECORD_BATCHES_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[Record]
     record_batches: bytes
     high_watermark: int
     log_start_offset: int
-    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+    error: ErrorStatus
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., error: _Optional[_Union[ErrorStatus, _Mapping]] = ...) -> None: ...
+
+class ErrorStatus(_message.Message):
+    __slots__ = ("code", "message", "error_class", "detail")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    error_class: str
+    detail: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., error_class: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("group", "topic", "partition", "offset", "member_id", "generation")
@@ -243,18 +259,20 @@ class HandshakeRequest(_message.Message):
     def __init__(self, client_protocol_version: _Optional[int] = ..., client_name: _Optional[str] = ...) -> None: ...
 
 class HandshakeResponse(_message.Message):
-    __slots__ = ("server_protocol_version", "min_client_protocol_version", "server_version", "max_message_bytes", "max_batch_bytes")
+    __slots__ = ("server_protocol_version", "min_client_protocol_version", "server_version", "max_message_bytes", "max_batch_bytes", "streams")
     SERVER_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MIN_CLIENT_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
     server_protocol_version: int
     min_client_protocol_version: int
     server_version: str
     max_message_bytes: int
     max_batch_bytes: int
-    def __init__(self, server_protocol_version: _Optional[int] = ..., min_client_protocol_version: _Optional[int] = ..., server_version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+    streams: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, server_protocol_version: _Optional[int] = ..., min_client_protocol_version: _Optional[int] = ..., server_version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TopicPartitions(_message.Message):
     __slots__ = ("topic", "partitions")

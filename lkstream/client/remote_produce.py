@@ -1,0 +1,202 @@
+"""Produce through the daemon (a mixin of :class:`~lkstream.client.remote.RemoteBroker`).
+
+The client encodes record batches itself and sends each as a ``record_batch``
+on the daemon's ``ProduceStream`` (one stream per event loop, kept open): the
+daemon appends it with no per-record work and answers in request order. A call
+whose records go to several partitions sends one batch per partition, all before
+the first answer is awaited; batches of one partition are sent one after the
+other, so a failure never lets a later batch of a partition overtake an earlier
+one. The blocking methods run the same code on the client's own event-loop
+thread (:class:`~lkstream.client.remote_streams.LoopThread`).
+
+Encoding takes the embedded broker's fast path (:func:`lkstream.broker.encoder.encode_call`:
+one C-level encode per target partition, keys routed once per distinct key) when
+the call allows it: ``(key, value)`` pairs, batches within ``batch_bytes`` and the
+daemon's ``max_message_bytes``, no compression, and for keyed calls a partition
+count already known. Anything else takes the general path, which normalises and
+checks every record first and reports errors precisely.
+
+Delivery is **at-least-once** (:mod:`lkstream.client.retry`, ``Retry.RESEND``): a
+request whose answer was lost with the connection is sent again. A call that
+fails may have appended the batches of its other partitions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+from lkstream.broker.encoder import encode_call
+from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.client.remote_streams import StreamedCalls
+from lkstream.client.retry import Retry
+from lkstream.errors import RecordTooLargeError
+from lkstream.format.codec import Compression, Headers, KeyValue, encode_batch
+from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
+from lkstream.wire._proto import messaging_pb2 as pb
+
+_first = itemgetter(0)
+Results = list[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A call's batches, ``(partition or None for "the daemon picks", batch)``, and how answers become results."""
+
+    batches: list[tuple[int | None, bytearray]]
+    results: Callable[[list[pb.ProduceResponse]], Results]
+
+
+class RemoteProduce(StreamedCalls):
+    """produce_many[_sync] and produce_batch[_sync]; the attributes below are set by RemoteBroker."""
+
+    batch_bytes: int
+    compression: Compression
+    max_message_bytes: int | None
+    _partitions: dict[str, int]
+    _sticky: StickyPartitioner
+
+    async def _adescribe_count(self, topic: str) -> int:
+        raise NotImplementedError  # RemoteBroker's
+
+    async def produce_many(
+        self,
+        topic: str,
+        records: Sequence[Any],
+        *,
+        partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> Results:
+        """Append ``(key, value[, headers])`` records; return ``[(partition, offset)]`` in input order."""
+        codec = self.compression if compression is None else Compression.parse(compression)
+        plan = self._fast_plan(topic, records, partition, codec)
+        if plan is None:
+            pairs, headers = normalise_records(records)
+            if not pairs:
+                return []
+            self._check_sizes(pairs)  # before a describe that may auto-create the topic
+            count = None
+            if partition is None and any(key is not None for key, _ in pairs):
+                count = self._partitions.get(topic) or await self._adescribe_count(topic)
+            plan = self._general_plan(pairs, headers, partition, count, codec)
+        return plan.results(await self._send_batches(topic, plan.batches))
+
+    def produce_many_sync(
+        self,
+        topic: str,
+        records: Sequence[Any],
+        *,
+        partition: int | None = None,
+        compression: Compression | str | None = None,
+    ) -> Results:
+        """Blocking twin of :meth:`produce_many`."""
+        return self._blocking(self.produce_many(topic, records, partition=partition, compression=compression))
+
+    async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
+        """Append one pre-encoded v2 batch; return ``(base_offset, last_offset)``."""
+        (response,) = await self._send_batches(topic, [(partition, batch)])
+        return int(response.base_offset), int(response.last_offset)
+
+    def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
+        """Blocking twin of :meth:`produce_batch`."""
+        return self._blocking(self.produce_batch(topic, partition, batch))
+
+    async def _send_batches(
+        self, topic: str, batches: Sequence[tuple[int | None, bytes | bytearray]]
+    ) -> list[pb.ProduceResponse]:
+        requests = [pb.ProduceRequest(topic=topic, partition=pid, record_batch=bytes(batch)) for pid, batch in batches]
+        targets = [pid for pid, _ in batches]
+        if len(requests) == 1 or (None not in targets and len(set(targets)) == len(targets)):
+            return await self._astreamed("ProduceStream", requests, Retry.RESEND)
+        # Several batches for one partition: each waits for the previous answer (order within a partition).
+        return [(await self._astreamed("ProduceStream", [r], Retry.RESEND))[0] for r in requests]
+
+    # -- planning --------------------------------------------------------------------------------
+
+    def _fast_plan(self, topic: str, records: Sequence[Any], partition: int | None, codec: Compression) -> _Plan | None:
+        """The embedded broker's one-pass encoder, when the call qualifies (see the module docstring)."""
+        if codec is not Compression.NONE or type(records) not in (list, tuple) or not records:
+            return None
+        try:
+            keyless = partition is None and set(map(_first, records)) == {None}
+        except (TypeError, IndexError, KeyError):
+            return None  # unhashable keys, not pairs: the general path says what is wrong
+        count = 1 if partition is not None or keyless else self._partitions.get(topic)
+        if count is None:
+            return None  # the first keyed call of a topic asks for its partition count after checking records
+        encoded = encode_call(
+            records,
+            partitions=count,
+            explicit=partition,
+            sticky=self._sticky,
+            codec=codec,
+            timestamp_ms=time.time_ns() // 1_000_000,
+        )
+        limit = min(self.batch_bytes, self.max_message_bytes or self.batch_bytes)
+        if encoded is None or any(len(batch) > limit for _, batch in encoded.batches):
+            return None  # large records or calls: the general path checks and splits them
+        if count == 1 and partition is None:
+            # One batch the daemon places (its sticky partition, as the embedded broker does).
+            size = len(records)
+            return _Plan([(None, encoded.batches[0][1])], lambda answers: _consecutive(answers[0], size))
+        return _Plan(
+            [(pid, batch) for pid, batch in encoded.batches],
+            lambda answers: encoded.results([int(a.base_offset) for a in answers]),
+        )
+
+    def _general_plan(
+        self,
+        pairs: list[KeyValue],
+        headers: list[Headers] | None,
+        explicit: int | None,
+        count: int | None,
+        codec: Compression,
+    ) -> _Plan:
+        """Route records to partitions (as the embedded broker does) and encode one batch per chunk."""
+        sizes = record_sizes(pairs)
+        routes: dict[int | None, list[int]]
+        if explicit is not None or count is None or count == 1:
+            routes = {explicit if count != 1 or explicit is not None else 0: list(range(len(pairs)))}
+        else:
+            keyless = self._sticky.next(count)
+            routes = {}
+            for i, (key, _) in enumerate(pairs):
+                target = keyless if key is None else partition_for_key(key, count)
+                routes.setdefault(target, []).append(i)
+        batches: list[tuple[int | None, bytearray]] = []
+        placed: list[list[int]] = []
+        for pid, indices in routes.items():
+            for chunk in chunk_by_size(indices, sizes, self.batch_bytes):
+                batch = encode_batch(
+                    [pairs[i] for i in chunk],
+                    headers=None if headers is None else [headers[i] for i in chunk],
+                    compression=codec,
+                )
+                batches.append((pid, batch))
+                placed.append(chunk)
+
+        def results(answers: list[pb.ProduceResponse]) -> Results:
+            out: Results = [(0, 0)] * len(pairs)
+            for indices, answer in zip(placed, answers, strict=True):
+                pid, base = int(answer.partition), int(answer.base_offset)
+                for delta, i in enumerate(indices):
+                    out[i] = (pid, base + delta)
+            return out
+
+        return _Plan(batches, results)
+
+    def _check_sizes(self, pairs: list[KeyValue]) -> None:
+        """The daemon appends our batches without looking at records: enforce its per-record limit here."""
+        if self.max_message_bytes is not None:
+            largest = max(record_sizes(pairs))
+            if largest > self.max_message_bytes:
+                raise RecordTooLargeError(largest, self.max_message_bytes)
+
+
+def _consecutive(answer: pb.ProduceResponse, count: int) -> Results:
+    base = int(answer.base_offset)
+    return list(zip(repeat(int(answer.partition)), range(base, base + count), strict=False))
