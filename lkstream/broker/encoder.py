@@ -74,6 +74,11 @@ class EncodedCall:
     count: int
     slots: bytes | None
 
+    @overload
+    def results(self, bases: list[int]) -> list[tuple[int, int]]: ...
+    @overload
+    def results(self, bases: list[int], *, view: bool) -> Sequence[tuple[int, int]]: ...
+
     def results(self, bases: list[int], *, view: bool = False) -> Sequence[tuple[int, int]]:
         """``(partition, offset)`` per record in call order, given each batch's base offset.
 

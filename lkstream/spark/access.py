@@ -22,8 +22,18 @@ from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError, Unknown
 from lkstream.format.batch import parse_header, span_of_whole_batches
 from lkstream.format.codec import decode_batch, iter_batches
 from lkstream.spark.options import Access
-from lkstream.storage.log import ReadResult
 from lkstream.storage.reader import DataDirReader
+
+
+class Fetched(Protocol):
+    """What a daemon fetch answers (the client's ReadResult; named here, spark does not import storage)."""
+
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def high_watermark(self) -> int: ...
 
 
 class DataLoss(Exception):
@@ -101,14 +111,14 @@ class DaemonView:
                 yield batch
             offset = after
 
-    def _fetch_soon(self, topic: str, partition: int, offset: int) -> concurrent.futures.Future[ReadResult]:
+    def _fetch_soon(self, topic: str, partition: int, offset: int) -> concurrent.futures.Future[Fetched]:
         if self._ahead is None:
             self._ahead = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lkstream-spark-fetch")
         return self._ahead.submit(self.broker.fetch, topic, partition, offset, self.fetch_max_bytes)
 
     def _fetched(
-        self, fetching: concurrent.futures.Future[ReadResult], topic: str, partition: int, offset: int
-    ) -> ReadResult:
+        self, fetching: concurrent.futures.Future[Fetched], topic: str, partition: int, offset: int
+    ) -> Fetched:
         try:
             result = fetching.result()
         except OffsetOutOfRangeError as exc:
