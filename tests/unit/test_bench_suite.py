@@ -237,7 +237,7 @@ def kafka_doc() -> dict[str, Any]:
             {**common, "system": "lkstream-kafka", "metric": "group_join", "seconds": 0.2},
             {**common, "system": "tansu", "metric": "group_join", "seconds": 23.0},
             {"run": run, "value_bytes": 1024, "partitions": 1, "system": "lkstream-kafka"}
-            | {"metric": "ack_10k_linger0", "p99_ms": ack},
+            | {"metric": "ack_10k_unbatched", "p99_ms": ack},
             {"run": run, "value_bytes": 1024, "partitions": 1, "system": "lkstream-daemon"}
             | {"metric": "ack_10k", "p99_ms": grpc},
         ]

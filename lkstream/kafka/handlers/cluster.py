@@ -179,7 +179,8 @@ def _exists(ctx: RequestContext, name: str) -> bool:
 def _auto_create(ctx: RequestContext, names: list[str]) -> None:
     """Create the topics a Metadata request may auto-create; failures are reported by the answer built next."""
     for name in names:
-        if ctx.allowed("create", "topic", name):
+        # As in the answer built next: a topic the principal may not describe is not created either.
+        if ctx.allowed("describe", "topic", name) and ctx.allowed("create", "topic", name):
             with contextlib.suppress(LkstreamError):
                 validate_topic(name)
                 ctx.broker.create_topic(name)
