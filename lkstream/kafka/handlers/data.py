@@ -66,14 +66,19 @@ def produce_start(ctx: RequestContext, header: RequestHeader, frame: bytes) -> b
     request = parse_produce_request(frame, header.body_offset, flexible=header.flexible)
     results: list[tuple[str, list[ProducePartitionResult]]] = []
     pending: list[tuple[ProducePartitionResult, Acknowledgement]] = []
-    for topic, partitions in request.topics:
-        refused = _write_refused(ctx, topic)
-        answers = [ProducePartitionResult(part.partition, 0, -1, -1) for part in partitions]
-        for part, answer in zip(partitions, answers, strict=True):
-            ack = _append(ctx, topic, part, answer, transactional_id=request.transactional_id, refused=refused)
-            if ack is not None:
-                pending.append((answer, ack))
-        results.append((topic, answers))
+    try:
+        for topic, partitions in request.topics:
+            refused = _write_refused(ctx, topic)
+            answers = [ProducePartitionResult(part.partition, 0, -1, -1) for part in partitions]
+            for part, answer in zip(partitions, answers, strict=True):
+                ack = _append(ctx, topic, part, answer, transactional_id=request.transactional_id, refused=refused)
+                if ack is not None:
+                    pending.append((answer, ack))
+            results.append((topic, answers))
+    except BaseException:
+        for _, ack in pending:  # appended before the failure, and never answered
+            ack.release_when_done()
+        raise
     if pending and ctx.broker.config.fsync_mode == "sync":
         return _produce_after_fsync(ctx, header, request.acks, results, pending)
     for answer, ack in pending:
@@ -88,11 +93,17 @@ async def _produce_after_fsync(
     results: list[tuple[str, list[ProducePartitionResult]]],
     pending: list[tuple[ProducePartitionResult, Acknowledgement]],
 ) -> bytes | None:
-    for answer, ack in pending:
-        try:
-            await ack.wait()
-        except LkstreamError as exc:  # the fsync failed: the records are not acknowledged
-            _refuse(answer, exc)
+    try:
+        for answer, ack in pending:
+            try:
+                await ack.wait()
+            except LkstreamError as exc:  # the fsync failed: the records are not acknowledged
+                _refuse(answer, exc)
+    finally:
+        # Cancelled (the connection closed) or failed: the acknowledgements not awaited yet still
+        # hold in-flight bytes until their fsync; they give them back in the background.
+        for _, ack in pending:
+            ack.release_when_done()
     return _produce_answer(ctx, header, acks, results)
 
 
