@@ -25,6 +25,8 @@ Failures stay with the request or the connection that caused them:
   every partition of the request, since their clients read errors per partition;
 * a frame whose size prefix is out of bounds, or whose header or body does not
   parse, closes this connection only: its byte stream cannot be trusted further.
+  With SASL on, a size above :data:`MAX_UNAUTHENTICATED_FRAME_BYTES` before the
+  client authenticated is out of bounds (refused before admission).
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ from lkstream.kafka.protocol import (
 log = logging.getLogger("lkstream.kafka")
 
 _SASL_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+#: Largest request read before SASL authentication completed: Kafka's ``sasl.server.max.receive.size``
+#: default (512 KiB). An unauthenticated client sends only ApiVersions and the SASL requests, all
+#: small; a larger size prefix is refused before it takes any admission budget, so sockets that
+#: never authenticate cannot hold the budget every listener shares.
+MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
 #: Above this many unsent response bytes, wait for the socket before reading more requests.
 _WRITE_BUFFER_HIGH = 1 << 20
@@ -113,6 +120,8 @@ class Connection:
         while True:
             prefix = await self._reader.readexactly(4)
             size = read_frame_size(prefix, settings.max_frame_bytes)
+            if settings.sasl is not None and size > MAX_UNAUTHENTICATED_FRAME_BYTES:
+                await self._refuse_unless_authenticated(size)
             admission = await self._admit(size)
             try:
                 frame = await self._read_frame(size)
@@ -242,6 +251,16 @@ class Connection:
             timeout,
         )
         self._writer.transport.abort()  # the pending read ends; serve() cleans up
+
+    async def _refuse_unless_authenticated(self, size: int) -> None:
+        """Close the connection (FrameError) if a request of ``size`` bytes comes before SASL completed."""
+        if self._unfinished and not self._authenticated():
+            await asyncio.wait(set(self._unfinished))  # a SaslAuthenticate still running may complete it
+        if not self._authenticated():
+            raise FrameError(
+                f"a request of {size} bytes before SASL authentication completed "
+                f"(at most {MAX_UNAUTHENTICATED_FRAME_BYTES} until then)"
+            )
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete
