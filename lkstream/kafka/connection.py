@@ -5,7 +5,8 @@ answered, in the order they were sent. Produce requests are pipelined: each
 one appends as soon as it is read (appends happen in order, on the event
 loop) and several may wait for their acknowledgement (the fsync in ``sync``
 mode) at once, so one connection's batches share fsyncs. Every other request
-starts only after every earlier request finished. At most
+starts only after every earlier request finished, and so does every request
+after a Produce that auto-creates a topic (in a worker thread) before it appends. At most
 ``max_inflight_requests`` requests wait per connection; reading stops until
 the oldest is answered.
 
@@ -46,7 +47,7 @@ from lkstream.errors import OverloadedError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
 from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
-from lkstream.kafka.handlers.data import produce_start
+from lkstream.kafka.handlers.data import AfterTopicCreation, produce_start
 from lkstream.kafka.hot import ResponseBody, ResponseChunks
 from lkstream.kafka.protocol import (
     ApiKey,
@@ -90,7 +91,7 @@ class Connection:
         self._room = asyncio.Event()  # set whenever fewer than max_inflight_requests responses wait
         self._room.set()
         self._unfinished: set[asyncio.Task[ResponseBody]] = set()
-        self._produce_only = True  # every unfinished request is a Produce
+        self._produce_only = True  # every unfinished request is a Produce that appended already
         self._last_active = self._loop.time()
         self._idle_check: asyncio.TimerHandle | None = None
         self._unsent: list[bytes] = []  # small answers of this loop turn, written together by _flush
@@ -148,6 +149,7 @@ class Connection:
 
     def _start(self, header: RequestHeader, frame: bytes, produce: bool) -> asyncio.Future[ResponseBody] | _Ready:
         """Run the request: its answer when known at once (a Produce outside ``sync`` mode), else its task."""
+        creates_topics = False
         if produce and is_supported(header.api_key, header.api_version, self._state.versions):
             try:
                 outcome = produce_start(self.ctx, header, frame)
@@ -156,6 +158,8 @@ class Connection:
             except Exception:
                 log.exception("Kafka produce v%d from %s failed", header.api_version, self.ctx.client_host)
                 return _Ready(_failure_body(header, frame, ErrorCode.unknown_server_error))
+            if isinstance(outcome, AfterTopicCreation):
+                creates_topics, outcome = True, outcome.answer
             if not isinstance(outcome, Awaitable):
                 return _Ready(outcome)
             task = asyncio.ensure_future(_guarded(self.ctx, header, frame, outcome))
@@ -163,6 +167,9 @@ class Connection:
             task = asyncio.ensure_future(dispatch(self.ctx, header, frame))
         self._unfinished.add(task)
         self._produce_only = produce and self._produce_only if len(self._unfinished) > 1 else produce
+        if creates_topics:
+            # Its appends wait for the topic creation: a later Produce must not append before them.
+            self._produce_only = False
         task.add_done_callback(self._finished)
         return task
 
