@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import threading
 
 from lkstream.broker.partition import Partition
 from lkstream.errors import BackpressureError
 from lkstream.storage.log import AppendResult
+
+#: Acknowledgements nobody awaits, awaited in the background (a reference keeps each task alive).
+_RELEASING: set[asyncio.Future[None]] = set()
 
 
 class InflightBytes:
@@ -75,6 +79,27 @@ class Acknowledgement:
         finally:
             self._release()
 
+    def release_when_done(self) -> None:
+        """Give the in-flight bytes back once acknowledged, without waiting here. On the event loop.
+
+        For an append whose answer will never be sent (its connection or stream closed, or the
+        request failed part-way): nobody awaits it, but its bytes must still leave the in-flight
+        count, or each such produce would shrink ``max_inflight_bytes`` for good. They leave when
+        the fsync covers them, as an answered produce's do. Nothing to do once :meth:`wait` returned.
+        """
+        if not self._reserved:
+            return
+        if all(future.done() for future in self._futures):
+            self._release()
+            return
+        task = asyncio.ensure_future(self._wait_unobserved())
+        _RELEASING.add(task)
+        task.add_done_callback(_RELEASING.discard)
+
+    async def _wait_unobserved(self) -> None:
+        with contextlib.suppress(Exception):  # a failed fsync has nobody to tell: the answer is never sent
+            await self.wait()
+
     def wait_sync(self) -> None:
         try:
             for future in self._futures:
@@ -88,7 +113,9 @@ class Acknowledgement:
 
 
 def _complete(future: concurrent.futures.Future[None], error: BaseException | None) -> None:
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+    # A waiter that was cancelled (its connection closed) cancels its future: nobody wants the outcome.
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)

@@ -5,7 +5,8 @@ answered, in the order they were sent. Produce requests are pipelined: each
 one appends as soon as it is read (appends happen in order, on the event
 loop) and several may wait for their acknowledgement (the fsync in ``sync``
 mode) at once, so one connection's batches share fsyncs. Every other request
-starts only after every earlier request finished. At most
+starts only after every earlier request finished, and so does every request
+after a Produce that auto-creates a topic (in a worker thread) before it appends. At most
 ``max_inflight_requests`` requests wait per connection; reading stops until
 the oldest is answered.
 
@@ -25,6 +26,8 @@ Failures stay with the request or the connection that caused them:
   every partition of the request, since their clients read errors per partition;
 * a frame whose size prefix is out of bounds, or whose header or body does not
   parse, closes this connection only: its byte stream cannot be trusted further.
+  With SASL on, a size above :data:`MAX_UNAUTHENTICATED_FRAME_BYTES` before the
+  client authenticated is out of bounds (refused before admission).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from lkstream.errors import OverloadedError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
 from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
-from lkstream.kafka.handlers.data import produce_start
+from lkstream.kafka.handlers.data import AfterTopicCreation, produce_start
 from lkstream.kafka.hot import ResponseBody, ResponseChunks
 from lkstream.kafka.protocol import (
     ApiKey,
@@ -60,6 +63,11 @@ from lkstream.kafka.protocol import (
 log = logging.getLogger("lkstream.kafka")
 
 _SASL_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+#: Largest request read before SASL authentication completed: Kafka's ``sasl.server.max.receive.size``
+#: default (512 KiB). An unauthenticated client sends only ApiVersions and the SASL requests, all
+#: small; a larger size prefix is refused before it takes any admission budget, so sockets that
+#: never authenticate cannot hold the budget every listener shares.
+MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
 #: Above this many unsent response bytes, wait for the socket before reading more requests.
 _WRITE_BUFFER_HIGH = 1 << 20
@@ -83,7 +91,7 @@ class Connection:
         self._room = asyncio.Event()  # set whenever fewer than max_inflight_requests responses wait
         self._room.set()
         self._unfinished: set[asyncio.Task[ResponseBody]] = set()
-        self._produce_only = True  # every unfinished request is a Produce
+        self._produce_only = True  # every unfinished request is a Produce that appended already
         self._last_active = self._loop.time()
         self._idle_check: asyncio.TimerHandle | None = None
         self._unsent: list[bytes] = []  # small answers of this loop turn, written together by _flush
@@ -113,6 +121,8 @@ class Connection:
         while True:
             prefix = await self._reader.readexactly(4)
             size = read_frame_size(prefix, settings.max_frame_bytes)
+            if settings.sasl is not None and size > MAX_UNAUTHENTICATED_FRAME_BYTES:
+                await self._refuse_unless_authenticated(size)
             admission = await self._admit(size)
             try:
                 frame = await self._read_frame(size)
@@ -139,6 +149,7 @@ class Connection:
 
     def _start(self, header: RequestHeader, frame: bytes, produce: bool) -> asyncio.Future[ResponseBody] | _Ready:
         """Run the request: its answer when known at once (a Produce outside ``sync`` mode), else its task."""
+        creates_topics = False
         if produce and is_supported(header.api_key, header.api_version, self._state.versions):
             try:
                 outcome = produce_start(self.ctx, header, frame)
@@ -147,6 +158,8 @@ class Connection:
             except Exception:
                 log.exception("Kafka produce v%d from %s failed", header.api_version, self.ctx.client_host)
                 return _Ready(_failure_body(header, frame, ErrorCode.unknown_server_error))
+            if isinstance(outcome, AfterTopicCreation):
+                creates_topics, outcome = True, outcome.answer
             if not isinstance(outcome, Awaitable):
                 return _Ready(outcome)
             task = asyncio.ensure_future(_guarded(self.ctx, header, frame, outcome))
@@ -154,6 +167,9 @@ class Connection:
             task = asyncio.ensure_future(dispatch(self.ctx, header, frame))
         self._unfinished.add(task)
         self._produce_only = produce and self._produce_only if len(self._unfinished) > 1 else produce
+        if creates_topics:
+            # Its appends wait for the topic creation: a later Produce must not append before them.
+            self._produce_only = False
         task.add_done_callback(self._finished)
         return task
 
@@ -242,6 +258,16 @@ class Connection:
             timeout,
         )
         self._writer.transport.abort()  # the pending read ends; serve() cleans up
+
+    async def _refuse_unless_authenticated(self, size: int) -> None:
+        """Close the connection (FrameError) if a request of ``size`` bytes comes before SASL completed."""
+        if self._unfinished and not self._authenticated():
+            await asyncio.wait(set(self._unfinished))  # a SaslAuthenticate still running may complete it
+        if not self._authenticated():
+            raise FrameError(
+                f"a request of {size} bytes before SASL authentication completed "
+                f"(at most {MAX_UNAUTHENTICATED_FRAME_BYTES} until then)"
+            )
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete

@@ -72,6 +72,8 @@ API_ACCESS: Final[dict[int, str]] = {
     ApiKey.CREATE_PARTITIONS: "create on the topic [TOPIC]",
     ApiKey.INIT_PRODUCER_ID: "write on at least one topic [CLUSTER]; transactional ids are refused",
     ApiKey.DESCRIBE_CONFIGS: "describe on the topic [TOPIC]; broker configs: describe on the cluster [CLUSTER]",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "read on the group [GROUP], then describe on each subscribed topic [TOPIC]; "
+    "a member id only by the principal that joined with it",
 }
 
 

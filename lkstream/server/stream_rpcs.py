@@ -68,9 +68,6 @@ PRODUCE_PIPELINE: Final = 16
 #: Fetch requests of one FetchStream read ahead of the one being answered.
 FETCH_PIPELINE: Final = 4
 
-#: Acknowledgements of abandoned appends, awaited in the background (a reference keeps each task alive).
-_RELEASING: set[asyncio.Future[None]] = set()
-
 # (when it was read, the answer, what acknowledges it or None when the answer is final)
 _Taken = tuple[float, pb.ProduceResponse, Acknowledgement | None]
 
@@ -233,9 +230,7 @@ def _release(taken: _Taken) -> None:
     """An append whose answer will never be sent still gives its in-flight bytes back once acknowledged."""
     ack = taken[2]
     if ack is not None:
-        task = asyncio.ensure_future(ack.wait())
-        _RELEASING.add(task)
-        task.add_done_callback(_RELEASING.discard)
+        ack.release_when_done()
 
 
 def _keep(request: pb.FetchRequest, principal: Principal) -> tuple[Principal, pb.FetchRequest]:

@@ -293,6 +293,30 @@ CASES: dict[int, list[Case]] = {
             label="broker",
         ),
     ],
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: [
+        Case(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            {
+                "group_id": "g848",
+                "member_id": "",
+                "member_epoch": 0,
+                "rebalance_timeout": 6000,
+                "subscribed_topic_names": [ORDERS],
+                "topic_partitions": [],
+            },
+            # As Kafka's KafkaApis: read on the group, then describe on every subscribed topic.
+            [(acl("read", "group", "g848"), GROUP_DENIED), (acl("describe", "topic", ORDERS), TOPIC_DENIED)],
+            label="joining with a subscription",
+        ),
+        Case(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            {"group_id": "g848", "member_id": "someone", "member_epoch": 1, "rebalance_timeout": -1},
+            [(acl("read", "group", "g848"), GROUP_DENIED)],
+            label="heartbeat without a subscription",
+        ),
+    ],
     # Before authentication, and with no permission at all (run on a fresh connection).
     ApiKey.API_VERSIONS: [Case(ApiKey.API_VERSIONS, 3, {"client_software_name": "raw"}, [])],
     ApiKey.SASL_HANDSHAKE: [Case(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}, [])],

@@ -9,6 +9,8 @@ permission, and a principal using another principal's member id.
 from __future__ import annotations
 
 import shutil
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from kio.schema.errors import ErrorCode
 
 import lkstream
+from lkstream.format.codec import encode_batch
 from lkstream.kafka.protocol import ApiKey
 from lkstream.security.acl import AclEntry
 from lkstream.security.tls import ClientTls
@@ -262,3 +265,48 @@ def test_tls_without_auth_serves_anonymous_ssl_clients(secure_daemon: SecureFact
     assert sorted(consume(config, "open", "readers", 2)) == [b"a", b"b"]
     with RawKafka(daemon.kafka_address, tls_ca=str(daemon.pki.ca)) as kafka:
         assert kafka.handshake("PLAIN").error_code == ErrorCode.unsupported_sasl_mechanism  # no SASL without auth
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the listener closed ``sock`` within the socket's timeout (False: still open)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_large_request_before_authentication_is_refused_before_it_takes_admission_budget(
+    secure_daemon: SecureFactory,
+) -> None:
+    # A frame announced before SASL completed used to be admitted at its full size (up to the
+    # message limit) and held for read_timeout_s: six 10 MiB announcements held 50 MiB of the
+    # default 64 MiB budget, and an authenticated 8 MiB produce waited behind them.
+    daemon = secure_daemon(read_timeout_s=120)  # a held announcement would keep its bytes this long
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("large", 1)
+    daemon.set_password(USER, PASSWORD)
+    daemon.set_acls(AclEntry.build(USER, "write", "topic", "large"))
+    host, port = daemon.kafka_address.rsplit(":", 1)
+    unauthenticated = [socket.create_connection((host, int(port)), timeout=10) for _ in range(6)]
+    try:
+        for sock in unauthenticated:
+            sock.sendall(struct.pack(">i", 10 * 1024 * 1024))
+        assert all(_closed_by_peer(sock) for sock in unauthenticated), "an unauthenticated 10 MiB frame was awaited"
+    finally:
+        for sock in unauthenticated:
+            sock.close()
+    large = bytes(encode_batch([(None, bytes([i]) * 1_000_000) for i in range(8)]))
+    with RawKafka(daemon.kafka_address) as kafka:
+        assert kafka.login_scram("SCRAM-SHA-256", USER, PASSWORD).error_code == 0
+        answer = kafka.call(
+            ApiKey.PRODUCE,
+            8,
+            acks=-1,
+            timeout=5000,
+            topic_data=[{"name": "large", "partition_data": [{"index": 0, "records": large}]}],
+        )
+    assert [p.error_code for t in answer.responses for p in t.partition_responses] == [0]
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        assert admin.bounds("large", 0) == (0, 8)

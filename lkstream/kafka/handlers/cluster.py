@@ -177,9 +177,12 @@ def _exists(ctx: RequestContext, name: str) -> bool:
 
 
 def _auto_create(ctx: RequestContext, names: list[str]) -> None:
-    """Create the topics a Metadata request may auto-create; failures are reported by the answer built next."""
+    """Create the topics a Metadata request may auto-create; failures are reported by the answer built next.
+
+    As Kafka: only a topic the principal may describe (else the answer is TOPIC_AUTHORIZATION_FAILED
+    and nothing may change) and create.
+    """
     for name in names:
-        # As in the answer built next: a topic the principal may not describe is not created either.
         if ctx.allowed("describe", "topic", name) and ctx.allowed("create", "topic", name):
             with contextlib.suppress(LkstreamError):
                 validate_topic(name)

@@ -87,6 +87,12 @@ async def consumer_group_heartbeat(ctx: RequestContext, header: RequestHeader, f
 
     if not ctx.allowed("read", "group", request.group_id):
         return answer(ErrorCode.group_authorization_failed)
+    # As Kafka's KafkaApis (and JoinGroup over gRPC): a member may subscribe only to topics it may
+    # describe, or the assignment would show it topics it may not see. Kafka sends no message here.
+    if request.subscribed_topic_names and not all(
+        ctx.allowed("describe", "topic", topic) for topic in request.subscribed_topic_names
+    ):
+        return answer(ErrorCode.topic_authorization_failed)
     try:
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             ctx.broker.leave_group(request.group_id, request.member_id, owner=ctx.owner)

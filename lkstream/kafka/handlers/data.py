@@ -4,7 +4,10 @@ Produce appends each partition's batch through
 :meth:`~lkstream.broker.Broker.begin_produce_batch` (the broker validates the
 batch and the log checks idempotent-producer sequences), all before the
 handler first awaits, so pipelined requests append in order; it then awaits
-the acknowledgements (the fsync in ``sync`` mode). Fetch reads raw batches and
+the acknowledgements (the fsync in ``sync`` mode). A Produce to a topic that
+must be auto-created first creates it in a worker thread (admin work stays off
+the event loop) and appends after that: :class:`AfterTopicCreation` tells the
+connection to start nothing after it until it finished. Fetch reads raw batches and
 long-polls with :meth:`~lkstream.broker.Broker.wait_for_data`, woken by the
 append, until ``min_bytes`` arrived or ``max_wait_ms`` passed.
 """
@@ -14,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from lkstream.broker.acks import Acknowledgement
-from lkstream.errors import InvalidArgumentError, LkstreamError
+from lkstream.errors import InvalidArgumentError, LkstreamError, TopicExistsError, UnknownTopicError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.errors import error_code
@@ -27,6 +31,7 @@ from lkstream.kafka.hot import (
     FetchPartitionResult,
     ProducePartition,
     ProducePartitionResult,
+    ProduceRequestData,
     ResponseChunks,
     encode_fetch_response,
     encode_produce_response,
@@ -34,6 +39,9 @@ from lkstream.kafka.hot import (
     parse_produce_request,
 )
 from lkstream.kafka.protocol import ApiKey, RequestHeader
+
+if TYPE_CHECKING:
+    from lkstream.broker.broker import Broker
 
 #: ListOffsets timestamps with a special meaning (Kafka's ListOffsetsRequest constants).
 LATEST_TIMESTAMP = -1
@@ -50,30 +58,106 @@ def _partition_error(error: Exception) -> ErrorCode:
     return error_code(error)
 
 
+@dataclass(frozen=True, slots=True)
+class AfterTopicCreation:
+    """The answer of a Produce that first auto-creates topics, in a worker thread, then appends.
+
+    Its appends come after the creation: the connection starts no later request (a pipelined
+    Produce included) before this one finished, or that request would take effect first.
+    """
+
+    answer: Awaitable[bytes | None]
+
+
 async def produce(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | None:
     """Produce as a coroutine (what :data:`~lkstream.kafka.handlers.HANDLERS` holds)."""
     outcome = produce_start(ctx, header, frame)
+    if isinstance(outcome, AfterTopicCreation):
+        outcome = outcome.answer
     return await outcome if isinstance(outcome, Awaitable) else outcome
 
 
-def produce_start(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes | Awaitable[bytes | None] | None:
+def produce_start(
+    ctx: RequestContext, header: RequestHeader, frame: bytes
+) -> bytes | Awaitable[bytes | None] | AfterTopicCreation | None:
     """Append every partition's batch now; the answer, or (``sync`` mode) an awaitable of it.
 
     In ``group`` and ``none`` modes an append is acknowledged once written, so the answer is
     known before this returns and the connection writes it without scheduling a task: that
     per-request saving is what a producer with ``linger.ms=0`` or small batches needs.
+    A topic to auto-create is created first, off the event loop (:class:`AfterTopicCreation`).
     """
     request = parse_produce_request(frame, header.body_offset, flexible=header.flexible)
+    missing = _topics_to_create(ctx, request)
+    if missing:
+        return AfterTopicCreation(_produce_after_creation(ctx, header, request, missing))
+    return _produce_appended(ctx, header, request, {})
+
+
+async def _produce_after_creation(
+    ctx: RequestContext, header: RequestHeader, request: ProduceRequestData, missing: list[str]
+) -> bytes | None:
+    # Thousands of mkdir/open/fsync for a large topic: admin work, off the event loop (issue 12, finding 9).
+    failed = await asyncio.to_thread(_create_topics, ctx.broker, missing)
+    outcome = _produce_appended(ctx, header, request, failed)
+    return await outcome if isinstance(outcome, Awaitable) else outcome
+
+
+def _topics_to_create(ctx: RequestContext, request: ProduceRequestData) -> list[str]:
+    """The missing topics of ``request`` this principal may have auto-created (write and create on each)."""
+    if not ctx.broker.config.auto_create_topics or request.transactional_id is not None:
+        return []
+    missing: list[str] = []
+    for topic, _partitions in request.topics:
+        try:
+            ctx.broker.partitions_for(topic)  # first: the common case, a topic that exists, costs a lookup
+            continue
+        except UnknownTopicError:
+            pass
+        except LkstreamError:
+            continue  # an invalid name, a closed broker: the append answers it
+        if topic not in missing and ctx.allowed("write", "topic", topic) and ctx.allowed("create", "topic", topic):
+            missing.append(topic)
+    return missing
+
+
+def _create_topics(broker: Broker, names: list[str]) -> dict[str, LkstreamError]:
+    """Create ``names`` with the broker's defaults (in a worker thread); what failed, by topic."""
+    failed: dict[str, LkstreamError] = {}
+    for name in names:
+        try:
+            broker.create_topic(name)
+        except TopicExistsError:
+            pass  # a concurrent request created it
+        except LkstreamError as exc:
+            failed[name] = exc
+    return failed
+
+
+def _produce_appended(
+    ctx: RequestContext,
+    header: RequestHeader,
+    request: ProduceRequestData,
+    failed_creations: dict[str, LkstreamError],
+) -> bytes | Awaitable[bytes | None] | None:
+    """Append every partition's batch now (see :func:`produce_start`)."""
     results: list[tuple[str, list[ProducePartitionResult]]] = []
     pending: list[tuple[ProducePartitionResult, Acknowledgement]] = []
-    for topic, partitions in request.topics:
-        refused = _write_refused(ctx, topic)
-        answers = [ProducePartitionResult(part.partition, 0, -1, -1) for part in partitions]
-        for part, answer in zip(partitions, answers, strict=True):
-            ack = _append(ctx, topic, part, answer, transactional_id=request.transactional_id, refused=refused)
-            if ack is not None:
-                pending.append((answer, ack))
-        results.append((topic, answers))
+    try:
+        for topic, partitions in request.topics:
+            refused = _write_refused(ctx, topic)
+            if not refused and topic in failed_creations:
+                refused = _produce_error(failed_creations[topic])
+            answers = [ProducePartitionResult(part.partition, 0, -1, -1) for part in partitions]
+            for part, answer in zip(partitions, answers, strict=True):
+                ack = _append(ctx, topic, part, answer, transactional_id=request.transactional_id, refused=refused)
+                if ack is not None:
+                    pending.append((answer, ack))
+            results.append((topic, answers))
+    except BaseException:
+        for _, ack in pending:  # appended before the failure, and never answered
+            ack.release_when_done()
+        raise
     if pending and ctx.broker.config.fsync_mode == "sync":
         return _produce_after_fsync(ctx, header, request.acks, results, pending)
     for answer, ack in pending:
@@ -88,11 +172,17 @@ async def _produce_after_fsync(
     results: list[tuple[str, list[ProducePartitionResult]]],
     pending: list[tuple[ProducePartitionResult, Acknowledgement]],
 ) -> bytes | None:
-    for answer, ack in pending:
-        try:
-            await ack.wait()
-        except LkstreamError as exc:  # the fsync failed: the records are not acknowledged
-            _refuse(answer, exc)
+    try:
+        for answer, ack in pending:
+            try:
+                await ack.wait()
+            except LkstreamError as exc:  # the fsync failed: the records are not acknowledged
+                _refuse(answer, exc)
+    finally:
+        # Cancelled (the connection closed) or failed: the acknowledgements not awaited yet still
+        # hold in-flight bytes until their fsync; they give them back in the background.
+        for _, ack in pending:
+            ack.release_when_done()
     return _produce_answer(ctx, header, acks, results)
 
 
