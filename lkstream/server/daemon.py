@@ -88,7 +88,8 @@ class Daemon:
         self._watcher: asyncio.Task[None] | None = None
         limit = settings.message_limit(broker.config)
         # Admission first (outermost): it reads and decodes each request within the budget (docs/operations.md).
-        interceptors: list[grpc.aio.ServerInterceptor] = [AdmissionInterceptor(broker.admission, self.metrics)]
+        admission = AdmissionInterceptor(broker.admission, self.metrics, read_timeout_s=settings.read_timeout_s)
+        interceptors: list[grpc.aio.ServerInterceptor] = [admission]
         if self.access.enabled:
             interceptors.append(AccessInterceptor(self.access, broker, self.metrics))
         self.server = grpc.aio.server(interceptors=interceptors, options=server_options(settings, limit))
