@@ -12,6 +12,10 @@ When the call ends (the daemon stopped, the connection broke, a deadline
 passed), every unanswered request fails with the call's status and the stream
 is done: the owner opens a new one for the next request. Whether a failed
 request is sent again is the owner's decision (:mod:`lkstream.client.retry`).
+The daemon also ends a stream that stayed idle for its ``grpc_idle_timeout_s``
+(so the connection can close): that end is OK, after every request it read was
+answered, so a request sent meanwhile was never read and is sent again at once
+on a new stream (:attr:`StreamClosed.unread`), neither lost nor duplicated.
 
 :class:`LoopThread` runs one event loop in a daemon thread, so the blocking
 methods of the remote client use the same streams as the async ones.
@@ -47,10 +51,14 @@ _STOP_GRACE_S: Final = 5.0
 class StreamClosed(grpc.RpcError):
     """The stream ended or failed on this side; shaped like the UNAVAILABLE failure of a call."""
 
-    def __init__(self, details: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> None:
+    def __init__(
+        self, details: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, *, unread: bool = False
+    ) -> None:
         super().__init__(details)
         self._code = code
         self._details = details
+        #: The daemon ended the stream with OK having answered every request it read: the unanswered were unread.
+        self.unread = unread
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -110,7 +118,7 @@ class OrderedStream:
             while True:
                 response = await self._call.read()
                 if response is grpc.aio.EOF:
-                    raise StreamClosed("the daemon ended the stream")
+                    raise StreamClosed("the daemon ended the stream", unread=True)
                 if not self._pending:
                     raise StreamClosed("an answer to no request (protocol error)", grpc.StatusCode.INTERNAL)
                 answer, timer = self._pending.popleft()
@@ -274,6 +282,8 @@ class StreamedCalls(RemoteCalls):
                 response = await answer
             except grpc.RpcError as exc:
                 answer = None
+                if isinstance(exc, StreamClosed) and exc.unread and attempts.count == 1:
+                    continue  # the daemon ended an idle stream as this was sent: never read, send it now
                 delay = attempts.delay(exc)
                 if delay is None or self._closed:
                     raise self._gave_up(exc, attempts.count) from None

@@ -88,7 +88,12 @@ class Daemon:
         self._watcher: asyncio.Task[None] | None = None
         limit = settings.message_limit(broker.config)
         # Admission first (outermost): it reads and decodes each request within the budget (docs/operations.md).
-        admission = AdmissionInterceptor(broker.admission, self.metrics, read_timeout_s=settings.read_timeout_s)
+        admission = AdmissionInterceptor(
+            broker.admission,
+            self.metrics,
+            read_timeout_s=settings.read_timeout_s,
+            idle_timeout_s=settings.grpc_idle_timeout_s,
+        )
         interceptors: list[grpc.aio.ServerInterceptor] = [admission]
         if self.access.enabled:
             interceptors.append(AccessInterceptor(self.access, broker, self.metrics))

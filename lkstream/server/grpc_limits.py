@@ -6,7 +6,10 @@ Connections and timeouts are gRPC core's (:func:`server_options`):
   closes a connection beyond it at accept, before any handshake;
 * ``grpc.max_connection_idle_ms`` = ``server.grpc_idle_timeout_s``: a connection with
   no call in progress that long gets GOAWAY and is closed (clients reconnect on
-  their next call, transparently);
+  their next call, transparently). A client keeps its streams open as long as it
+  lives, so the interceptor also ends a stream (OK) that has had nothing to answer
+  and no new request for ``grpc_idle_timeout_s``; the client opens a new one on
+  its next request, and an idle client's connection closes one timeout later;
 * ``grpc.server_handshake_timeout_ms`` = ``server.read_timeout_s``: a connection must
   finish its TLS and HTTP/2 handshake that fast (a socket that sends nothing is
   closed then);
@@ -46,6 +49,7 @@ see ordinary unary handlers and decoded requests.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -92,11 +96,15 @@ def server_options(settings: ServerSettings, message_limit: int) -> list[tuple[s
 class AdmissionInterceptor(grpc.aio.ServerInterceptor):
     """Admit every ``lkstream.Broker`` request's bytes before decoding it (see the module docstring)."""
 
-    def __init__(self, budget: AdmissionBudget, metrics: BrokerMetrics, *, read_timeout_s: float) -> None:
+    def __init__(
+        self, budget: AdmissionBudget, metrics: BrokerMetrics, *, read_timeout_s: float, idle_timeout_s: float
+    ) -> None:
         self.budget = budget
         self.metrics = metrics
         #: How long a streamed request waits for room before the stream is ended (``server.read_timeout_s``).
         self.read_timeout_s = read_timeout_s
+        #: A stream with every request answered and no new one this long is ended (``server.grpc_idle_timeout_s``).
+        self.idle_timeout_s = idle_timeout_s
         # method -> (the inner handler, our wrapper of it): rebuilt only if the inner one changes.
         self._wrapped: dict[str, tuple[Handler, Handler]] = {}
         self._estimate = SizeEstimate()
@@ -165,7 +173,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         """
 
         async def behaviour(raw: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
-            requests = _AdmittedRequests(raw, decode, self.budget, self.read_timeout_s)
+            requests = _AdmittedRequests(raw, decode, self.budget, self.read_timeout_s, self.idle_timeout_s)
             try:
                 async for response in inner(requests.read(), context):
                     requests.answered()
@@ -216,18 +224,40 @@ class _AdmittedRequests:
     followed it on the stream.
     """
 
-    def __init__(self, raw: AsyncIterator[bytes], decode: Any, budget: AdmissionBudget, wait_s: float) -> None:
+    def __init__(
+        self, raw: AsyncIterator[bytes], decode: Any, budget: AdmissionBudget, wait_s: float, idle_s: float
+    ) -> None:
         self._raw = raw
         self._decode = decode
         self._budget = budget
         self._wait_s = wait_s
+        self._idle_s = idle_s
         self._held: deque[Admission] = deque()  # of the requests read and not yet answered, oldest first
+        self._idle: asyncio.Timeout | None = None  # the wait for the next request, while there is one
         #: Why the stream stopped reading early (it ends with this status once the rest is answered).
         self.refused: LkstreamError | None = None
 
     async def read(self) -> AsyncIterator[Any]:
-        """The decoded requests; stops at the client's half-close, a refusal or a message that does not decode."""
-        async for raw in self._raw:
+        """The decoded requests; stops at the client's half-close, after ``idle_s`` with nothing to answer and
+        no new request, at a refusal, or at a message that does not decode.
+
+        The idle end is what lets gRPC core's ``max_connection_idle`` close the connection (it only
+        counts time with no call in progress, and a client keeps its stream open for as long as it
+        lives). It ends the stream with OK, having answered every request it read; a request the
+        client sent meanwhile was never read, and the client sends it again on a new stream.
+        """
+        messages = aiter(self._raw)
+        while True:
+            try:
+                async with asyncio.timeout(None) as self._idle:
+                    self._arm_idle()
+                    raw = await anext(messages, None)
+            except TimeoutError:
+                return
+            finally:
+                self._idle = None
+            if raw is None:
+                return
             try:
                 admission = await self._budget.admit(len(raw), LISTENER, self._wait_s)
             except OverloadedError as exc:
@@ -244,9 +274,16 @@ class _AdmittedRequests:
             yield request
 
     def answered(self) -> None:
-        """The oldest request was answered: its bytes go back."""
+        """The oldest request was answered: its bytes go back (and the idle time starts with the last one)."""
         if self._held:
             self._held.popleft().release()
+        self._arm_idle()
+
+    def _arm_idle(self) -> None:
+        # A timer on the pending read (no task per request), set only while nothing waits for an answer:
+        # a long-poll fetch or an fsync in progress is not idleness.
+        if self._idle is not None and not self._held:
+            self._idle.reschedule(asyncio.get_running_loop().time() + self._idle_s)
 
     def release(self) -> None:
         """The stream ended: whatever it still holds goes back (requests read and never answered)."""
