@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import grpc
@@ -61,6 +61,11 @@ else:
 def call_principal() -> Principal:
     """The principal of the RPC this coroutine serves."""
     return CALL_PRINCIPAL.get()
+
+
+def bearer_header(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
+    """The ``authorization`` value of a call's metadata (None when it sent none)."""
+    return next((str(value) for key, value in metadata or () if key == AUTHORIZATION_KEY), None)
 
 
 def _certificate_configuration(pem: ServerPem) -> grpc.ServerCertificateConfiguration:
@@ -132,8 +137,7 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
             await fail(context, self.metrics, exc)
 
     def _admit(self, method: str, request: Any, context: Context) -> Principal:
-        header = next((str(v) for k, v in context.invocation_metadata() or () if k == AUTHORIZATION_KEY), None)
-        principal = self.access.authenticate_bearer(header)
+        principal = self.access.authenticate_bearer(bearer_header(context.invocation_metadata()))
         service, name = _split(method)
         if service != BROKER_SERVICE:
             return principal  # server reflection: a principal is enough

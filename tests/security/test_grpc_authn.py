@@ -104,6 +104,33 @@ def test_revocations_apply_to_a_running_daemon_without_restart(secure_daemon: Se
             client.list_topics()
 
 
+def test_a_revoked_token_stops_working_on_the_clients_open_streams(secure_daemon: SecureFactory) -> None:
+    daemon = secure_daemon()
+    token = daemon.token("svc")
+    daemon.grant(
+        AclEntry.build("svc", "all", "topic", "live.", pattern="prefix"),
+        AclEntry.build("svc", "create", "cluster", "cluster"),
+    )
+    with lkstream.connect(daemon.address, token=token) as client:
+        client.create_topic("live.a", 1)
+        assert client.produce_many_sync("live.a", [(None, b"1")]) == [(0, 0)]  # opens the ProduceStream
+        assert client.fetch("live.a", 0, 0).high_watermark == 1  # opens the FetchStream
+        token_id = token.split("_")[1]
+        edit_file(
+            str(daemon.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.remove_token("svc", token_id),
+        )
+        with pytest.raises(AuthenticationError, match="unknown or revoked"):
+            client.produce_many_sync("live.a", [(None, b"2")])  # the same streams, still open
+        with pytest.raises(AuthenticationError, match="unknown or revoked"):
+            client.fetch("live.a", 0, 0)
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        assert admin.bounds("live.a", 0) == (0, 1), "a produce with a revoked token was appended"
+
+
 def test_tls_daemon_serves_a_client_trusting_its_ca_and_refuses_plaintext(secure_daemon: SecureFactory) -> None:
     daemon = secure_daemon(tls=True)
     assert daemon.pki is not None
