@@ -43,8 +43,14 @@ RESOURCE_EXHAUSTED (``OverloadedError``; the client sends the rest again). A str
 message is read before it is admitted (see :class:`_AdmittedRequests` for why): each
 open stream may hold one message beyond the budget.
 
-The interceptor must be the outermost one: interceptors inside it (access control)
-see ordinary unary handlers and decoded requests.
+The one message of a unary or server-streaming call must arrive within
+``server.read_timeout_s`` (else INVALID_ARGUMENT and the bytes go back): a call that
+never sends it cannot hold its reservation.
+
+The interceptor comes before access control (interceptors inside it see ordinary
+unary handlers and decoded requests), and after the token check
+(:class:`~lkstream.server.grpc_access.AuthenticationInterceptor`, outermost), so a
+caller without a valid token is refused before it can hold any of the budget.
 """
 
 from __future__ import annotations
@@ -191,7 +197,14 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         try:
             if data:  # reserve a guess first: gRPC core reads the message only when asked (bdp_probe off)
                 admission = await self.budget.admit(self._estimate.value, LISTENER, ADMISSION_WAIT_S)
-            raw = await context.read()
+            try:
+                async with asyncio.timeout(self.read_timeout_s):  # a timer, not a task: every call passes here
+                    raw = await context.read()
+            except TimeoutError:
+                timeout = self.read_timeout_s
+                raise InvalidArgumentError(
+                    f"the request message did not arrive within server.read_timeout_s ({timeout:g} s)"
+                ) from None
             if raw is grpc.aio.EOF:
                 raise InvalidArgumentError("the call carried no request message")
             if admission is None:

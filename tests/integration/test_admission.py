@@ -17,6 +17,7 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -177,6 +178,38 @@ def test_every_listener_holds_requests_beyond_the_one_budget_until_it_has_room(s
         assert client.bounds("held", 0) == (0, 1)
     held.close()
     kafka.close()
+
+
+async def _never_sent() -> AsyncIterator[bytes]:
+    """A call's request messages that never come (the client opened the call and stopped)."""
+    await asyncio.Event().wait()
+    yield b""  # pragma: no cover - never reached
+
+
+def test_a_produce_whose_message_never_arrives_gives_its_reservation_back_after_read_timeout_s(
+    start_daemon: DaemonFactory,
+) -> None:
+    daemon = start_daemon(max_admitted_bytes=MiB, read_timeout_s=1)
+
+    async def silent_produce() -> grpc.aio.AioRpcError:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            produce = channel.stream_unary(
+                "/lkstream.Broker/Produce", response_deserializer=pb.ProduceResponse.FromString
+            )
+            call = asyncio.ensure_future(produce(_never_sent(), timeout=60))
+            await asyncio.to_thread(_wait_admitted, daemon, 1)  # the daemon reserved its estimate, unread
+            try:
+                await asyncio.wait_for(call, SETTLE_DEADLINE_S)
+            except grpc.aio.AioRpcError as exc:
+                return exc
+            raise AssertionError("a Produce without a message was answered")
+
+    refused = asyncio.run(silent_produce())
+    assert refused.code() is grpc.StatusCode.INVALID_ARGUMENT, refused
+    assert "read_timeout_s" in (refused.details() or "")
+    assert _admitted_bytes(daemon) == 0
+    with lkstream.connect(daemon.address) as client:
+        assert client.produce_many_sync("after", [(None, b"x" * 200_000)]) == [(0, 0)]
 
 
 # -- ProduceStream and FetchStream (the remote client's produce and fetch ride them) -----------------

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -18,6 +20,7 @@ from lkstream.errors import InvalidArgumentError
 from lkstream.security.acl import AclEntry
 from lkstream.security.credentials import UsersDocument
 from lkstream.security.watched import edit_file
+from lkstream.wire._proto import messaging_pb2 as pb
 from tests.integration.conftest import REPO
 from tests.security.certs import make_pki
 from tests.security.conftest import SecureFactory
@@ -129,6 +132,42 @@ def test_a_revoked_token_stops_working_on_the_clients_open_streams(secure_daemon
             client.fetch("live.a", 0, 0)
     with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
         assert admin.bounds("live.a", 0) == (0, 1), "a produce with a revoked token was appended"
+
+
+async def _never_sent() -> AsyncIterator[bytes]:
+    """A call's request messages that never come (the client opened the call and stopped)."""
+    await asyncio.Event().wait()
+    yield b""  # pragma: no cover - never reached
+
+
+def test_unauthenticated_calls_are_refused_before_they_can_hold_the_admission_budget(
+    secure_daemon: SecureFactory,
+) -> None:
+    # The smallest budget the daemon takes: one silent Produce's reserved estimate (1 MiB) would fill it.
+    daemon = secure_daemon(broker={"max_admitted_bytes": 1024 * 1024}, read_timeout_s=2)
+    token = daemon.token("svc")
+    daemon.grant(AclEntry.build("svc", "all", "topic", "held.", pattern="prefix"))
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("held.a", 1)
+
+    async def scenario() -> list[BaseException | None]:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            produce = channel.stream_unary(
+                "/lkstream.Broker/Produce", response_deserializer=pb.ProduceResponse.FromString
+            )
+            silent = [asyncio.ensure_future(produce(_never_sent(), timeout=30)) for _ in range(8)]
+            await asyncio.sleep(0.5)  # the calls reached the daemon, none sent its message
+            with lkstream.connect(daemon.address, token=token, retries=1) as client:
+                value = b"v" * 200_000  # record data: it needs room beside whatever the silent calls hold
+                assert await client.produce_many("held.a", [(None, value)]) == [(0, 0)]
+            done, pending = await asyncio.wait(silent, timeout=20)
+            for call in pending:
+                call.cancel()
+            return [call.exception() for call in done] + [None] * len(pending)
+
+    refusals = asyncio.run(scenario())
+    codes = [error.code() if isinstance(error, grpc.aio.AioRpcError) else error for error in refusals]
+    assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 8
 
 
 def test_tls_daemon_serves_a_client_trusting_its_ca_and_refuses_plaintext(secure_daemon: SecureFactory) -> None:
