@@ -2,7 +2,7 @@
 
 A unary gRPC call costs a call set-up on both ends, about 0.4 ms of a round trip
 on the project's 2-core machine; a message each way on an open stream about
-0.16 ms (docs/benchmarks.md, "The daemon's rows"). :class:`OrderedStream` keeps
+0.16 ms (docs/benchmarks.md, the "Issue 14" section). :class:`OrderedStream` keeps
 one such call open on one event loop: :meth:`OrderedStream.send` writes a request
 and returns the future of its answer, so a caller may have several requests in
 flight; one reader task hands the answers, which the daemon sends in request
