@@ -24,6 +24,7 @@ from tests.integration.raw_sockets import (
     HTTP2_PREFACE,
     connect,
     ended,
+    established_connections,
     kafka_api_versions,
     read_kafka_response,
     wait_all_ended,
@@ -163,24 +164,12 @@ def test_grpc_connections_that_never_handshake_or_go_idle_are_closed(impatient: 
         assert wait_ended(idle, CLOSE_DEADLINE_S) is not None, "an HTTP/2 connection without calls stayed"
 
 
-def _grpc_connections(daemon: DaemonProcess) -> int:
-    """Established TCP connections whose local end is the daemon's gRPC port (the daemon's side of each)."""
-    port = int(daemon.address.rsplit(":", 1)[1])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # gRPC core may listen on a dual-stack socket
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:  # 01: ESTABLISHED
-                count += 1
-    return count
-
-
 def test_an_idle_stream_is_ended_so_the_connection_closes_and_the_client_reopens_it(impatient: DaemonProcess) -> None:
     with lkstream.connect(impatient.address) as client:
         assert client.produce_many_sync("idle.stream", [(None, b"before")]) == [(0, 0)]  # over ProduceStream
-        assert _grpc_connections(impatient) >= 1
+        assert established_connections(impatient.address) >= 1
         deadline = time.monotonic() + CLOSE_DEADLINE_S
-        while _grpc_connections(impatient) > 0:  # the stream ends, then the connection idles out
+        while established_connections(impatient.address) > 0:  # the stream ends, then the connection idles out
             assert time.monotonic() < deadline, "a client's idle stream kept its connection open"
             time.sleep(0.1)
         assert client.produce_many_sync("idle.stream", [(None, b"after")]) == [(0, 1)]  # the same client goes on

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from lkstream.security.credentials import UsersDocument
 from lkstream.security.watched import edit_file
 from lkstream.wire._proto import messaging_pb2 as pb
 from tests.integration.conftest import REPO
+from tests.integration.raw_sockets import established_connections
 from tests.security.certs import make_pki
 from tests.security.conftest import SecureFactory
 
@@ -132,6 +134,34 @@ def test_a_revoked_token_stops_working_on_the_clients_open_streams(secure_daemon
             client.fetch("live.a", 0, 0)
     with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
         assert admin.bounds("live.a", 0) == (0, 1), "a produce with a revoked token was appended"
+
+
+def test_a_revoked_token_is_refused_when_the_client_reopens_a_stream_the_daemon_ended(
+    secure_daemon: SecureFactory,
+) -> None:
+    daemon = secure_daemon(grpc_idle_timeout_s=0.5)
+    token = daemon.token("svc")
+    daemon.grant(AclEntry.build("svc", "all", "topic", "live.", pattern="prefix"))
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("live.b", 1)
+    with lkstream.connect(daemon.address, token=token) as client:
+        assert client.produce_many_sync("live.b", [(None, b"1")]) == [(0, 0)]
+        token_id = token.split("_")[1]
+        edit_file(
+            str(daemon.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.remove_token("svc", token_id),
+        )
+        deadline = time.monotonic() + 20
+        while established_connections(daemon.address) > 0:  # the idle stream ended, then its connection
+            assert time.monotonic() < deadline, "the client's idle stream was not ended"
+            time.sleep(0.05)
+        started = time.monotonic()
+        with pytest.raises(AuthenticationError, match="unknown or revoked"):
+            client.produce_many_sync("live.b", [(None, b"2")])  # a new stream, refused when it opens
+        assert time.monotonic() - started < 10, "the refusal was retried as if the daemon were unavailable"
 
 
 async def _never_sent() -> AsyncIterator[bytes]:
