@@ -295,8 +295,9 @@ class _AdmittedRequests:
     def _arm_idle(self) -> None:
         # A timer on the pending read (no task per request), set only while nothing waits for an answer:
         # a long-poll fetch or an fsync in progress is not idleness.
-        if self._idle is not None and not self._held:
-            self._idle.reschedule(asyncio.get_running_loop().time() + self._idle_s)
+        idle = self._idle
+        if idle is not None and not self._held and idle.when() is None:  # once per wait (never when expiring)
+            idle.reschedule(asyncio.get_running_loop().time() + self._idle_s)
 
     def release(self) -> None:
         """The stream ended: whatever it still holds goes back (requests read and never answered)."""
