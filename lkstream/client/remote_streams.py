@@ -2,7 +2,7 @@
 
 A unary gRPC call costs a call set-up on both ends, about 0.4 ms of a round trip
 on the project's 2-core machine; a message each way on an open stream about
-0.16 ms (docs/benchmarks.md, "The daemon's rows"). :class:`OrderedStream` keeps
+0.16 ms (docs/benchmarks.md, the "Issue 14" section). :class:`OrderedStream` keeps
 one such call open on one event loop: :meth:`OrderedStream.send` writes a request
 and returns the future of its answer, so a caller may have several requests in
 flight; one reader task hands the answers, which the daemon sends in request
@@ -12,6 +12,11 @@ When the call ends (the daemon stopped, the connection broke, a deadline
 passed), every unanswered request fails with the call's status and the stream
 is done: the owner opens a new one for the next request. Whether a failed
 request is sent again is the owner's decision (:mod:`lkstream.client.retry`).
+The daemon also ends a stream that stayed idle for its ``grpc_idle_timeout_s``
+(so the connection can close): that end is OK, after every request it read was
+answered, so a request sent meanwhile was never read, and one whose write failed
+because the call had ended was never sent: either is sent again at once on a new
+stream (:attr:`StreamClosed.unread`), neither lost nor duplicated.
 
 :class:`LoopThread` runs one event loop in a daemon thread, so the blocking
 methods of the remote client use the same streams as the async ones.
@@ -32,6 +37,7 @@ import grpc
 from lkstream.client.remote_calls import RemoteCalls
 from lkstream.client.retry import Retry
 from lkstream.errors import InvalidArgumentError
+from lkstream.wire.contract import ERROR_CLASS_KEY
 from lkstream.wire.streams import StreamAnswer
 
 T = TypeVar("T")
@@ -47,10 +53,14 @@ _STOP_GRACE_S: Final = 5.0
 class StreamClosed(grpc.RpcError):
     """The stream ended or failed on this side; shaped like the UNAVAILABLE failure of a call."""
 
-    def __init__(self, details: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> None:
+    def __init__(
+        self, details: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, *, unread: bool = False
+    ) -> None:
         super().__init__(details)
         self._code = code
         self._details = details
+        #: The daemon ended the stream with OK having answered every request it read: the unanswered were unread.
+        self.unread = unread
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -76,11 +86,12 @@ class OrderedStream:
         self._pending: deque[tuple[asyncio.Future[Any], asyncio.TimerHandle]] = deque()
         self._write = asyncio.Lock()  # grpc.aio allows one write in progress at a time
         self.failure: grpc.RpcError | None = None
+        self._unwritable = False  # a write failed: the call ended, the reader is learning how
         self._reader = asyncio.ensure_future(self._read())
 
     @property
     def usable(self) -> bool:
-        return self.failure is None
+        return self.failure is None and not self._unwritable
 
     async def send(self, request: Any, timeout: float) -> asyncio.Future[Any]:
         """Write ``request``; the returned future resolves to its answer or fails with its error.
@@ -96,10 +107,27 @@ class OrderedStream:
             try:
                 await self._call.write(request)
             except grpc.RpcError as exc:
-                self._fail(exc)
+                if _from_daemon(exc):
+                    self._fail(exc)
+                else:
+                    self._unsent(answer, exc)
             except (asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
-                self._fail(StreamClosed(f"the stream cannot be written: {exc}"))
+                self._unsent(answer, exc)
         return answer
+
+    def _unsent(self, answer: asyncio.Future[Any], error: Exception) -> None:
+        """The call ended (the daemon ended an idle stream, or the connection broke) before ``answer``'s
+        request was written: that request was not sent, so it fails as unread and is sent again at once on
+        a new stream. The requests written before it get what the reader learns of the call's end.
+        """
+        self._unwritable = True
+        for entry in self._pending:
+            if entry[0] is answer:
+                entry[1].cancel()
+                self._pending.remove(entry)
+                break
+        if not answer.done():
+            answer.set_exception(StreamClosed(f"the stream ended before this request was sent: {error}", unread=True))
 
     def _expire(self, answer: asyncio.Future[Any], timeout: float) -> None:
         if not answer.done():
@@ -110,7 +138,7 @@ class OrderedStream:
             while True:
                 response = await self._call.read()
                 if response is grpc.aio.EOF:
-                    raise StreamClosed("the daemon ended the stream")
+                    raise StreamClosed("the daemon ended the stream", unread=True)
                 if not self._pending:
                     raise StreamClosed("an answer to no request (protocol error)", grpc.StatusCode.INTERNAL)
                 answer, timer = self._pending.popleft()
@@ -122,6 +150,10 @@ class OrderedStream:
                 else:
                     answer.set_result(response)
         except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.INTERNAL and not _from_daemon(exc):
+                # grpc.aio's own status when a write raced the call's end: it replaces the status the call
+                # ended with, so all that is known is that the call ended, as when a connection breaks.
+                exc = StreamClosed(f"the stream ended while a request was written: {exc.details()}")
             self._fail(exc)
         except asyncio.CancelledError:
             self._fail(StreamClosed("the stream was closed", grpc.StatusCode.CANCELLED), cancel=False)
@@ -157,6 +189,12 @@ class OrderedStream:
         """End the call and wait until it ended (at most a second)."""
         self._reader.cancel()
         await asyncio.wait({self._reader}, timeout=_CANCEL_GRACE_S)
+
+
+def _from_daemon(exc: grpc.RpcError) -> bool:
+    """Whether ``exc`` is a status the daemon sent (it names an error class), not one grpc made on this side."""
+    trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    return bool(dict(trailing or ()).get(ERROR_CLASS_KEY))
 
 
 class LoopThread:
@@ -274,6 +312,8 @@ class StreamedCalls(RemoteCalls):
                 response = await answer
             except grpc.RpcError as exc:
                 answer = None
+                if isinstance(exc, StreamClosed) and exc.unread and attempts.count == 1:
+                    continue  # the daemon ended an idle stream as this was sent: never read, send it now
                 delay = attempts.delay(exc)
                 if delay is None or self._closed:
                     raise self._gave_up(exc, attempts.count) from None

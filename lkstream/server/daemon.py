@@ -53,7 +53,7 @@ from lkstream.security.access import Access
 from lkstream.security.certificates import ServerCertificates
 from lkstream.security.credentials import SCRAM_MECHANISMS
 from lkstream.security.sasl import MECHANISMS
-from lkstream.server.grpc_access import AccessInterceptor, server_credentials
+from lkstream.server.grpc_access import AccessInterceptor, AuthenticationInterceptor, server_credentials
 from lkstream.server.grpc_limits import AdmissionInterceptor, server_options
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
 from lkstream.server.http import HttpServer
@@ -87,9 +87,18 @@ class Daemon:
         self.certificates = ServerCertificates(settings.tls) if settings.tls is not None else None
         self._watcher: asyncio.Task[None] | None = None
         limit = settings.message_limit(broker.config)
-        # Admission first (outermost): it reads and decodes each request within the budget (docs/operations.md).
-        interceptors: list[grpc.aio.ServerInterceptor] = [AdmissionInterceptor(broker.admission, self.metrics)]
+        # Admission reads and decodes each request within the budget (docs/operations.md); with auth, only
+        # after the token was checked.
+        admission = AdmissionInterceptor(
+            broker.admission,
+            self.metrics,
+            read_timeout_s=settings.read_timeout_s,
+            idle_timeout_s=settings.grpc_idle_timeout_s,
+        )
+        interceptors: list[grpc.aio.ServerInterceptor] = [admission]
         if self.access.enabled:
+            # The token before any request byte is admitted; the ACLs after the request is decoded.
+            interceptors.insert(0, AuthenticationInterceptor(self.access, self.metrics))
             interceptors.append(AccessInterceptor(self.access, broker, self.metrics))
         self.server = grpc.aio.server(interceptors=interceptors, options=server_options(settings, limit))
         self.service = BrokerService(broker, self.metrics, max_fetch_bytes=limit - 64 * 1024, access=self.access)

@@ -1,21 +1,26 @@
-"""Access control on the gRPC port: TLS credentials and the one interceptor that authenticates and authorizes.
+"""Access control on the gRPC port: TLS credentials and the interceptors that authenticate and authorize.
 
-With ``server.auth: true`` the daemon's gRPC server gets an :class:`AccessInterceptor`.
-For every call it
+With ``server.auth: true`` the daemon's gRPC server gets an :class:`AuthenticationInterceptor`,
+outermost, and an :class:`AccessInterceptor` inside the admission interceptor
+(:mod:`lkstream.server.grpc_limits`). For every call they
 
-1. lets ``grpc.health.v1.Health`` through untouched (probes carry no credentials);
-2. authenticates the ``authorization: Bearer <token>`` metadata into a principal
-   (UNAUTHENTICATED otherwise), for every other method, server reflection included;
-3. for ``lkstream.Broker`` methods, asks :data:`~lkstream.server.rpc_permissions.RPC_NEEDS`
+1. let ``grpc.health.v1.Health`` through untouched (probes carry no credentials);
+2. authenticate the ``authorization: Bearer <token>`` metadata into a principal
+   (UNAUTHENTICATED otherwise), for every other method, server reflection included.
+   This needs no request, so :class:`AuthenticationInterceptor` does it before any
+   request byte is admitted or read: a caller without a valid token cannot hold the
+   admission budget (issue 12, finding 8), even by never sending its message;
+3. for ``lkstream.Broker`` methods, ask :data:`~lkstream.server.rpc_permissions.RPC_NEEDS`
    what the request needs and the daemon's :class:`~lkstream.security.access.Access`
    whether the principal has it (PERMISSION_DENIED naming the missing operation and
-   resource otherwise); a method with no rule is refused;
-4. runs the servicer with the principal in :data:`CALL_PRINCIPAL`, so listings can
+   resource otherwise); a method with no rule is refused (:class:`AccessInterceptor`,
+   on the decoded request);
+4. run the servicer with the principal in :data:`CALL_PRINCIPAL`, so listings can
    hold only what the caller may describe (:func:`call_principal`).
 
 Refusals travel like every other error (status, class name and fields in trailing
 metadata; counted in ``lk_request_errors_total{code}``). Without ``auth`` there is no
-interceptor and no per-call cost. TLS is independent: :func:`server_credentials`
+interceptors and no per-call cost. TLS is independent: :func:`server_credentials`
 builds gRPC's credentials from the same files as every other listener; they ask the
 daemon's :class:`~lkstream.security.certificates.ServerCertificates` on every new
 connection, so a reloaded certificate serves the next handshake (no restart).
@@ -25,14 +30,14 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import grpc
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.errors import AuthorizationError, LkstreamError
+from lkstream.errors import AuthenticationError, AuthorizationError, LkstreamError
 from lkstream.security.access import AUTHORIZATION_KEY, Access
 from lkstream.security.certificates import ServerCertificates
 from lkstream.security.principal import ANONYMOUS, Principal
@@ -61,6 +66,11 @@ else:
 def call_principal() -> Principal:
     """The principal of the RPC this coroutine serves."""
     return CALL_PRINCIPAL.get()
+
+
+def bearer_header(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
+    """The ``authorization`` value of a call's metadata (None when it sent none)."""
+    return next((str(value) for key, value in metadata or () if key == AUTHORIZATION_KEY), None)
 
 
 def _certificate_configuration(pem: ServerPem) -> grpc.ServerCertificateConfiguration:
@@ -95,6 +105,40 @@ def server_credentials(certificates: ServerCertificates) -> grpc.ServerCredentia
 def _split(method: str) -> tuple[str, str]:
     service, _, name = method.lstrip("/").partition("/")
     return service, name
+
+
+class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
+    """The token check alone, from the call's metadata, before anything reads or admits the request.
+
+    Must be the outermost interceptor: a refused call gets a handler that ends it with
+    UNAUTHENTICATED without reading its message. :class:`AccessInterceptor` checks the
+    token again (a dictionary lookup and a hash) to get the principal it authorizes.
+    """
+
+    def __init__(self, access: Access, metrics: BrokerMetrics) -> None:
+        self.access = access
+        self.metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        method: str = details.method
+        if _split(method)[0] not in OPEN_SERVICES:
+            try:
+                self.access.authenticate_bearer(bearer_header(details.invocation_metadata))
+            except AuthenticationError as exc:
+                return self._refusal(method, exc)
+        return await continuation(details)
+
+    def _refusal(self, method: str, error: AuthenticationError) -> Handler:
+        async def refuse(_requests: Any, context: Context) -> None:
+            log.debug("refused %s from %s: %s", method, context.peer(), error)
+            await fail(context, self.metrics, error)
+
+        # Request-streaming whatever the method's kind (the wire is the same): the message is never read.
+        return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 class AccessInterceptor(grpc.aio.ServerInterceptor):
@@ -132,8 +176,7 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
             await fail(context, self.metrics, exc)
 
     def _admit(self, method: str, request: Any, context: Context) -> Principal:
-        header = next((str(v) for k, v in context.invocation_metadata() or () if k == AUTHORIZATION_KEY), None)
-        principal = self.access.authenticate_bearer(header)
+        principal = self.access.authenticate_bearer(bearer_header(context.invocation_metadata()))
         service, name = _split(method)
         if service != BROKER_SERVICE:
             return principal  # server reflection: a principal is enough

@@ -6,16 +6,19 @@ Connections and timeouts are gRPC core's (:func:`server_options`):
   closes a connection beyond it at accept, before any handshake;
 * ``grpc.max_connection_idle_ms`` = ``server.grpc_idle_timeout_s``: a connection with
   no call in progress that long gets GOAWAY and is closed (clients reconnect on
-  their next call, transparently);
+  their next call, transparently). A client keeps its streams open as long as it
+  lives, so the interceptor also ends a stream (OK) that has had nothing to answer
+  and no new request for ``grpc_idle_timeout_s``; the client opens a new one on
+  its next request, and an idle client's connection closes one timeout later;
 * ``grpc.server_handshake_timeout_ms`` = ``server.read_timeout_s``: a connection must
   finish its TLS and HTTP/2 handshake that fast (a socket that sends nothing is
   closed then);
 * ``grpc.max_concurrent_streams`` (:data:`MAX_CONCURRENT_STREAMS`) per connection.
 
-Admission (:class:`AdmissionInterceptor`, issue 12 finding 8): every ``lkstream.Broker``
-call is served through a *request-streaming* handler of the same method. The wire is
-the same (a unary call is one message then half-close), but the handler runs before
-the message is read, so it can:
+Admission (:class:`AdmissionInterceptor`, issue 12 finding 8): every unary and
+server-streaming ``lkstream.Broker`` call is served through a *request-streaming*
+handler of the same method. The wire is the same (a unary call is one message then
+half-close), but the handler runs before the message is read, so it can:
 
 1. for a Produce, reserve a :class:`~lkstream.broker.admission.SizeEstimate` of its
    size in the broker's :class:`~lkstream.broker.admission.AdmissionBudget` *before
@@ -30,12 +33,30 @@ the message is read, so it can:
 3. decode it, run the unary servicer method, and release the bytes once the answer
    is built (for server-streaming calls, right after decoding: the request is gone).
 
-The interceptor must be the outermost one: interceptors inside it (access control)
-see ordinary unary handlers and decoded requests.
+The bidirectional streams (``ProduceStream``, ``FetchStream``: one answer per request,
+in order) are served without a deserializer, so each request arrives as raw bytes: it
+is admitted by its size before it is decoded, waiting for room up to
+``server.read_timeout_s`` (the stream reads nothing more meanwhile, as the Kafka
+listener stops reading a connection), and released once its answer is built. A stream
+that waited that long ends, after answering the requests before, with
+RESOURCE_EXHAUSTED (``OverloadedError``; the client sends the rest again). A streamed
+message is read before it is admitted (see :class:`_AdmittedRequests` for why): each
+open stream may hold one message beyond the budget.
+
+The one message of a unary or server-streaming call must arrive within
+``server.read_timeout_s`` (else INVALID_ARGUMENT and the bytes go back): a call that
+never sends it cannot hold its reservation.
+
+The interceptor comes before access control (interceptors inside it see ordinary
+unary handlers and decoded requests), and after the token check
+(:class:`~lkstream.server.grpc_access.AuthenticationInterceptor`, outermost), so a
+caller without a valid token is refused before it can hold any of the budget.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -44,7 +65,7 @@ from google.protobuf.message import DecodeError
 
 from lkstream.broker.admission import ADMISSION_WAIT_S, Admission, AdmissionBudget, SizeEstimate
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.errors import InvalidArgumentError, OverloadedError
+from lkstream.errors import InvalidArgumentError, LkstreamError, OverloadedError
 from lkstream.server.guard import fail
 from lkstream.server.settings import ServerSettings
 
@@ -81,9 +102,15 @@ def server_options(settings: ServerSettings, message_limit: int) -> list[tuple[s
 class AdmissionInterceptor(grpc.aio.ServerInterceptor):
     """Admit every ``lkstream.Broker`` request's bytes before decoding it (see the module docstring)."""
 
-    def __init__(self, budget: AdmissionBudget, metrics: BrokerMetrics) -> None:
+    def __init__(
+        self, budget: AdmissionBudget, metrics: BrokerMetrics, *, read_timeout_s: float, idle_timeout_s: float
+    ) -> None:
         self.budget = budget
         self.metrics = metrics
+        #: How long a streamed request waits for room before the stream is ended (``server.read_timeout_s``).
+        self.read_timeout_s = read_timeout_s
+        #: A stream with every request answered and no new one this long is ended (``server.grpc_idle_timeout_s``).
+        self.idle_timeout_s = idle_timeout_s
         # method -> (the inner handler, our wrapper of it): rebuilt only if the inner one changes.
         self._wrapped: dict[str, tuple[Handler, Handler]] = {}
         self._estimate = SizeEstimate()
@@ -115,7 +142,11 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             return grpc.stream_stream_rpc_method_handler(
                 self._streaming(handler.unary_stream, decode, data), response_serializer=handler.response_serializer
             )
-        return handler  # request-streaming methods read their own messages (none in lkstream.Broker today)
+        if handler.stream_stream is not None:  # ProduceStream, FetchStream: no deserializer, we get raw bytes
+            return grpc.stream_stream_rpc_method_handler(
+                self._bidirectional(handler.stream_stream, decode), response_serializer=handler.response_serializer
+            )
+        return handler  # client-streaming methods (none in lkstream.Broker) would read their own messages
 
     def _unary(self, inner: Any, decode: Any, data: bool) -> Callable[[Any, Context], Awaitable[Any]]:
         """A request-streaming behaviour around the unary servicer method ``inner``."""
@@ -138,13 +169,42 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
 
         return behaviour
 
+    def _bidirectional(self, inner: Any, decode: Any) -> Callable[[AsyncIterator[bytes], Context], AsyncIterator[Any]]:
+        """A bidirectional-streaming behaviour around ``inner``, whose requests are admitted one by one.
+
+        ``inner`` answers each request once, in request order (the rule of both streams), so
+        the oldest admission is released when an answer goes. A request refused (no room
+        within ``read_timeout_s``) or that does not decode ends the stream after the
+        requests before it are answered: RESOURCE_EXHAUSTED (retriable) or INVALID_ARGUMENT.
+        """
+
+        async def behaviour(raw: AsyncIterator[bytes], context: Context) -> AsyncIterator[Any]:
+            requests = _AdmittedRequests(raw, decode, self.budget, self.read_timeout_s, self.idle_timeout_s)
+            try:
+                async for response in inner(requests.read(), context):
+                    requests.answered()
+                    yield response
+            finally:
+                requests.release()
+            if requests.refused is not None:
+                await fail(context, self.metrics, requests.refused)
+
+        return behaviour
+
     async def admit(self, context: Context, decode: Any, data: bool) -> tuple[Any, Admission]:
         """Read the call's one message within the budget and decode it; abort the call on refusal."""
         admission: Admission | None = None
         try:
             if data:  # reserve a guess first: gRPC core reads the message only when asked (bdp_probe off)
                 admission = await self.budget.admit(self._estimate.value, LISTENER, ADMISSION_WAIT_S)
-            raw = await context.read()
+            try:
+                async with asyncio.timeout(self.read_timeout_s):  # a timer, not a task: every call passes here
+                    raw = await context.read()
+            except TimeoutError:
+                timeout = self.read_timeout_s
+                raise InvalidArgumentError(
+                    f"the request message did not arrive within server.read_timeout_s ({timeout:g} s)"
+                ) from None
             if raw is grpc.aio.EOF:
                 raise InvalidArgumentError("the call carried no request message")
             if admission is None:
@@ -162,3 +222,84 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                 await fail(context, self.metrics, exc)
             raise
         return request, admission
+
+
+class _AdmittedRequests:
+    """The requests of one stream, each admitted by its raw size before it is decoded.
+
+    Read first, then admitted: the size of a streamed message is known only once it is
+    read, and a reservation made before reading would be held by every idle stream (its
+    next request may never come) and keep the budget from draining (:mod:`lkstream.server.memory`).
+    So each stream may hold one raw message beyond the budget, the one waiting for room;
+    while it waits, that stream reads nothing more (gRPC core then holds at most a
+    flow-control window of what the client sends next). Waiting, not refusing at once:
+    a refused request that the client sent again would be appended after requests that
+    followed it on the stream.
+    """
+
+    def __init__(
+        self, raw: AsyncIterator[bytes], decode: Any, budget: AdmissionBudget, wait_s: float, idle_s: float
+    ) -> None:
+        self._raw = raw
+        self._decode = decode
+        self._budget = budget
+        self._wait_s = wait_s
+        self._idle_s = idle_s
+        self._held: deque[Admission] = deque()  # of the requests read and not yet answered, oldest first
+        self._idle: asyncio.Timeout | None = None  # the wait for the next request, while there is one
+        #: Why the stream stopped reading early (it ends with this status once the rest is answered).
+        self.refused: LkstreamError | None = None
+
+    async def read(self) -> AsyncIterator[Any]:
+        """The decoded requests; stops at the client's half-close, after ``idle_s`` with nothing to answer and
+        no new request, at a refusal, or at a message that does not decode.
+
+        The idle end is what lets gRPC core's ``max_connection_idle`` close the connection (it only
+        counts time with no call in progress, and a client keeps its stream open for as long as it
+        lives). It ends the stream with OK, having answered every request it read; a request the
+        client sent meanwhile was never read, and the client sends it again on a new stream.
+        """
+        messages = aiter(self._raw)
+        while True:
+            try:
+                async with asyncio.timeout(None) as self._idle:
+                    self._arm_idle()
+                    raw = await anext(messages, None)
+            except TimeoutError:
+                return
+            finally:
+                self._idle = None
+            if raw is None:
+                return
+            try:
+                admission = await self._budget.admit(len(raw), LISTENER, self._wait_s)
+            except OverloadedError as exc:
+                self.refused = exc
+                return
+            self._held.append(admission)
+            try:
+                request = self._decode(raw) if self._decode is not None else raw
+            except DecodeError as exc:
+                self._held.pop().release()
+                self.refused = InvalidArgumentError(f"the request does not decode: {exc}")
+                return
+            del raw  # only the decoded request lives on while it waits for its answer
+            yield request
+
+    def answered(self) -> None:
+        """The oldest request was answered: its bytes go back (and the idle time starts with the last one)."""
+        if self._held:
+            self._held.popleft().release()
+        self._arm_idle()
+
+    def _arm_idle(self) -> None:
+        # A timer on the pending read (no task per request), set only while nothing waits for an answer:
+        # a long-poll fetch or an fsync in progress is not idleness.
+        idle = self._idle
+        if idle is not None and not self._held and idle.when() is None:  # once per wait (never when expiring)
+            idle.reschedule(asyncio.get_running_loop().time() + self._idle_s)
+
+    def release(self) -> None:
+        """The stream ended: whatever it still holds goes back (requests read and never answered)."""
+        while self._held:
+            self._held.popleft().release()

@@ -3,7 +3,7 @@
 Why streams: a unary call costs the daemon and the client a call set-up each
 (HTTP/2 headers, a call object, the access check, a completion on each side):
 about 0.4 ms per call on the project's 2-core machine, against 0.16 ms for one
-message each way on an open stream (docs/benchmarks.md, "The daemon's rows").
+message each way on an open stream (docs/benchmarks.md, the "Issue 14" section).
 A client keeps one stream open per connection and sends every produce (or
 fetch) on it, and may send the next request before the previous is answered.
 
@@ -14,9 +14,12 @@ Rules of both streams:
   a unary call would fail with; :mod:`lkstream.wire.streams`) and the stream
   goes on; the stream itself ends with a status only when the daemon stops
   (UNAVAILABLE, ``BrokerClosedError``: retriable) or on a bug;
-* every request is authorized on its own, with the same rule as its unary
-  twin (:data:`~lkstream.server.rpc_permissions.RPC_NEEDS`), so revoking an ACL
-  takes effect on an open stream at its next request.
+* every request is authenticated and authorized on its own: the token the
+  stream was opened with is checked again (a dictionary lookup and a hash),
+  then the request against the rule of its unary twin
+  (:data:`~lkstream.server.rpc_permissions.RPC_NEEDS`), so revoking a token or
+  an ACL takes effect on an open stream at its next request (answered
+  UNAUTHENTICATED or PERMISSION_DENIED in its ``error``).
 
 ``ProduceStream`` appends each request's ``record_batch`` as soon as it is read
 (``Broker.begin_produce_batch``), in request order, and answers once the append
@@ -48,9 +51,8 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, LkstreamError, UnknownTopicError
 from lkstream.security.access import Access
-from lkstream.security.principal import Principal
 from lkstream.server.admin_calls import ensure_topic
-from lkstream.server.grpc_access import call_principal
+from lkstream.server.grpc_access import bearer_header
 from lkstream.server.guard import guard
 from lkstream.server.rpc_permissions import RPC_NEEDS
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -82,8 +84,10 @@ class StreamRpcs:
     append_batch: Callable[[pb.ProduceRequest, int | None, int], tuple[pb.ProduceResponse, Acknowledgement]]
     _fetch: Callable[[pb.FetchRequest], Any]
 
-    def _authorize(self, principal: Principal, rpc: str, request: Any) -> None:
+    def _authorize(self, credentials: str | None, rpc: str, request: Any) -> None:
+        """Authenticate the stream's ``authorization`` value again, then check ``request`` as ``rpc`` would be."""
         if self.access.enabled:
+            principal = self.access.authenticate_bearer(credentials)
             for operation, resource_type, resource in RPC_NEEDS[rpc](request, self.broker):
                 self.access.require(principal, operation, resource_type, resource)
 
@@ -109,7 +113,7 @@ class StreamRpcs:
         ):
             yield response
 
-    def _append_streamed(self, request: pb.ProduceRequest, principal: Principal) -> _Taken | Awaitable[_Taken]:
+    def _append_streamed(self, request: pb.ProduceRequest, credentials: str | None) -> _Taken | Awaitable[_Taken]:
         """Append now (in request order, as requests are read); the answer waits for the acknowledgement.
 
         A topic that does not exist yet is created first, in a worker thread (admin work stays off
@@ -117,7 +121,7 @@ class StreamRpcs:
         """
         started = time.perf_counter()
         try:
-            self._authorize(principal, "Produce", request)
+            self._authorize(credentials, "Produce", request)
             if not request.record_batch:
                 raise InvalidArgumentError("a ProduceStream request carries a record_batch")
             count = self.broker.partitions_for(request.topic)
@@ -160,11 +164,11 @@ class StreamRpcs:
         async for response in self._serve(requests, context, window=FETCH_PIPELINE, take=_keep, finish=self._fetched):
             yield response
 
-    async def _fetched(self, taken: tuple[Principal, pb.FetchRequest]) -> pb.FetchResponse:
-        principal, request = taken
+    async def _fetched(self, taken: tuple[str | None, pb.FetchRequest]) -> pb.FetchResponse:
+        credentials, request = taken
         started = time.perf_counter()
         try:
-            self._authorize(principal, "Fetch", request)
+            self._authorize(credentials, "Fetch", request)
             response: pb.FetchResponse = await self._fetch(request)
         except LkstreamError as exc:
             response = pb.FetchResponse(error=self._stream_error(exc))
@@ -179,7 +183,7 @@ class StreamRpcs:
         context: Context,
         *,
         window: int,
-        take: Callable[[Any, Principal], Any],
+        take: Callable[[Any, str | None], Any],
         finish: Callable[[Any], Awaitable[Any]],
         drop: Callable[[Any], None] | None = None,
     ) -> AsyncIterator[Any]:
@@ -187,10 +191,12 @@ class StreamRpcs:
         the client stops writing or the daemon stops (then: UNAVAILABLE once the requests read are answered).
 
         ``drop`` gets what was taken but never finished, when the call ends early (the client went away).
+        ``take`` gets each request with the stream's ``authorization`` value, checked again per request.
         """
         async with guard(context, self.metrics):
             pipe = _Pipe(window)
-            reader = asyncio.ensure_future(self._read(requests, call_principal(), take, pipe))
+            credentials = bearer_header(context.invocation_metadata())
+            reader = asyncio.ensure_future(self._read(requests, credentials, take, pipe))
             stop = asyncio.ensure_future(self.stopping.wait())
             # Cancel-safe: the reader awaits before reading or while a topic is created, never between an
             # append and handing it on.
@@ -210,7 +216,11 @@ class StreamRpcs:
                         drop(taken)
 
     async def _read(
-        self, requests: AsyncIterator[Any], principal: Principal, take: Callable[[Any, Principal], Any], pipe: _Pipe
+        self,
+        requests: AsyncIterator[Any],
+        credentials: str | None,
+        take: Callable[[Any, str | None], Any],
+        pipe: _Pipe,
     ) -> None:
         try:
             while True:
@@ -218,7 +228,7 @@ class StreamRpcs:
                 request = await anext(requests, None)
                 if request is None:
                     return
-                taken = take(request, principal)
+                taken = take(request, credentials)
                 if inspect.isawaitable(taken):  # it waits for admin work: the next request waits behind it
                     taken = await taken
                 pipe.put(taken)
@@ -233,8 +243,8 @@ def _release(taken: _Taken) -> None:
         ack.release_when_done()
 
 
-def _keep(request: pb.FetchRequest, principal: Principal) -> tuple[Principal, pb.FetchRequest]:
-    return principal, request
+def _keep(request: pb.FetchRequest, credentials: str | None) -> tuple[str | None, pb.FetchRequest]:
+    return credentials, request
 
 
 class _Pipe:

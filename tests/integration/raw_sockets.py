@@ -7,9 +7,22 @@ import socket
 import struct
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 #: What an HTTP/2 client sends first: the preface and an empty SETTINGS frame (RFC 9113, 3.4).
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def established_connections(address: str) -> int:
+    """Established TCP connections whose local end is ``address``'s port (the listening side of each)."""
+    port = int(address.rsplit(":", 1)[1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # gRPC core may listen on a dual-stack socket
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 01: ESTABLISHED
+                count += 1
+    return count
 
 
 def connect(address: str, timeout: float = 10.0) -> socket.socket:

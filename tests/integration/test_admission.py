@@ -13,13 +13,17 @@ import asyncio
 import http.client
 import json
 import os
+import re
 import threading
 import time
+import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 
 import lkstream
+from lkstream.format.codec import encode_batch
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import ERROR_CLASS_KEY, ERROR_DETAIL_KEY
@@ -174,3 +178,146 @@ def test_every_listener_holds_requests_beyond_the_one_budget_until_it_has_room(s
         assert client.bounds("held", 0) == (0, 1)
     held.close()
     kafka.close()
+
+
+async def _never_sent() -> AsyncIterator[bytes]:
+    """A call's request messages that never come (the client opened the call and stopped)."""
+    await asyncio.Event().wait()
+    yield b""  # pragma: no cover - never reached
+
+
+def test_a_produce_whose_message_never_arrives_gives_its_reservation_back_after_read_timeout_s(
+    start_daemon: DaemonFactory,
+) -> None:
+    daemon = start_daemon(max_admitted_bytes=MiB, read_timeout_s=1)
+
+    async def silent_produce() -> grpc.aio.AioRpcError:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            produce = channel.stream_unary(
+                "/lkstream.Broker/Produce", response_deserializer=pb.ProduceResponse.FromString
+            )
+            call = asyncio.ensure_future(produce(_never_sent(), timeout=60))
+            await asyncio.to_thread(_wait_admitted, daemon, 1)  # the daemon reserved its estimate, unread
+            try:
+                await asyncio.wait_for(call, SETTLE_DEADLINE_S)
+            except grpc.aio.AioRpcError as exc:
+                return exc
+            raise AssertionError("a Produce without a message was answered")
+
+    refused = asyncio.run(silent_produce())
+    assert refused.code() is grpc.StatusCode.INVALID_ARGUMENT, refused
+    assert "read_timeout_s" in (refused.details() or "")
+    assert _admitted_bytes(daemon) == 0
+    with lkstream.connect(daemon.address) as client:
+        assert client.produce_many_sync("after", [(None, b"x" * 200_000)]) == [(0, 0)]
+
+
+# -- ProduceStream and FetchStream (the remote client's produce and fetch ride them) -----------------
+
+
+def test_a_streamed_produce_waits_for_room_in_the_budget_and_is_appended_in_order(
+    start_daemon: DaemonFactory,
+) -> None:
+    daemon = start_daemon(max_admitted_bytes=MiB, partitions=1)
+    value = os.urandom(200 * 1024)  # above the small-request size: record data
+    results: list[object] = []
+    with lkstream.connect(daemon.address) as client:
+        client.create_topic("streamed", 1)
+        assert client.produce_many_sync("streamed", [(None, b"first")]) == [(0, 0)]  # the stream is open
+        held, rest = _hold_the_budget(daemon, MiB)
+        _wait_admitted(daemon, MiB)
+
+        def produce() -> None:
+            results.append(client.produce_many_sync("streamed", [(None, value)]))
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        time.sleep(0.5)  # the streamed request must meet the full budget (waiting is what is asserted)
+        assert producer.is_alive(), "a streamed produce was appended while the budget was full"
+        held.sendall(rest)
+        assert held.recv(100).startswith(b"HTTP/1.1 200")
+        producer.join(30)
+        assert results == [[(0, 1)]]
+        assert [r.value for r in client.read_from("streamed", 0, 0)] == [b"first", value]
+    held.close()
+
+
+def _admitted_bytes(daemon: DaemonProcess) -> int:
+    with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    match = re.search(r"^lk_admitted_bytes (\S+)$", text, re.MULTILINE)
+    assert match, "lk_admitted_bytes is missing from /metrics"
+    return int(float(match.group(1)))
+
+
+def _wait_admitted(daemon: DaemonProcess, nbytes: int) -> None:
+    """Wait until the listeners hold ``nbytes`` (a request started elsewhere was admitted)."""
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    while _admitted_bytes(daemon) < nbytes:
+        assert time.monotonic() < deadline, f"the listeners never held {nbytes} bytes"
+        time.sleep(0.02)
+
+
+STREAM_CLIENTS = 6
+STREAM_BATCHES = 24
+STREAM_IN_FLIGHT = 4  # as the Spark sink keeps on its stream
+
+
+async def _pipelined_client(address: str, partition: int, value: bytes) -> None:
+    """STREAM_BATCHES batches of ~1 MiB to ``partition``, STREAM_IN_FLIGHT at a time on the client's stream."""
+    with lkstream.connect(address) as client:
+        in_flight: set[asyncio.Future[tuple[int, int]]] = set()
+        for n in range(STREAM_BATCHES):
+            batch = encode_batch([(None, f"{partition}:{n}:{i}".encode() + value) for i in range(4)])
+            in_flight.add(asyncio.ensure_future(client.produce_batch("pipelined", partition, batch)))
+            if len(in_flight) >= STREAM_IN_FLIGHT:
+                done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for call in done:
+                    call.result()
+        for call in asyncio.as_completed(in_flight):
+            await call
+
+
+def test_concurrent_streamed_producers_are_held_to_the_budget_and_lose_nothing(start_daemon: DaemonFactory) -> None:
+    limit = 4 * MiB
+    daemon = start_daemon(max_admitted_bytes=limit, fsync_mode="sync")  # answers lag appends: requests pile up
+    with lkstream.connect(daemon.address) as client:
+        client.create_topic("pipelined", STREAM_CLIENTS)
+    before = _memory_mb(daemon)
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append(_admitted_bytes(daemon))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    value = os.urandom(256 * 1024 - 64)
+
+    async def all_clients() -> None:
+        await asyncio.gather(*(_pipelined_client(daemon.address, p, value) for p in range(STREAM_CLIENTS)))
+
+    try:
+        asyncio.run(all_clients())
+    finally:
+        done.set()
+        sampler.join(30)
+    peak = _memory_mb(daemon)["VmHWM"]
+    print(f"streams: admitted peak {max(samples)} of {limit}; RSS {before['VmRSS']} -> peak {peak} MB")
+    assert max(samples) > 0, "the streamed requests never went through the admission budget"
+    assert max(samples) <= limit, f"the listeners held {max(samples)} bytes, above max_admitted_bytes={limit}"
+    with lkstream.connect(daemon.address) as client:
+        for partition in range(STREAM_CLIENTS):
+            assert client.bounds("pipelined", partition) == (0, 4 * STREAM_BATCHES), "an acknowledged record is lost"
+            records = []
+            while len(records) < 4 * STREAM_BATCHES:
+                records += client.read_from("pipelined", partition, len(records), max_bytes=8 * MiB)
+            prefixes = [r.value[: r.value.index(b":", len(str(partition)) + 1)] for r in records if r.value]
+            assert prefixes == [f"{partition}:{n}".encode() for n in range(STREAM_BATCHES) for _ in range(4)]
+    assert peak - before["VmRSS"] < PEAK_GROWTH_LIMIT_MB, f"RSS peaked at {peak} MB from {before['VmRSS']} MB"
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    while _admitted_bytes(daemon) != 0:  # every admission was given back once its answer was sent
+        assert time.monotonic() < deadline, "the listeners still hold request bytes after the streams ended"
+        time.sleep(0.1)

@@ -24,6 +24,7 @@ from tests.integration.raw_sockets import (
     HTTP2_PREFACE,
     connect,
     ended,
+    established_connections,
     kafka_api_versions,
     read_kafka_response,
     wait_all_ended,
@@ -161,6 +162,18 @@ def test_grpc_connections_that_never_handshake_or_go_idle_are_closed(impatient: 
     with connect(impatient.address) as idle:
         idle.sendall(HTTP2_PREFACE)
         assert wait_ended(idle, CLOSE_DEADLINE_S) is not None, "an HTTP/2 connection without calls stayed"
+
+
+def test_an_idle_stream_is_ended_so_the_connection_closes_and_the_client_reopens_it(impatient: DaemonProcess) -> None:
+    with lkstream.connect(impatient.address) as client:
+        assert client.produce_many_sync("idle.stream", [(None, b"before")]) == [(0, 0)]  # over ProduceStream
+        assert established_connections(impatient.address) >= 1
+        deadline = time.monotonic() + CLOSE_DEADLINE_S
+        while established_connections(impatient.address) > 0:  # the stream ends, then the connection idles out
+            assert time.monotonic() < deadline, "a client's idle stream kept its connection open"
+            time.sleep(0.1)
+        assert client.produce_many_sync("idle.stream", [(None, b"after")]) == [(0, 1)]  # the same client goes on
+        assert [r.value for r in client.read_from("idle.stream", 0, 0)] == [b"before", b"after"]
 
 
 def test_kafka_connections_that_idle_or_stall_mid_request_are_closed(impatient: DaemonProcess) -> None:

@@ -222,6 +222,28 @@ def test_a_stalled_daemon_fails_the_request_after_the_client_timeout(start_daemo
         assert rb.produce_many_sync("s.stall", [(None, b"after")])[0][0] == 0
 
 
+def test_streams_the_daemon_ends_as_idle_while_the_client_writes_lose_and_duplicate_nothing(
+    start_daemon: DaemonFactory,
+) -> None:
+    # An idle timeout as short as the pause between produces: the daemon often ends the stream just as
+    # the client writes the next request (the write fails, or the request is in flight and never read).
+    idle_s = 0.05
+    daemon = start_daemon(grpc_idle_timeout_s=idle_s)
+    count = 120
+    with lkstream.connect(daemon.address) as rb:
+        rb.create_topic("s.idle", 1)
+        for n in range(count):
+            assert rb.produce_many_sync("s.idle", [(None, str(n).encode())]) == [(0, n)]
+            time.sleep(idle_s * (0.8 + 0.4 * (n % 5) / 4))
+        records = []
+        while len(records) < count:
+            batch = rb.read_from("s.idle", 0, len(records))
+            assert batch, f"only {len(records)} records"
+            records.extend(batch)
+        assert rb.bounds("s.idle", 0) == (0, count)
+    assert [int(r.value or b"") for r in records] == list(range(count))
+
+
 # -- a daemon without the streams (an older one) ----------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """A real daemon with access control on: users and ACL files in tmp_path, optional TLS, a super user.
 
-``secure_daemon(tls=..., client_ca=..., **server)`` starts ``python -m lkstream.grpc_server``
+``secure_daemon(tls=..., client_ca=..., broker={...}, **server)`` starts ``python -m lkstream.grpc_server``
 on free loopback ports (the integration suite's :class:`DaemonProcess`) with
 ``auth: true``, the files re-read on every call (``security_reload_interval_ms: 0``) and
 ``admin`` as super user; ``SecureDaemon.token(user)`` and ``set_password(user, pw)`` make
@@ -96,7 +96,14 @@ def secure_daemon(tmp_path: Path) -> Iterator[SecureFactory]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
 
-    def start(*, tls: bool = False, client_ca: bool = False, auth: bool = True, **server: Any) -> SecureDaemon:
+    def start(
+        *,
+        tls: bool = False,
+        client_ca: bool = False,
+        auth: bool = True,
+        broker: dict[str, Any] | None = None,
+        **server: Any,
+    ) -> SecureDaemon:
         # The first daemon's data is tmp_path/data; later ones (a second daemon in one test) get their own.
         data = tmp_path / ("data" if not started else f"data-{len(started)}")
         users_file, acl_file = data / "security" / "users.json", data / "security" / "acls.json"
@@ -115,7 +122,7 @@ def secure_daemon(tmp_path: Path) -> Iterator[SecureFactory]:
             if client_ca:
                 settings["tls_client_ca_file"] = str(pki.ca)
         path = tmp_path / f"secure-{len(started)}.yml"
-        path.write_text(yaml.safe_dump({"persist_dir": str(data), "server": settings}))
+        path.write_text(yaml.safe_dump({"persist_dir": str(data), **(broker or {}), "server": settings}))
         daemon = SecureDaemon(DaemonProcess(path, data, env), users_file, acl_file, pki, "")
         daemon.admin_token = daemon.token("admin")
         started.append(daemon.process)

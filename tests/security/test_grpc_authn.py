@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -18,7 +21,9 @@ from lkstream.errors import InvalidArgumentError
 from lkstream.security.acl import AclEntry
 from lkstream.security.credentials import UsersDocument
 from lkstream.security.watched import edit_file
+from lkstream.wire._proto import messaging_pb2 as pb
 from tests.integration.conftest import REPO
+from tests.integration.raw_sockets import established_connections
 from tests.security.certs import make_pki
 from tests.security.conftest import SecureFactory
 
@@ -102,6 +107,97 @@ def test_revocations_apply_to_a_running_daemon_without_restart(secure_daemon: Se
         )
         with pytest.raises(AuthenticationError, match="unknown or revoked"):
             client.list_topics()
+
+
+def test_a_revoked_token_stops_working_on_the_clients_open_streams(secure_daemon: SecureFactory) -> None:
+    daemon = secure_daemon()
+    token = daemon.token("svc")
+    daemon.grant(
+        AclEntry.build("svc", "all", "topic", "live.", pattern="prefix"),
+        AclEntry.build("svc", "create", "cluster", "cluster"),
+    )
+    with lkstream.connect(daemon.address, token=token) as client:
+        client.create_topic("live.a", 1)
+        assert client.produce_many_sync("live.a", [(None, b"1")]) == [(0, 0)]  # opens the ProduceStream
+        assert client.fetch("live.a", 0, 0).high_watermark == 1  # opens the FetchStream
+        token_id = token.split("_")[1]
+        edit_file(
+            str(daemon.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.remove_token("svc", token_id),
+        )
+        with pytest.raises(AuthenticationError, match="unknown or revoked"):
+            client.produce_many_sync("live.a", [(None, b"2")])  # the same streams, still open
+        with pytest.raises(AuthenticationError, match="unknown or revoked"):
+            client.fetch("live.a", 0, 0)
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        assert admin.bounds("live.a", 0) == (0, 1), "a produce with a revoked token was appended"
+
+
+def test_a_revoked_token_is_refused_when_the_client_reopens_a_stream_the_daemon_ended(
+    secure_daemon: SecureFactory,
+) -> None:
+    daemon = secure_daemon(grpc_idle_timeout_s=0.5)
+    token = daemon.token("svc")
+    daemon.grant(AclEntry.build("svc", "all", "topic", "live.", pattern="prefix"))
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("live.b", 1)
+    with lkstream.connect(daemon.address, token=token) as client:
+        assert client.produce_many_sync("live.b", [(None, b"1")]) == [(0, 0)]
+        token_id = token.split("_")[1]
+        edit_file(
+            str(daemon.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.remove_token("svc", token_id),
+        )
+        deadline = time.monotonic() + 20
+        while established_connections(daemon.address) > 0:  # the idle stream ended, then its connection
+            assert time.monotonic() < deadline, "the client's idle stream was not ended"
+            time.sleep(0.05)
+        started = time.monotonic()
+        with pytest.raises(AuthenticationError, match="unknown or revoked"):
+            client.produce_many_sync("live.b", [(None, b"2")])  # a new stream, refused when it opens
+        assert time.monotonic() - started < 10, "the refusal was retried as if the daemon were unavailable"
+
+
+async def _never_sent() -> AsyncIterator[bytes]:
+    """A call's request messages that never come (the client opened the call and stopped)."""
+    await asyncio.Event().wait()
+    yield b""  # pragma: no cover - never reached
+
+
+def test_unauthenticated_calls_are_refused_before_they_can_hold_the_admission_budget(
+    secure_daemon: SecureFactory,
+) -> None:
+    # The smallest budget the daemon takes: one silent Produce's reserved estimate (1 MiB) would fill it.
+    daemon = secure_daemon(broker={"max_admitted_bytes": 1024 * 1024}, read_timeout_s=2)
+    token = daemon.token("svc")
+    daemon.grant(AclEntry.build("svc", "all", "topic", "held.", pattern="prefix"))
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("held.a", 1)
+
+    async def scenario() -> list[BaseException | None]:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            produce = channel.stream_unary(
+                "/lkstream.Broker/Produce", response_deserializer=pb.ProduceResponse.FromString
+            )
+            silent = [asyncio.ensure_future(produce(_never_sent(), timeout=30)) for _ in range(8)]
+            await asyncio.sleep(0.5)  # the calls reached the daemon, none sent its message
+            with lkstream.connect(daemon.address, token=token, retries=1) as client:
+                value = b"v" * 200_000  # record data: it needs room beside whatever the silent calls hold
+                assert await client.produce_many("held.a", [(None, value)]) == [(0, 0)]
+            done, pending = await asyncio.wait(silent, timeout=20)
+            for call in pending:
+                call.cancel()
+            return [call.exception() for call in done] + [None] * len(pending)
+
+    refusals = asyncio.run(scenario())
+    codes = [error.code() if isinstance(error, grpc.aio.AioRpcError) else error for error in refusals]
+    assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 8
 
 
 def test_tls_daemon_serves_a_client_trusting_its_ca_and_refuses_plaintext(secure_daemon: SecureFactory) -> None:
