@@ -158,6 +158,8 @@ class Broker(GroupCalls):
         self.admission = AdmissionBudget(self.config.max_admitted_bytes)
         self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
+        #: What recovery found in each partition opened at start. Partitions created later are not
+        #: recovered from anything, and a list that grew with every create would leak under topic churn.
         self.recoveries: list[LogRecovery] = []
         self._data_arrived = DataArrived()
         self._fsyncs = 0
@@ -201,6 +203,7 @@ class Broker(GroupCalls):
             for name in self._store.list():
                 try:
                     opened[name] = self._open_topic(name)
+                    self.recoveries.extend(p.log.recovery for p in opened[name].partitions)
                 except (InvalidArgumentError, UnknownTopicError) as exc:
                     # A stray directory (lost+found, a hand-made folder) must not stop the broker;
                     # `lkstream verify` reports it.
@@ -284,7 +287,6 @@ class Broker(GroupCalls):
         plog = PartitionLog(
             self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock, file_factory=self.files.file
         )
-        self.recoveries.append(plog.recovery)
         return Partition(
             name,
             pid,
