@@ -81,8 +81,9 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.suite.run --out $$out && $(PY) -m benchmarks.suite.plots $$out && \
 	$(PY) -m benchmarks.suite.report $$out --write docs/benchmarks.md
 
-## bench-quick: issue 14's regression pass, before and after a change (every embedded row: seed-pattern and
-## Producer.send throughput, ack p99, Consumer.consume, peak RSS; about 8 minutes side by side).
+## bench-quick: issue 14's regression pass, before and after a change (the embedded rows: seed-pattern and
+## Producer.send throughput, ack p99, Consumer.consume, peak RSS; the daemon's rows over gRPC; about 8 minutes
+## a side for 3 passes). benchmarks/quick.py --spark adds the Spark rows, --no-daemon leaves the daemon out.
 ## AGAINST=<rev> picks the "before" (default: where this branch left main); AGAINST= measures the tree alone.
 AGAINST ?= $(shell git merge-base main HEAD 2>/dev/null)
 bench-quick: $(STAMP)
