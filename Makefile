@@ -45,8 +45,11 @@ examples: $(STAMP_RUN)
 	$(PY) examples/consumer_example.py --persist-dir $(EXAMPLE_DATA)
 
 ## test: set up the environment (and promtool, for the alert-rule checks), then run the whole test suite
+## two workers for everything but the tests that need the machine to themselves (marked `serial`),
+## which run afterwards on their own; either part collecting nothing fails (pytest's exit 5)
 test: $(STAMP) system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 ## system-deps: Debian packages the tests use (promtool); a no-op when present
 system-deps:

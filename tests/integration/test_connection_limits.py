@@ -73,6 +73,10 @@ def _flood(address: str, count: int) -> list[socket.socket]:
     return socks
 
 
+# Serial: connections beyond the kernel's backlog retry their SYN on a back-off of seconds, and on
+# a machine busy with another test worker the daemon accepts too slowly for all of them to be
+# refused within the deadline (822 of 917 under `pytest -n 2`).
+@pytest.mark.serial
 def test_a_flood_of_idle_connections_leaves_the_log_its_descriptors(start_daemon: DaemonFactory) -> None:
     # RLIMIT_NOFILE 1,024 (soft and hard): the log's files get 512 of them, sockets and the rest 512.
     daemon = start_daemon(nofile=1024, segment_max_bytes=4096, fsync_mode="group")
