@@ -119,7 +119,10 @@ class DaemonProcess:
         self._out = open(self.stdout_path, "wb")  # noqa: SIM115 (closed in stop)
         self._err = open(self.stderr_path, "wb")  # noqa: SIM115
         cmd = [sys.executable, "-m", "lkstream.grpc_server", "--config", str(config), "--log-level", "WARNING"]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self._out, stderr=self._err)
+        # From the tree this process imported lkstream from (``python -m`` puts the working directory
+        # first on sys.path): with quick.py --against, the daemon is the revision's too.
+        tree = Path(lkstream.__file__).resolve().parent.parent
+        self.proc = subprocess.Popen(cmd, cwd=tree, stdout=self._out, stderr=self._err)
         self.pid = self.proc.pid
         self.address = ""
 
