@@ -46,10 +46,7 @@ needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
 :class:`~lkstream.errors.AuthorizationError` naming it.
 
 Thread-safety: the blocking methods may be called from any thread. The async
-methods use one ``grpc.aio`` channel and its streams per event loop, closed when
-that loop shuts down: ``asyncio.run`` does it; a loop run by hand needs
-``loop.run_until_complete(loop.shutdown_asyncgens())`` before ``loop.close()``
-(as asyncio's documentation asks), or the client closed first.
+methods use one ``grpc.aio`` channel per event loop.
 
 Split by role: this module is produce, fetch, admin and the connection's life;
 :mod:`lkstream.client.remote_calls` the call plumbing (retries, errors),
@@ -178,8 +175,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._aio: dict[asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, Any]] = {}
         self._partitions: dict[str, int] = {}
         self._sticky = StickyPartitioner()
-        self._streams: dict[tuple[asyncio.AbstractEventLoop, str], OrderedStream] = {}
-        self._loop_guards: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._streams: dict[str, OrderedStream] = {}
         self._unstreamed: set[str] = set()
         self._parked: dict[tuple[str, int], tuple[float, int, ReadResult]] = {}
         self._parked_lock = threading.Lock()
@@ -355,7 +351,9 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._close_loop_streams()
+        channel = self._aio.pop(asyncio.get_running_loop(), None)
+        if channel is not None:
+            await channel[0].close()
         self.close()
 
 

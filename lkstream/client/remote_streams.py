@@ -18,9 +18,8 @@ answered, so a request sent meanwhile was never read, and one whose write failed
 because the call had ended was never sent: either is sent again at once on a new
 stream (:attr:`StreamClosed.unread`), neither lost nor duplicated.
 
-:class:`LoopThread` runs one event loop in a daemon thread for the blocking
-methods of the remote client; an async caller's requests go on streams of its
-own loop (:class:`StreamedCalls`).
+:class:`LoopThread` runs one event loop in a daemon thread, so the blocking
+methods of the remote client use the same streams as the async ones.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
 import grpc
@@ -212,14 +211,16 @@ class LoopThread:
         """The loop (started now if it was not running)."""
         return self._loop or self._start()
 
-    @property
-    def running(self) -> asyncio.AbstractEventLoop | None:
-        """The loop if it was started (None otherwise); never starts it."""
-        return self._loop
-
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the loop and block until it returns (or raises)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await ``coroutine`` run on the loop (directly when the caller is on it)."""
+        loop = self.loop
+        if asyncio.get_running_loop() is loop:
+            return await coroutine
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
     def _start(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -253,29 +254,20 @@ class LoopThread:
 class StreamedCalls(RemoteCalls):
     """Mixin of RemoteBroker: requests sent on the daemon's streams, retried as their unary twins are.
 
-    Each event loop that calls gets streams of its own, on its own channel, so a request
-    never changes threads: an ``await produce_many(...)`` writes from the caller's loop and
-    its answer resolves there (a hop to another thread and back costs two wake-ups and a
-    GIL hand-over per call, the larger part of a small call's latency on 2 busy cores;
-    docs/benchmarks.md, "Rows 5 and 6 after profiling"). The blocking methods run on the
-    client's own loop thread (:class:`LoopThread`) and use its streams.
-
-    A gRPC call must end on a running loop, and a caller's loop may end any time (each
-    ``asyncio.run``): the first stream of a caller's loop starts a guard, an async
-    generator parked at its first ``yield``, which the loop closes when it shuts down
-    (``asyncio.run`` and ``loop.shutdown_asyncgens()`` close every async generator still
-    alive); closing it ends that loop's streams and channel while the loop still runs.
-    The attributes below are set by RemoteBroker's constructor. A stream the daemon's
-    Handshake does not name (an older daemon) is replaced by its unary twin.
+    The streams live on the client's own loop thread (:class:`LoopThread`), whatever
+    loop or thread the caller is on: a gRPC call must end on a running loop, and a
+    caller's loop may end any time (each ``asyncio.run``), while the client's loop
+    lives as long as the client. The attributes below are set by RemoteBroker's
+    constructor. A stream the daemon's Handshake does not name (an older daemon) is
+    replaced by its unary twin, on the caller's loop.
     """
 
-    _streams: dict[tuple[asyncio.AbstractEventLoop, str], OrderedStream]
-    _loop_guards: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]]
+    _streams: dict[str, OrderedStream]
     _unstreamed: set[str]
     _sync_loop: LoopThread
 
     async def _astreamed(self, name: str, requests: Sequence[Any], retry: Retry) -> list[Any]:
-        """Answers to ``requests``, all sent on the ``name`` stream of this loop before the first answer is awaited.
+        """Answers to ``requests``, all sent on the ``name`` stream before the first answer is awaited.
 
         Each request is retried on its own like a call of the stream's unary twin of
         kind ``retry``; ``requests`` must not depend on each other's order (callers
@@ -285,33 +277,20 @@ class StreamedCalls(RemoteCalls):
             raise InvalidArgumentError("this RemoteBroker is closed")
         if name in self._unstreamed:
             return [await self._acall(STREAM_RPCS[name], request, retry=retry) for request in requests]
-        return await self._streamed(name, requests, retry)
+        return await self._sync_loop.run_async(self._streamed(name, requests, retry))
 
-    async def _stream(self, name: str) -> OrderedStream:
-        """This loop's ``name`` stream, opened now if it has none or its last one ended."""
-        loop = asyncio.get_running_loop()
-        stream = self._streams.get((loop, name))
+    def _stream(self, name: str) -> OrderedStream:
+        stream = self._streams.get(name)
         if stream is None or not stream.usable:
-            if loop not in self._loop_guards and loop is not self._sync_loop.running:
-                guard = self._loop_guards[loop] = self._guard(loop)
-                await anext(guard)  # parked at its yield: the loop closes it when it shuts down
             stub = self._astub()
             metadata = self._metadata
-            stream = self._streams[loop, name] = OrderedStream(lambda: getattr(stub, name)(metadata=metadata))
+            stream = self._streams[name] = OrderedStream(lambda: getattr(stub, name)(metadata=metadata))
         return stream
-
-    async def _guard(self, loop: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
-        """Closes ``loop``'s streams and channel when the loop shuts down (see the class docstring)."""
-        try:
-            yield
-        finally:
-            self._loop_guards.pop(loop, None)
-            await self._close_loop_streams(settle=True)
 
     async def _streamed(self, name: str, requests: Sequence[Any], retry: Retry) -> list[Any]:
         sent: list[asyncio.Future[Any]] = []
         try:
-            stream = await self._stream(name)
+            stream = self._stream(name)
             for request in requests:
                 sent.append(await stream.send(request, self.timeout))
         except grpc.RpcError:
@@ -329,7 +308,7 @@ class StreamedCalls(RemoteCalls):
             attempts.count += 1
             try:
                 if answer is None:
-                    answer = await (await self._stream(name)).send(request, self.timeout)
+                    answer = await self._stream(name).send(request, self.timeout)
                 response = await answer
             except grpc.RpcError as exc:
                 answer = None
@@ -345,7 +324,7 @@ class StreamedCalls(RemoteCalls):
             return response
 
     def _blocking(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on this client's own event loop thread (the blocking methods share its streams)."""
+        """Run ``coroutine`` on this client's own event loop thread (blocking methods share the streams)."""
         if self._closed:
             coroutine.close()
             raise InvalidArgumentError("this RemoteBroker is closed")
@@ -353,23 +332,17 @@ class StreamedCalls(RemoteCalls):
 
     def _close_streams(self) -> None:
         """Close the streams and the channel of the client's loop, then stop its thread."""
-        self._sync_loop.stop(before=lambda: self._close_loop_streams(settle=True))
+        self._sync_loop.stop(before=self._close_loop)
 
-    async def _close_loop_streams(self, *, settle: bool = False) -> None:
-        """Close the running loop's streams and channel, waiting until they ended.
-
-        ``settle``: the loop is ending (its own tasks are done), so wait for every task left,
-        gRPC's among them.
-        """
-        loop = asyncio.get_running_loop()
-        for key in [key for key in self._streams if key[0] is loop]:
-            stream = self._streams.pop(key, None)
-            if stream is not None:
-                await stream.aclose()
-        entry = self._aio.pop(loop, None)
+    async def _close_loop(self) -> None:
+        """Close this loop's streams and channel, waiting until they ended (the loop stops next)."""
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            await stream.aclose()
+        entry = self._aio.pop(asyncio.get_running_loop(), None)
         if entry is not None:
             await entry[0].close()
         # gRPC finishes a call in tasks of its own: let them end before the loop stops.
-        others = asyncio.all_tasks() - {asyncio.current_task()} if settle else set()
+        others = asyncio.all_tasks() - {asyncio.current_task()}
         if others:
             await asyncio.wait(others, timeout=_CANCEL_GRACE_S)

@@ -205,40 +205,6 @@ def test_a_client_used_from_many_event_loops_closes_without_grpc_errors(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
-def test_loops_of_other_threads_and_a_hand_run_loop_get_streams_of_their_own_that_end_with_them(
-    daemon: DaemonProcess, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.ERROR)
-    rb = lkstream.connect(daemon.address)
-    rb.create_topic("s.own", 1)
-
-    async def produce(tag: str) -> None:
-        for n in range(20):
-            await rb.produce_many("s.own", [(None, f"{tag}:{n}".encode())])
-
-    threads = [threading.Thread(target=lambda t=t: asyncio.run(produce(f"thread{t}"))) for t in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    # A loop run by hand ends as asyncio's documentation asks: shutdown_asyncgens() before close().
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(produce("by-hand"))
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
-    assert not rb._streams, "every loop's streams ended with the loop"
-    rb.produce_many_sync("s.own", [(None, b"sync:0")])
-    records = rb.read_from("s.own", 0, 0)
-    rb.close()
-    time.sleep(0.5)  # late gRPC events for a closed loop would be logged by now
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
-    by_tag: dict[str, list[int]] = {}
-    for record in records:
-        tag, n = record.value.decode().split(":")
-        by_tag.setdefault(tag, []).append(int(n))
-    assert by_tag == {**{f"thread{t}": list(range(20)) for t in range(3)}, "by-hand": list(range(20)), "sync": [0]}
-
-
 def test_a_stalled_daemon_fails_the_request_after_the_client_timeout(start_daemon: DaemonFactory) -> None:
     daemon = start_daemon()
     assert daemon.process is not None
