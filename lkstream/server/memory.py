@@ -16,7 +16,7 @@ steady stream of large requests is not interrupted by trims. Without glibc (musl
 :func:`keep_heap_for_requests` is the other half (issue 14, rows 5 and 6): glibc's
 default thresholds hand a freed 200 KB-1 MiB buffer (a produce batch, a fetch answer,
 their protobuf copies) back to the kernel at once, so the next one faults its pages
-in again: a 210 KB ``bytearray`` copy took 113-169 us instead of 6-16 us. Fixed
+in again: a 210 KB ``bytearray`` copy took 113-169 us instead of 11-18 us. Fixed
 thresholds keep up to :data:`HEAP_TRIM_THRESHOLD` free at the top of each heap for
 the next request; larger buffers (over :data:`HEAP_MMAP_THRESHOLD`) are still mapped
 and unmapped on their own, and the trimmer still returns what a burst left behind.
