@@ -28,7 +28,7 @@ Each run starts a fresh daemon as a subprocess (fsync_mode "group", data directo
 
     .venv/bin/python benchmarks/bench_daemon.py --runs 3
     .venv/bin/python benchmarks/bench_daemon.py --quick --runs 1
-    .venv/bin/python benchmarks/bench_daemon.py --runs 1 --py-spy produce_many_sync   # profile one phase
+    .venv/bin/python benchmarks/bench_daemon.py --runs 1 --py-spy produce_many_sync   # profile both processes
 """
 
 from __future__ import annotations
@@ -119,7 +119,10 @@ class DaemonProcess:
         self._out = open(self.stdout_path, "wb")  # noqa: SIM115 (closed in stop)
         self._err = open(self.stderr_path, "wb")  # noqa: SIM115
         cmd = [sys.executable, "-m", "lkstream.grpc_server", "--config", str(config), "--log-level", "WARNING"]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self._out, stderr=self._err)
+        # From the tree this process imported lkstream from (``python -m`` puts the working directory
+        # first on sys.path): with quick.py --against, the daemon is the revision's too.
+        tree = Path(lkstream.__file__).resolve().parent.parent
+        self.proc = subprocess.Popen(cmd, cwd=tree, stdout=self._out, stderr=self._err)
         self.pid = self.proc.pid
         self.address = ""
 
@@ -152,29 +155,35 @@ class DaemonProcess:
 
 
 @contextlib.contextmanager
-def py_spy(pid: int, phase: str, wanted: str | None) -> Any:
-    """Record the daemon with py-spy (raw collapsed stacks) while ``phase`` runs, if asked."""
-    if wanted != phase:
+def py_spy(pid: int, phase: str, args: Any) -> Any:
+    """Record the daemon and this client with py-spy (raw collapsed stacks) while ``phase`` runs, if asked.
+
+    ``--py-spy-native`` adds native frames and every thread (grpcio's C core shows up by name);
+    it slows both processes several times, so read its proportions, not the phase's figure.
+    """
+    if args.py_spy != phase:
         yield None
         return
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"bench_daemon-pyspy-{phase}-{utc_stamp()}.txt"
-    spy = subprocess.Popen(
-        [str(PY_SPY), "record", "-o", str(out), "--format", "raw", "--pid", str(pid), "-r", "200", "--nonblocking"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    stamp = utc_stamp()
+    options = ["--native", "--threads"] if args.py_spy_native else ["--nonblocking"]
+    spies = []
+    for side, target in (("", pid), ("client-", os.getpid())):
+        out = RESULTS_DIR / f"bench_daemon-pyspy-{side}{phase}-{stamp}.txt"
+        cmd = [str(args.py_spy_binary), "record", "-o", str(out), "--format", "raw", "--pid", str(target), "-r", "200"]
+        spies.append((out, subprocess.Popen([*cmd, *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
     time.sleep(1.0)  # let py-spy attach
     try:
-        yield out
+        yield [out for out, _ in spies]
     finally:
-        spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-        try:
-            spy.wait(20)
-        except subprocess.TimeoutExpired:
-            spy.kill()
-            spy.wait()
-        log(f"py-spy profile of {phase}: {out.relative_to(REPO)}")
+        for out, spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                spy.wait(30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait()
+            log(f"py-spy profile of {phase}: {out.relative_to(REPO)}")
 
 
 # -- phases ----------------------------------------------------------------------------------------
@@ -383,7 +392,7 @@ def one_run(root: Path, args: Any, calls: list[Any], n_calls: int, phase_s: floa
         def run(name: str, fn: Callable[[], dict[str, Any]]) -> None:
             if name not in args.only:
                 return
-            with py_spy(daemon.pid, name, args.py_spy):
+            with py_spy(daemon.pid, name, args):
                 out[name] = fn()
             log(f"{name}: " + ", ".join(f"{k}={v:,.3f}" for k, v in out[name].items()))
 
@@ -484,7 +493,9 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, help="length of the latency phases (default 10; quick 3)")
     parser.add_argument("--only", help="comma-separated phases: " + ",".join(PHASES))
     parser.add_argument("--ceiling", type=float, default=100_000, help="msg/s for ack_latency if produce is skipped")
-    parser.add_argument("--py-spy", choices=PHASES, help="record the daemon with py-spy during this phase")
+    parser.add_argument("--py-spy", choices=PHASES, help="record the daemon and the client with py-spy in this phase")
+    parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: native frames, every thread")
+    parser.add_argument("--py-spy-binary", type=Path, default=PY_SPY, help=f"py-spy to use (default {PY_SPY})")
     args = parser.parse_args()
     args.only = set(PHASES if not args.only else args.only.split(","))
     if args.only - set(PHASES):

@@ -58,7 +58,7 @@ from lkstream.server.grpc_limits import AdmissionInterceptor, server_options
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
 from lkstream.server.http import HttpServer
 from lkstream.server.http_access import GuardedHttpServer, HttpAccess
-from lkstream.server.memory import HeapTrimmer
+from lkstream.server.memory import HeapTrimmer, keep_heap_for_requests
 from lkstream.server.settings import ServerSettings, load_settings
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import PROTOCOL_VERSION
@@ -181,6 +181,7 @@ class Daemon:
             raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
         await self.server.start()
         self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
+        keep_heap_for_requests()
         if self.kafka is not None:
             try:
                 await self.kafka.start()

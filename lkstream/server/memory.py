@@ -12,6 +12,14 @@ no request bytes after a sizeable peak and the budget stayed low for ``quiet_s``
 calls glibc's ``malloc_trim(0)`` in a worker thread (it walks every arena and returns
 their free pages with ``MADV_DONTNEED``), at most once per ``min_interval_s``, so a
 steady stream of large requests is not interrupted by trims. Without glibc (musl, macOS) it does nothing.
+
+:func:`keep_heap_for_requests` is the other half (issue 14, rows 5 and 6): glibc's
+default thresholds hand a freed 200 KB-1 MiB buffer (a produce batch, a fetch answer,
+their protobuf copies) back to the kernel at once, so the next one faults its pages
+in again: a 210 KB ``bytearray`` copy took 113-169 us instead of 11-18 us. Fixed
+thresholds keep up to :data:`HEAP_TRIM_THRESHOLD` free at the top of each heap for
+the next request; larger buffers (over :data:`HEAP_MMAP_THRESHOLD`) are still mapped
+and unmapped on their own, and the trimmer still returns what a burst left behind.
 """
 
 from __future__ import annotations
@@ -35,17 +43,52 @@ DEFAULT_QUIET_S: Final = 1.0
 DEFAULT_MIN_INTERVAL_S: Final = 5.0
 
 
-def _glibc_malloc_trim() -> Callable[[int], int] | None:
+#: Buffers up to this size come from the heap; larger ones are mapped and unmapped on their own.
+HEAP_MMAP_THRESHOLD: Final = 4 * 1024 * 1024
+#: Free memory kept at the top of a heap for the next request instead of handed back at each free.
+HEAP_TRIM_THRESHOLD: Final = 8 * 1024 * 1024
+# mallopt parameters (glibc's malloc.h).
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+
+
+def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        libc = ctypes.CDLL(name)
+        libc.malloc_trim  # noqa: B018 (only glibc has it)
     except (OSError, AttributeError):  # not glibc
         return None
+    return libc
+
+
+def _glibc_malloc_trim() -> Callable[[int], int] | None:
+    libc = _glibc()
+    if libc is None:
+        return None
+    trim = libc.malloc_trim
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return trim
+
+
+def keep_heap_for_requests(
+    trim_threshold: int = HEAP_TRIM_THRESHOLD, mmap_threshold: int = HEAP_MMAP_THRESHOLD
+) -> bool:
+    """Set glibc's trim and mmap thresholds for this process (see the module docstring).
+
+    Fixed values also end glibc's dynamic thresholds, which grew with the largest request
+    seen (up to 32 MiB). Returns whether they were set (False without glibc).
+    """
+    libc = _glibc()
+    if libc is None:
+        return False
+    mallopt = libc.mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold))
 
 
 class HeapTrimmer:

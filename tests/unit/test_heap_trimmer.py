@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+
+import pytest
 
 from lkstream.broker.admission import AdmissionBudget
 from lkstream.server.memory import HeapTrimmer, _glibc_malloc_trim
@@ -65,3 +69,33 @@ def test_glibc_malloc_trim_is_found_on_linux() -> None:
     trim = _glibc_malloc_trim()
     assert trim is not None  # the CI and production images run glibc
     assert trim(0) in (0, 1)
+
+
+_KEEPCOST = """
+import ctypes, sys
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "kept":
+    from lkstream.server.memory import keep_heap_for_requests
+    assert keep_heap_for_requests()
+for _ in range(3):  # two 1 MB request buffers at a time, as a fetch answer and its copy
+    first, second = bytearray(1_000_000), bytearray(1_000_000)
+    del first, second
+print(libc.mallinfo2().keepcost)
+"""
+
+
+def _keepcost(mode: str) -> int:
+    done = subprocess.run([sys.executable, "-c", _KEEPCOST, mode], capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+@pytest.mark.skipif(_glibc_malloc_trim() is None, reason="the thresholds are glibc's (musl and macOS have none)")
+def test_the_daemons_heap_keeps_freed_request_buffers_for_the_next_request() -> None:
+    # glibc's defaults hand the freed megabytes back at once (the next buffer faults its pages
+    # in again); with the daemon's thresholds the top of the heap keeps them.
+    assert _keepcost("default") < 1_000_000
+    assert _keepcost("kept") >= 2_000_000
