@@ -23,8 +23,9 @@ Invariants this module enforces:
   rebuild index entries for what remains; see :class:`RecoveryReport`.
 
 Thread-safety: every public method is thread-safe; they serialise on
-``PartitionLog._lock`` except the fsync in :meth:`flush`, which runs outside it
-so appends continue while the disk syncs. Lock order: Broker, then PartitionLog.
+``PartitionLog._lock`` except the index write and the fsync in :meth:`flush`, which
+run outside it so appends continue while the disk syncs (or the kernel stalls a write).
+Lock order: Broker, then PartitionLog.
 """
 
 from __future__ import annotations
@@ -344,8 +345,9 @@ class PartitionLog:
             end, next_offset = active.size, active.next_offset
             if end == self._durable_position:
                 return self._durable_next_offset
-            self._flush_index(active)
             self.unflushed_bytes = 0
+        # Outside the lock, like the fsync: a write the kernel stalls must not hold up appends.
+        self._flush_index(active, unlocked=True)
         try:
             active.file.fsync()
         except StorageError as exc:
@@ -371,17 +373,21 @@ class PartitionLog:
             self._store_checkpoint(due)
         return durable
 
-    def _flush_index(self, segment: Segment, *, fsync: bool = False) -> None:
+    def _flush_index(self, segment: Segment, *, fsync: bool = False, unlocked: bool = False) -> None:
         """Write (and maybe fsync) pending index entries; failing costs lookup speed, not data.
 
         The index is a cache of the segment, so a full disk must stop neither the
         data's fsync nor a close. Unwritten entries stay in memory for the next flush.
+        ``unlocked``: the caller does not hold the lock, so a close may have closed the file
+        meanwhile (the close writes the index itself: nothing to report).
         """
         try:
             segment.index.flush()
             if fsync:
                 segment.index.file.fsync()
         except StorageError as exc:
+            if unlocked and self._closed:
+                return
             log.warning("could not write the index of %s: %s", segment.path, exc)
 
     def _write_checkpoint(self) -> None:
