@@ -19,9 +19,13 @@ Scenarios (side by side in every run, in this order):
 Target (issue 14): p99 <= 0.5 ms for both at 10,000 msg/s.
 
 Each run also records what the cyclic garbage collector did while it ran (``gc.callbacks``:
-collections per generation, total and longest pause) and how late the sender started its ticks,
-so a tail can be traced to its cause. Each run starts from a collected heap (``gc.collect()``
-after the set-up); the thresholds are Python's defaults.
+collections per generation, total and longest pause), how late the sender started its ticks,
+how often the loop's thread blocked (``loop_thread_waits``: its voluntary context switches, on
+Linux: each is a wait for the GIL, a lock or the disk, since the pacer itself never sleeps in
+the kernel once the schedule runs) and the load average at the end, so a tail can be traced to
+its cause: a tail with few waits is the machine's CPU contention, one with many is the library.
+Each run starts from a collected heap (``gc.collect()`` after the set-up); the thresholds are
+Python's defaults.
 
     .venv/bin/python benchmarks/bench_latency.py                 # 3 runs x 10 s per scenario
     .venv/bin/python benchmarks/bench_latency.py --quick         # 3 runs x 2 s
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -50,6 +55,18 @@ SCENARIOS = ("pacer", "producer_send", "produce_many_1")
 
 Paced = tuple[int, list[float]]  # records sent, the pacer's lag at each tick (s)
 Sender = Callable[[float, int], Awaitable[None] | None]
+
+
+def thread_waits() -> int:
+    """Voluntary context switches of the calling thread so far (-1 where /proc does not tell)."""
+    try:
+        with open("/proc/thread-self/status") as status:
+            for line in status:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
 
 
 class GcWatch:
@@ -172,9 +189,9 @@ def run_once(root: Path, name: str, rate: float, seconds: float, value_size: int
     gc.collect()
     try:
         with GcWatch() as watch:
-            started = time.perf_counter()
+            started, waits = time.perf_counter(), thread_waits()
             sent, lags = asyncio.run(RUNNERS[name](broker, bytes(value_size), rate, seconds, lat))
-            wall = time.perf_counter() - started
+            wall, waits = time.perf_counter() - started, thread_waits() - waits
     finally:
         broker.close()
     if len(lat) != sent:
@@ -188,6 +205,8 @@ def run_once(root: Path, name: str, rate: float, seconds: float, value_size: int
     out["sender_lag_p99_ms"] = 1000 * percentile(lags, 99)
     out["sender_lag_max_ms"] = 1000 * lags[-1]
     out.update(watch.report())
+    out["loop_thread_waits"] = waits
+    out["loadavg_1m"] = os.getloadavg()[0]
     return out
 
 
