@@ -733,3 +733,19 @@ def test_index_flushes_racing_appends_write_each_entry_once(log_dir: str) -> Non
     assert [offset for offset, _ in entries] == list(range(2000))
     assert entries == index.entries()
     plog.close()
+
+
+def test_flush_waits_its_turn_when_the_lock_stays_held(log_dir: str) -> None:
+    """The group commit tries the lock politely first, then queues: a long holder delays it, never loses it."""
+    plog = PartitionLog(log_dir, "t", 0, LogConfig(), file_factory=MemoryFile)
+    plog.append(make_batch(3))
+    durable: list[int] = []
+    flusher = threading.Thread(target=lambda: durable.append(plog.flush()))
+    with plog._lock:  # a reader or a roll holding the lock longer than the polite tries last
+        flusher.start()
+        flusher.join(0.2)
+        assert flusher.is_alive() and not durable, "flush went ahead without the lock"
+    flusher.join(10)
+    assert durable == [3]
+    assert plog.durable_next_offset == 3
+    plog.close()
