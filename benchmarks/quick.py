@@ -148,9 +148,11 @@ def revision_tree(ref: str) -> Iterator[Path]:
 
 
 def build_extensions(tree: Path) -> None:
-    """Compile every ``lkstream/format/_*.c`` of ``tree`` in place, as ``pip install`` would."""
-    sources = sorted((tree / "lkstream" / "format").glob("_*.c"))
-    modules = [f"Extension('lkstream.format.{p.stem}', ['lkstream/format/{p.name}'])" for p in sources]
+    """Compile every ``lkstream/<package>/_*.c`` of ``tree`` in place, as ``pip install`` would."""
+    sources = sorted((tree / "lkstream").glob("*/_*.c"))
+    modules = [
+        f"Extension('lkstream.{p.parent.name}.{p.stem}', ['lkstream/{p.parent.name}/{p.name}'])" for p in sources
+    ]
     if not modules:
         return
     code = (
