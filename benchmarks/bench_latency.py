@@ -20,10 +20,14 @@ Target (issue 14): p99 <= 0.5 ms for both at 10,000 msg/s.
 
 Each run also records what the cyclic garbage collector did while it ran (``gc.callbacks``:
 collections per generation, total and longest pause), how late the sender started its ticks,
-how often the loop's thread blocked (``loop_thread_waits``: its voluntary context switches, on
-Linux: each is a wait for the GIL, a lock or the disk, since the pacer itself never sleeps in
-the kernel once the schedule runs) and the load average at the end, so a tail can be traced to
-its cause: a tail with few waits is the machine's CPU contention, one with many is the library.
+and, on Linux, how the loop's thread spent the run (``/proc/thread-self``): ``loop_thread_waits``
+(its voluntary context switches), ``loop_thread_blocked_ms`` (wall time neither on a CPU nor
+waiting for one: waits for the GIL, a lock or the disk, since the pacer itself never sleeps in the
+kernel once the schedule runs; the ``pacer`` row's figure is the floor, mostly the 20 ms before
+the first tick) and ``loop_thread_runqueue_ms`` (time it was ready but had no CPU: the machine's
+contention, which no library change removes), with the load average at the end. A tail with a
+large run-queue time and a blocked time near the pacer's is the machine; a large blocked time
+is the library.
 Each run starts from a collected heap (``gc.collect()`` after the set-up); the thresholds are
 Python's defaults.
 
@@ -67,6 +71,16 @@ def thread_waits() -> int:
     except OSError:
         pass
     return -1
+
+
+def thread_times_ns() -> tuple[int, int]:
+    """(on a CPU, waiting for a CPU) of the calling thread so far, in ns ((-1, -1) without /proc)."""
+    try:
+        with open("/proc/thread-self/schedstat") as schedstat:
+            on_cpu, runqueue = schedstat.read().split()[:2]
+    except OSError:
+        return -1, -1
+    return int(on_cpu), int(runqueue)
 
 
 class GcWatch:
@@ -189,9 +203,11 @@ def run_once(root: Path, name: str, rate: float, seconds: float, value_size: int
     gc.collect()
     try:
         with GcWatch() as watch:
-            started, waits = time.perf_counter(), thread_waits()
+            started, waits, (on_cpu, runqueue) = time.perf_counter(), thread_waits(), thread_times_ns()
             sent, lags = asyncio.run(RUNNERS[name](broker, bytes(value_size), rate, seconds, lat))
             wall, waits = time.perf_counter() - started, thread_waits() - waits
+            on_cpu_end, runqueue_end = thread_times_ns()
+            on_cpu, runqueue = on_cpu_end - on_cpu, runqueue_end - runqueue
     finally:
         broker.close()
     if len(lat) != sent:
@@ -206,6 +222,8 @@ def run_once(root: Path, name: str, rate: float, seconds: float, value_size: int
     out["sender_lag_max_ms"] = 1000 * lags[-1]
     out.update(watch.report())
     out["loop_thread_waits"] = waits
+    out["loop_thread_blocked_ms"] = wall * 1000 - (on_cpu + runqueue) / 1e6
+    out["loop_thread_runqueue_ms"] = runqueue / 1e6
     out["loadavg_1m"] = os.getloadavg()[0]
     return out
 
