@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+from array import array
 from bisect import bisect_right
 from collections import deque
 
@@ -135,10 +136,13 @@ class HotTail:
         self.budget = budget or TailBudget(max_bytes)
         self._lock: contextlib.AbstractContextManager[object] = lock or contextlib.nullcontext()
         self._id = self.budget.register(self)
-        self._bases: list[int] = []
-        self._nexts: list[int] = []
+        # Offsets and sequences as machine ints: dropping the evicted front (below, every
+        # _COMPACT_AFTER or more batches) is then a memmove, not tens of thousands of int frees
+        # on the producer's thread (0.4-1.1 ms at 31,000 batches with lists).
+        self._bases: array[int] = array("q")
+        self._nexts: array[int] = array("q")
         self._data: list[bytes | bytearray] = []
-        self._sequences: list[int] = []
+        self._sequences: array[int] = array("q")
         self._head = 0  # index of the oldest entry still cached
         self._bytes = 0
         #: The budget sequence of the oldest batch still cached (read without the lock by the budget).
@@ -206,7 +210,7 @@ class HotTail:
         released, batches = self._bytes, len(self._bases) - self._head
         if self._sequences:
             self.oldest_sequence = self._sequences[-1] + 1  # every queued entry of this tail is stale
-        self._bases, self._nexts, self._data, self._sequences = [], [], [], []
+        self._bases, self._nexts, self._data, self._sequences = array("q"), array("q"), [], array("q")
         self._head = 0
         self._bytes = 0
         if batches:
