@@ -287,7 +287,7 @@ class BudgetedFile:
             if written < len(data):
                 view = memoryview(data)
                 while written < len(view):
-                    written += os.pwrite(fd, view[written:], start + written)
+                    written += write(fd, view[written:], start + written)
         except OSError:
             with contextlib.suppress(OSError):  # best effort; recovery cuts a torn tail
                 os.ftruncate(fd, start)

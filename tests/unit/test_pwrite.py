@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from lkstream.errors import DiskFullError
 from lkstream.storage import handles
 from lkstream.storage.handles import GIL_HELD_WRITE_BYTES, FileBudget, pwrite_holding_gil
 
@@ -114,4 +115,27 @@ def test_a_large_append_still_lets_go_of_the_gil(tmp_path: Path, long_switch_int
             target.append(batch)
 
     assert _other_thread_ran_during(appends), "200 appends of 64 KiB never let another thread run"
+    target.close()
+
+
+def test_a_failed_small_append_is_rolled_back_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    budget = FileBudget(16)
+    path = str(tmp_path / "seg")
+    target = budget.file(path)
+    target.append(b"keep")
+    calls = {"n": 0}
+
+    def torn(fd: int, data: bytes | bytearray | memoryview, position: int) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return os.pwrite(fd, bytes(data)[:3], position)  # a short write lands part of the data
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(handles, "pwrite_holding_gil", torn)
+    with pytest.raises(DiskFullError):
+        target.append(b"0123456789")
+    monkeypatch.undo()
+    assert target.size() == 4
+    assert os.path.getsize(path) == 4
+    assert target.append(b"!") == 4
     target.close()
