@@ -74,6 +74,13 @@ ROWS = [
     ("bench_latency", "produce_many_1", "loop_thread_blocked_ms", False, None),
     ("bench_latency", "pacer", "loop_thread_blocked_ms", False, None),
     ("bench_latency", "produce_many_1", "loop_thread_runqueue_ms", False, None),
+    # With --latency-only (bench_latency.py --stalls): slow produce calls by cause.
+    ("bench_latency", "produce_many_1", "stalls_blocked", False, None),
+    ("bench_latency", "producer_send", "stalls_blocked", False, None),
+    ("bench_latency", "produce_many_1", "stalls_on_cpu", False, None),
+    ("bench_latency", "producer_send", "stalls_on_cpu", False, None),
+    ("bench_latency", "produce_many_1", "stalls_preempted", False, None),
+    ("bench_latency", "producer_send", "stalls_preempted", False, None),
     ("bench_latency", "producer_send", "gc_gen0_collections", False, None),
     ("bench_latency", "produce_many_1", "gc_gen0_collections", False, None),
     ("bench_consumer", "decoded_partition", "msg_per_s", True, None),
@@ -173,7 +180,9 @@ def one_pass(pythonpath: Path | None, args: argparse.Namespace) -> dict[str, dic
         "bench_producer": lambda: run_script(
             "bench_producer", ["--only", PRODUCER_ROWS, "--msgs-200b", str(args.msgs)], pythonpath
         ),
-        "bench_latency": lambda: run_script("bench_latency", ["--seconds", str(args.seconds)], pythonpath),
+        "bench_latency": lambda: run_script(
+            "bench_latency", ["--seconds", str(args.seconds), *(["--stalls"] if args.latency_only else [])], pythonpath
+        ),
         "bench_consumer": lambda: run_script(
             "bench_consumer",
             ["--only", CONSUMER_ROWS, "--msgs", str(args.consume_msgs), "--random-gb", "0", "--no-gc-variants"],
@@ -197,7 +206,7 @@ def one_pass(pythonpath: Path | None, args: argparse.Namespace) -> dict[str, dic
     docs = {script: step() for script, step in steps.items()}
     out: dict[str, dict[str, float]] = {}
     for script, scenario, field, _, _ in ROWS:
-        if script in docs:
+        if script in docs and field in docs[script]["results"][scenario]:  # some fields come with options only
             out.setdefault(script, {})[f"{scenario}/{field}"] = docs[script]["results"][scenario][field]["median"]
     return out
 
@@ -206,7 +215,7 @@ def table(runs: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[str, 
     rows = []
     for script, scenario, field, higher, target in ROWS:
         key = f"{scenario}/{field}"
-        if script not in runs["after"][0]:
+        if key not in runs["after"][0].get(script, {}):
             continue
         row: dict[str, Any] = {"row": key, "target": target}
         for side, passes in runs.items():
