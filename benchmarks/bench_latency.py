@@ -19,9 +19,26 @@ Scenarios (side by side in every run, in this order):
 Target (issue 14): p99 <= 0.5 ms for both at 10,000 msg/s.
 
 Each run also records what the cyclic garbage collector did while it ran (``gc.callbacks``:
-collections per generation, total and longest pause) and how late the sender started its ticks,
-so a tail can be traced to its cause. Each run starts from a collected heap (``gc.collect()``
-after the set-up); the thresholds are Python's defaults.
+collections per generation, total and longest pause), how late the sender started its ticks,
+and, on Linux, how the loop's thread spent the run (``/proc/thread-self``): ``loop_thread_waits``
+(its voluntary context switches), ``loop_thread_blocked_ms`` (wall time neither on a CPU nor
+waiting for one: waits for the GIL, a lock or the disk, since the pacer itself never sleeps in the
+kernel once the schedule runs; the ``pacer`` row's figure is the floor, mostly the 20 ms before
+the first tick) and ``loop_thread_runqueue_ms`` (time it was ready but had no CPU: the machine's
+contention, which no library change removes), with the load average at the end. A tail with a
+large run-queue time and a blocked time near the pacer's is the machine; a large blocked time
+is the library.
+
+``--stalls`` also times every produce call the broker runs (``Broker._produce``: encoding and
+appending, no waiting in group mode) and sorts those slower than 0.5 ms by what the thread's
+``getrusage(RUSAGE_THREAD)`` switch counters say happened meanwhile: preempted (the machine took
+the CPU away: ``stalls_preempted``), blocked without being preempted (a wait for the GIL, a lock or
+the disk: ``stalls_blocked``, ``stalls_blocked_ms``) or neither (a long run on the CPU, a
+collection or a compaction: ``stalls_on_cpu``, ``stalls_on_cpu_ms``). The blocked and on-CPU
+counts are the library's share of the tail, and they stay readable on a machine too loaded for
+any p99 (two getrusage calls per produce call: about 1 us).
+Each run starts from a collected heap (``gc.collect()`` after the set-up); the thresholds are
+Python's defaults.
 
     .venv/bin/python benchmarks/bench_latency.py                 # 3 runs x 10 s per scenario
     .venv/bin/python benchmarks/bench_latency.py --quick         # 3 runs x 2 s
@@ -31,6 +48,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import resource
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -50,6 +69,28 @@ SCENARIOS = ("pacer", "producer_send", "produce_many_1")
 
 Paced = tuple[int, list[float]]  # records sent, the pacer's lag at each tick (s)
 Sender = Callable[[float, int], Awaitable[None] | None]
+
+
+def thread_waits() -> int:
+    """Voluntary context switches of the calling thread so far (-1 where /proc does not tell)."""
+    try:
+        with open("/proc/thread-self/status") as status:
+            for line in status:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def thread_times_ns() -> tuple[int, int]:
+    """(on a CPU, waiting for a CPU) of the calling thread so far, in ns ((-1, -1) without /proc)."""
+    try:
+        with open("/proc/thread-self/schedstat") as schedstat:
+            on_cpu, runqueue = schedstat.read().split()[:2]
+    except OSError:
+        return -1, -1
+    return int(on_cpu), int(runqueue)
 
 
 class GcWatch:
@@ -161,20 +202,57 @@ async def produce_many_1(broker: Broker, value: bytes, rate: float, seconds: flo
 RUNNERS = {"pacer": pacer, "producer_send": producer_send, "produce_many_1": produce_many_1}
 
 
-def run_once(root: Path, name: str, rate: float, seconds: float, value_size: int) -> dict[str, Any]:
+class StallWatch:
+    """Sorts the broker's slow produce calls by cause (see the module docstring: ``--stalls``)."""
+
+    SLOW_S = 0.0005
+
+    def __init__(self, broker: Broker) -> None:
+        self.counts = {"stalls_preempted": 0, "stalls_blocked": 0, "stalls_on_cpu": 0}
+        self.millis = {"stalls_blocked_ms": 0.0, "stalls_on_cpu_ms": 0.0}
+        self._produce = broker._produce
+        broker._produce = self._timed  # type: ignore[method-assign]
+
+    def _timed(self, *args: Any, **kwargs: Any) -> Any:
+        before = resource.getrusage(resource.RUSAGE_THREAD)
+        started = time.perf_counter()
+        out = self._produce(*args, **kwargs)
+        took = time.perf_counter() - started
+        if took > self.SLOW_S:
+            after = resource.getrusage(resource.RUSAGE_THREAD)
+            if after.ru_nivcsw > before.ru_nivcsw:
+                self.counts["stalls_preempted"] += 1
+            elif after.ru_nvcsw > before.ru_nvcsw:
+                self.counts["stalls_blocked"] += 1
+                self.millis["stalls_blocked_ms"] += 1000 * took
+            else:
+                self.counts["stalls_on_cpu"] += 1
+                self.millis["stalls_on_cpu_ms"] += 1000 * took
+        return out
+
+    def report(self) -> dict[str, float]:
+        return {**self.counts, **self.millis}
+
+
+def run_once(
+    root: Path, name: str, rate: float, seconds: float, value_size: int, *, stalls: bool = False
+) -> dict[str, Any]:
     data = root / "data"
     shutil.rmtree(data, ignore_errors=True)
     broker = Broker(persist_dir=str(data), fsync_mode="group", fsync_interval_ms=100)
     lat: list[float] = []
+    stall_watch = StallWatch(broker) if stalls and name != "pacer" else None
     # Start from a collected heap, as an application does once it has started: the objects the set-up
     # made (the broker, the previous scenario's garbage) would otherwise force a full collection a few
     # seconds into the schedule. Full collections of the steady state (one per ~15 s here) still count.
     gc.collect()
     try:
         with GcWatch() as watch:
-            started = time.perf_counter()
+            started, waits, (on_cpu, runqueue) = time.perf_counter(), thread_waits(), thread_times_ns()
             sent, lags = asyncio.run(RUNNERS[name](broker, bytes(value_size), rate, seconds, lat))
-            wall = time.perf_counter() - started
+            wall, waits = time.perf_counter() - started, thread_waits() - waits
+            on_cpu_end, runqueue_end = thread_times_ns()
+            on_cpu, runqueue = on_cpu_end - on_cpu, runqueue_end - runqueue
     finally:
         broker.close()
     if len(lat) != sent:
@@ -188,6 +266,12 @@ def run_once(root: Path, name: str, rate: float, seconds: float, value_size: int
     out["sender_lag_p99_ms"] = 1000 * percentile(lags, 99)
     out["sender_lag_max_ms"] = 1000 * lags[-1]
     out.update(watch.report())
+    out["loop_thread_waits"] = waits
+    out["loop_thread_blocked_ms"] = wall * 1000 - (on_cpu + runqueue) / 1e6
+    out["loop_thread_runqueue_ms"] = runqueue / 1e6
+    out["loadavg_1m"] = os.getloadavg()[0]
+    if stall_watch is not None:
+        out.update(stall_watch.report())
     return out
 
 
@@ -197,6 +281,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="seconds per run and scenario (default 10; quick 2)")
     parser.add_argument("--value-size", type=int, default=200, help="bytes per value (default 200)")
     parser.add_argument("--only", help="comma-separated scenarios: " + ",".join(SCENARIOS))
+    parser.add_argument("--stalls", action="store_true", help="sort slow produce calls by cause (see above)")
     args = parser.parse_args()
     only = [s for s in SCENARIOS if not args.only or s in args.only.split(",")]
     seconds = args.seconds or (2.0 if args.quick else 10.0)
@@ -205,7 +290,7 @@ def main() -> None:
         facts = machine_facts(root)
         for run in range(args.runs):
             for name in only:
-                result = run_once(root, name, args.rate, seconds, args.value_size)
+                result = run_once(root, name, args.rate, seconds, args.value_size, stalls=args.stalls)
                 raw.setdefault(name, []).append(result)
                 log(f"run {run + 1} {name}: " + ", ".join(f"{k}={v:,.3f}" for k, v in result.items()))
     results = {name: {k: summary([r[k] for r in runs]) for k in runs[0]} for name, runs in raw.items()}

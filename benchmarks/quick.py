@@ -67,6 +67,22 @@ ROWS = [
     ("bench_latency", "producer_send", "p50_ms", False, None),
     ("bench_latency", "produce_many_1", "p50_ms", False, None),
     ("bench_latency", "pacer", "p99_ms", False, None),
+    ("bench_latency", "producer_send", "loop_thread_waits", False, None),
+    ("bench_latency", "produce_many_1", "loop_thread_waits", False, None),
+    ("bench_latency", "pacer", "loop_thread_waits", False, None),
+    ("bench_latency", "producer_send", "loop_thread_blocked_ms", False, None),
+    ("bench_latency", "produce_many_1", "loop_thread_blocked_ms", False, None),
+    ("bench_latency", "pacer", "loop_thread_blocked_ms", False, None),
+    ("bench_latency", "produce_many_1", "loop_thread_runqueue_ms", False, None),
+    # With --latency-only (bench_latency.py --stalls): slow produce calls by cause.
+    ("bench_latency", "produce_many_1", "stalls_blocked", False, None),
+    ("bench_latency", "producer_send", "stalls_blocked", False, None),
+    ("bench_latency", "produce_many_1", "stalls_on_cpu", False, None),
+    ("bench_latency", "producer_send", "stalls_on_cpu", False, None),
+    ("bench_latency", "produce_many_1", "stalls_preempted", False, None),
+    ("bench_latency", "producer_send", "stalls_preempted", False, None),
+    ("bench_latency", "producer_send", "gc_gen0_collections", False, None),
+    ("bench_latency", "produce_many_1", "gc_gen0_collections", False, None),
     ("bench_consumer", "decoded_partition", "msg_per_s", True, None),
     # The daemon's rows (issue 14, rows 5-8).
     ("bench_daemon", "produce_many_sync", "msg_per_s", True, 1_100_000),
@@ -143,9 +159,11 @@ def revision_tree(ref: str) -> Iterator[Path]:
 
 
 def build_extensions(tree: Path) -> None:
-    """Compile every ``lkstream/format/_*.c`` of ``tree`` in place, as ``pip install`` would."""
-    sources = sorted((tree / "lkstream" / "format").glob("_*.c"))
-    modules = [f"Extension('lkstream.format.{p.stem}', ['lkstream/format/{p.name}'])" for p in sources]
+    """Compile every ``lkstream/<package>/_*.c`` of ``tree`` in place, as ``pip install`` would."""
+    sources = sorted((tree / "lkstream").glob("*/_*.c"))
+    modules = [
+        f"Extension('lkstream.{p.parent.name}.{p.stem}', ['lkstream/{p.parent.name}/{p.name}'])" for p in sources
+    ]
     if not modules:
         return
     code = (
@@ -162,16 +180,20 @@ def one_pass(pythonpath: Path | None, args: argparse.Namespace) -> dict[str, dic
         "bench_producer": lambda: run_script(
             "bench_producer", ["--only", PRODUCER_ROWS, "--msgs-200b", str(args.msgs)], pythonpath
         ),
-        "bench_latency": lambda: run_script("bench_latency", ["--seconds", str(args.seconds)], pythonpath),
+        "bench_latency": lambda: run_script(
+            "bench_latency", ["--seconds", str(args.seconds), *(["--stalls"] if args.latency_only else [])], pythonpath
+        ),
         "bench_consumer": lambda: run_script(
             "bench_consumer",
             ["--only", CONSUMER_ROWS, "--msgs", str(args.consume_msgs), "--random-gb", "0", "--no-gc-variants"],
             pythonpath,
         ),
     }
-    if not args.no_rss:
+    if args.latency_only:  # row 3 alone: the only step whose runs are short enough to repeat often
+        steps = {"bench_latency": steps["bench_latency"]}
+    elif not args.no_rss:
         steps["suite"] = lambda: run_suite(pythonpath)
-    if not args.no_daemon:
+    if not args.no_daemon and not args.latency_only:
         steps["bench_daemon"] = lambda: run_script(
             "bench_daemon",
             ["--msgs", str(args.msgs), "--phase-seconds", str(args.seconds), "--only", DAEMON_PHASES],
@@ -179,12 +201,12 @@ def one_pass(pythonpath: Path | None, args: argparse.Namespace) -> dict[str, dic
         )
         if not args.no_rss:
             steps["suite-daemon"] = lambda: run_suite(pythonpath, "lkstream-daemon")
-    if args.spark:
+    if args.spark and not args.latency_only:
         steps["bench_spark"] = lambda: run_script("bench_spark", ["--rows", str(args.spark_rows)], pythonpath)
     docs = {script: step() for script, step in steps.items()}
     out: dict[str, dict[str, float]] = {}
     for script, scenario, field, _, _ in ROWS:
-        if script in docs:
+        if script in docs and field in docs[script]["results"][scenario]:  # some fields come with options only
             out.setdefault(script, {})[f"{scenario}/{field}"] = docs[script]["results"][scenario][field]["median"]
     return out
 
@@ -193,15 +215,17 @@ def table(runs: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[str, 
     rows = []
     for script, scenario, field, higher, target in ROWS:
         key = f"{scenario}/{field}"
-        if script not in runs["after"][0]:
+        if key not in runs["after"][0].get(script, {}):
             continue
         row: dict[str, Any] = {"row": key, "target": target}
         for side, passes in runs.items():
             values = [p[script][key] for p in passes]
             row[side] = {"median": statistics.median(values), "runs": values}
         if "before" in runs:
-            ratios = [a[script][key] / b[script][key] for a, b in zip(runs["after"], runs["before"], strict=True)]
-            row["after_over_before"] = {"median": statistics.median(ratios), "runs": ratios}
+            pairs = zip(runs["after"], runs["before"], strict=True)
+            ratios = [a[script][key] / b[script][key] for a, b in pairs if b[script][key]]  # counts may be 0
+            if ratios:
+                row["after_over_before"] = {"median": statistics.median(ratios), "runs": ratios}
         if target is not None:
             median = row["after"]["median"]
             row["verdict"] = "pass" if (median >= target if higher else median <= target) else "miss"
@@ -228,6 +252,7 @@ def main() -> None:
     parser.add_argument("--no-daemon", action="store_true", help="skip the daemon's rows (bench_daemon.py)")
     parser.add_argument("--spark", action="store_true", help="add the Spark rows (bench_spark.py, ~3 min a pass)")
     parser.add_argument("--spark-rows", type=int, default=2_000_000, help="rows of the Spark rows' log")
+    parser.add_argument("--latency-only", action="store_true", help="row 3 only (bench_latency.py): the ack tail")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     args.quick, args.seed = False, None  # for emit(): the scripts use their own default seeds

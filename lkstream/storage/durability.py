@@ -72,7 +72,12 @@ class GroupCommitter:
         self._dirty: dict[Flushable, None] = {}
         self._dirty_bytes = 0
         self._waiters: list[Waiter] = []
+        # When the next round may run (group mode): set when a round is taken, so that while
+        # writes keep coming the thread sleeps until then and the first write of a round need
+        # not wake it. Each wake-up costs the writing thread (the event loop) a context switch
+        # and a GIL hand-over (issue 14, row 3).
         self._round_due = 0.0
+        self._idle = True  # waiting without a deadline: the next write must wake the thread
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="lkstream-group-commit", daemon=True)
         self._thread.start()
@@ -82,15 +87,16 @@ class GroupCommitter:
         if self.mode is FsyncMode.NONE:
             return
         with self._cond:
-            first_dirty = not self._dirty
-            if first_dirty:
-                # The loss window starts with the first unsynced write, not with the last fsync.
+            # An idle thread sleeps without a deadline: wake it so it starts waiting for
+            # _round_due, or the interval would never fire. A thread that is not idle has a
+            # round due within one interval from the last one, so before this write's
+            # interval is over (the loss window starts with the first unsynced write).
+            wake = not self._dirty and self._idle
+            if wake:
                 self._round_due = time.monotonic() + self.interval_s
             self._dirty[target] = None
             self._dirty_bytes += nbytes
-            # With nothing dirty the thread sleeps without a deadline: wake it so it
-            # starts waiting for _round_due, or the interval would never fire.
-            if first_dirty or self._dirty_bytes >= self.group_bytes:
+            if wake or self._dirty_bytes >= self.group_bytes:
                 self._cond.notify()
 
     def when_durable(self, target: Flushable, next_offset: int, callback: DurableCallback) -> None:
@@ -120,9 +126,14 @@ class GroupCommitter:
         with self._cond:
             while not self._round_is_due():
                 timeout = None
-                if self.mode is FsyncMode.GROUP and self._dirty:
-                    timeout = max(0.0, self._round_due - time.monotonic())
+                if self.mode is FsyncMode.GROUP:
+                    # Until the next round's time, whether or not anything is dirty yet: writes
+                    # usually keep coming. Idle (no deadline) once it passed with nothing to do.
+                    remaining = self._round_due - time.monotonic()
+                    timeout = remaining if remaining > 0 else None
+                self._idle = timeout is None
                 self._cond.wait(timeout)
+            self._idle = False
             if self._closed and not self._dirty and not self._waiters:
                 return None
             waiters, self._waiters = self._waiters, []
@@ -131,6 +142,7 @@ class GroupCommitter:
             targets = list(dict.fromkeys([*self._dirty, *(w[0] for w in waiters)]))
             self._dirty.clear()
             self._dirty_bytes = 0
+            self._round_due = time.monotonic() + self.interval_s
             return targets, waiters
 
     def _run(self) -> None:

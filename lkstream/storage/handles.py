@@ -39,7 +39,7 @@ import os
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from lkstream.errors import StorageError, map_os_errors
@@ -48,6 +48,25 @@ from lkstream.errors import StorageError, map_os_errors
 MIN_CAPACITY: Final = 16
 #: How many LRU entries an eviction looks through for a clean file before it fsyncs a dirty one.
 _CLEAN_SCAN: Final = 64
+#: Appends up to this size keep the GIL through their pwrite (see lkstream/storage/_pwrite.c):
+#: a copy into the page cache of this much takes microseconds.
+GIL_HELD_WRITE_BYTES: Final = 64 * 1024
+
+
+def _native_pwrite() -> Callable[[int, bytes | bytearray | memoryview, int], int] | None:
+    try:
+        from lkstream.storage import _pwrite  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    pwrite: Callable[[int, bytes | bytearray | memoryview, int], int] = _pwrite.pwrite_holding_gil
+    return pwrite
+
+
+_NATIVE_PWRITE: Final = _native_pwrite()
+#: Whether the C write is built (``pip install`` compiles it; without it small appends let go of the GIL).
+NATIVE_PWRITE: Final = _NATIVE_PWRITE is not None
+#: ``os.pwrite`` keeping the GIL (C when built, else ``os.pwrite`` itself): for small writes only.
+pwrite_holding_gil: Final[Callable[[int, bytes | bytearray | memoryview, int], int]] = _NATIVE_PWRITE or os.pwrite
 
 
 def descriptor_limit() -> int:
@@ -261,11 +280,14 @@ class BudgetedFile:
         fd = self._budget._acquire(self)
         try:
             self._written += 1
-            written = os.pwrite(fd, data, start)
+            # Called under the log lock: a small write keeps the GIL, so no other thread runs while
+            # the lock is held (a thread that did would queue on it: issue 14, row 3).
+            write = pwrite_holding_gil if len(data) <= GIL_HELD_WRITE_BYTES else os.pwrite
+            written = write(fd, data, start)
             if written < len(data):
                 view = memoryview(data)
                 while written < len(view):
-                    written += os.pwrite(fd, view[written:], start + written)
+                    written += write(fd, view[written:], start + written)
         except OSError:
             with contextlib.suppress(OSError):  # best effort; recovery cuts a torn tail
                 os.ftruncate(fd, start)

@@ -251,3 +251,46 @@ def test_on_fsync_observer_gets_each_fsync_duration(committers: list[GroupCommit
 def test_fsync_mode_values_are_the_config_strings() -> None:
     assert [m.value for m in FsyncMode] == ["sync", "group", "none"]
     assert FsyncMode("group") is FsyncMode.GROUP
+
+
+def test_a_write_while_the_next_round_is_scheduled_does_not_wake_the_committer(
+    committers: list[GroupCommitter],
+) -> None:
+    """While writes keep coming the thread sleeps until its next round: no wake-up per round (issue 14, row 3).
+
+    Each wake-up cost the writing event loop a context switch and a GIL hand-over. The write is
+    still fsynced by the scheduled round, within one interval of the previous round.
+    """
+    committer = _committer(committers, FsyncMode.GROUP, interval_ms=1000, group_bytes=1 << 30)
+    target = FakeLog()
+    committer.written(target, 10)  # the thread was idle: this wakes it
+    assert target.flushed.wait(DEADLINE_S)
+    round_taken = target.call_times[0]
+    notified: list[int] = []
+    real_notify = committer._cond.notify
+
+    def counting_notify(n: int = 1) -> None:
+        notified.append(n)
+        real_notify(n)
+
+    committer._cond.notify = counting_notify  # type: ignore[method-assign]
+    target.flushed.clear()
+    committer.written(target, 10)
+    assert notified == [], "the first write after a round woke the committer"
+    assert target.flushed.wait(DEADLINE_S), "the scheduled round never fsynced the write"
+    assert target.call_times[1] - round_taken >= 0.9  # the round it was scheduled for, not a wake-up
+
+
+def test_an_idle_committer_still_wakes_for_the_first_write(committers: list[GroupCommitter]) -> None:
+    committer = _committer(committers, FsyncMode.GROUP, interval_ms=20, group_bytes=1 << 30)
+    target = FakeLog()
+    committer.written(target, 10)
+    assert target.flushed.wait(DEADLINE_S)
+    deadline = time.monotonic() + DEADLINE_S
+    while not committer._idle:  # the next round's time passes with nothing to do: idle again
+        assert time.monotonic() < deadline, "the committer never went idle"
+        time.sleep(0.005)
+    target.flushed.clear()
+    committer.written(target, 10)
+    assert target.flushed.wait(DEADLINE_S), "an idle committer missed the first write"
+    assert target.calls == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from lkstream.storage.clock import ManualClock
 from lkstream.storage.files import MemoryFile
+from lkstream.storage.index import ENTRY
 from lkstream.storage.log import LogConfig, PartitionLog
 from lkstream.storage.segment import format_segment_name
 
@@ -659,3 +661,91 @@ def test_an_older_checkpoint_never_overwrites_a_newer_one(open_log: Opener, log_
     newer = read_checkpoint(log_dir)
     plog._store_checkpoint(stale)
     assert read_checkpoint(log_dir) == newer
+
+
+class _StallingIndexFile(MemoryFile):
+    """An index file whose writes block until released: the kernel stalling a write (ext4's journal)."""
+
+    stall = threading.Event()
+    release = threading.Event()
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        if self.path.endswith(".idx") and not self.release.is_set():
+            self.stall.set()
+            self.release.wait(30)
+        return super().append(data)
+
+
+def test_append_does_not_wait_for_the_group_commit_index_write(log_dir: str) -> None:
+    _StallingIndexFile.stall.clear()
+    _StallingIndexFile.release.set()  # recovery's own index write at open passes
+    plog = PartitionLog(log_dir, "t", 0, LogConfig(index_interval_bytes=0), file_factory=_StallingIndexFile)
+    _StallingIndexFile.release.clear()
+    plog.append(make_batch(1))
+    flusher = threading.Thread(target=plog.flush)
+    flusher.start()
+    try:
+        assert _StallingIndexFile.stall.wait(10), "flush never wrote the index"
+        # The flush is stuck in the index write: appends must still go through (no lock held).
+        appended: list[int] = []
+        appender = threading.Thread(
+            target=lambda: appended.extend(plog.append(make_batch(1)).base_offset for _ in range(3))
+        )
+        appender.start()
+        appender.join(5)
+        assert not appender.is_alive(), "an append waited for the group commit's index write"
+        assert appended == [1, 2, 3]
+    finally:
+        _StallingIndexFile.release.set()
+        flusher.join(10)
+    assert not flusher.is_alive()
+    plog.flush()
+    index = plog._segments[-1].index
+    written = bytes(index.file.data)  # type: ignore[attr-defined]
+    entries = [ENTRY.unpack_from(written, i) for i in range(0, len(written), ENTRY.size)]
+    assert entries == index.entries(), "the index file lost or repeated entries"
+    assert [offset for offset, _ in entries] == [0, 1, 2, 3]
+    plog.close()
+
+
+def test_index_flushes_racing_appends_write_each_entry_once(log_dir: str) -> None:
+    plog = PartitionLog(log_dir, "t", 0, LogConfig(index_interval_bytes=0), file_factory=MemoryFile)
+    stop = threading.Event()
+
+    def flush_until_stopped() -> None:
+        while not stop.is_set():
+            plog.flush()
+
+    flushers = [threading.Thread(target=flush_until_stopped) for _ in range(2)]
+    for flusher in flushers:
+        flusher.start()
+    try:
+        for _ in range(2000):
+            plog.append(make_batch(1))
+    finally:
+        stop.set()
+        for flusher in flushers:
+            flusher.join(10)
+    plog.flush()
+    index = plog._segments[-1].index
+    written = bytes(index.file.data)  # type: ignore[attr-defined]
+    entries = [ENTRY.unpack_from(written, i) for i in range(0, len(written), ENTRY.size)]
+    assert [offset for offset, _ in entries] == list(range(2000))
+    assert entries == index.entries()
+    plog.close()
+
+
+def test_flush_waits_its_turn_when_the_lock_stays_held(log_dir: str) -> None:
+    """The group commit tries the lock politely first, then queues: a long holder delays it, never loses it."""
+    plog = PartitionLog(log_dir, "t", 0, LogConfig(), file_factory=MemoryFile)
+    plog.append(make_batch(3))
+    durable: list[int] = []
+    flusher = threading.Thread(target=lambda: durable.append(plog.flush()))
+    with plog._lock:  # a reader or a roll holding the lock longer than the polite tries last
+        flusher.start()
+        flusher.join(0.2)
+        assert flusher.is_alive() and not durable, "flush went ahead without the lock"
+    flusher.join(10)
+    assert durable == [3]
+    assert plog.durable_next_offset == 3
+    plog.close()
