@@ -95,18 +95,31 @@ def test_an_existing_file_is_not_deferred_and_syncs_no_directory(
     f.close()
 
 
+class _FakeClock:
+    """``perf_counter`` for the pacer: each reading is 1 ms after the previous one."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
 def test_creating_and_removing_a_large_topic_pauses_for_other_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pauses: list[float] = []
     monkeypatch.setattr("lkstream.storage.pacing.sleep", pauses.append)
-    partitions = 10 * pacing.STEPS_PER_PAUSE
-    with Broker(persist_dir=str(tmp_path / "d"), max_partitions=partitions) as broker:
-        broker.create_topic("wide", partitions)
-        # The directories, then the partition logs: each loop pauses every STEPS_PER_PAUSE steps.
-        assert pauses == [pacing.PAUSE_S] * 20
+    monkeypatch.setattr("lkstream.storage.pacing.perf_counter", _FakeClock())
+    with Broker(persist_dir=str(tmp_path / "d"), max_partitions=400) as broker:
+        broker.create_topic("wide", 400)
+        # Directories, then partition logs: each loop pauses once per WORK_S (4 readings here).
+        created = len(pauses)
+        assert 2 * 400 // 5 <= created <= 2 * 400 // 2
+        assert set(pauses) == {pacing.PAUSE_S}
         broker.delete_topic("wide")
-        assert len(pauses) == 30
+        assert 400 // 5 <= len(pauses) - created <= 400 // 2
     assert os.listdir(tmp_path / "d" / "trash") == []
 
 
@@ -120,12 +133,13 @@ def test_emptying_the_trash_removes_every_partition_of_a_deleted_topic(tmp_path:
     assert store.list() == []
 
 
-def test_a_pacer_sleeps_every_n_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pacer_sleeps_once_its_work_time_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
     pauses: list[float] = []
     monkeypatch.setattr("lkstream.storage.pacing.sleep", pauses.append)
-    pacer = Pacer(every=3, pause_s=0.002)
+    monkeypatch.setattr("lkstream.storage.pacing.perf_counter", _FakeClock())
+    pacer = Pacer(work_s=0.0025, pause_s=0.002)  # readings: start, then one per step (and one per pause)
     for _ in range(10):
         pacer.step()
     assert (pauses, pacer.pauses) == ([0.002] * 3, 3)
     with pytest.raises(ValueError):
-        Pacer(every=0)
+        Pacer(work_s=0)
