@@ -6,7 +6,8 @@
   on a fixed schedule (open model: latency from the *scheduled* time to the acknowledgement, so a
   stall is never hidden), point fetches of past offsets, and a Subscribe consumer that checks every
   acknowledged record arrives exactly once.
-* :func:`churn`: create and delete large topics over gRPC and HTTP, alternately, in a loop.
+* :class:`Churner` / :func:`churn`: create and delete large topics over gRPC and HTTP, alternately,
+  in a loop, as a legitimate admin client: connections opened first and kept, retries with backoff.
 * :func:`run_in_process`: run a coroutine function in a child process (the GIL of the measuring
   process stays with the normal clients) and collect its result.
 """
@@ -19,6 +20,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import queue
 import random
 import signal
 import subprocess
@@ -262,73 +264,169 @@ class NormalClients:
         }
 
 
-def _http(address: str, method: str, path: str, body: object | None = None) -> int:
-    host, port = address.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=300)
-    try:
+class _KeptHttp:
+    """One HTTP/1.1 keep-alive connection, reopened only when the daemon closes it."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self._conn = http.client.HTTPConnection(host, int(port), timeout=300)
+
+    def request(self, method: str, path: str, body: object | None = None) -> int:
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, None if body is None else json.dumps(body), headers)
-        response = conn.getresponse()
-        response.read()
+        try:
+            self._conn.request(method, path, None if body is None else json.dumps(body), headers)
+            response = self._conn.getresponse()
+            response.read()
+        except (OSError, http.client.HTTPException):
+            self._conn.close()  # the next request reconnects (and may be refused while the cap is full)
+            raise
         return response.status
-    finally:
-        conn.close()
+
+    def close(self) -> None:
+        self._conn.close()
 
 
-async def churn(grpc_address: str, http_address: str, partitions: int, seconds: float) -> dict[str, Any]:
-    """Create and delete ``partitions``-partition topics for ``seconds``, alternating gRPC and HTTP."""
-    durations: dict[str, list[float]] = {"create": [], "delete": []}
-    failures: dict[str, int] = {}
-    end = time.perf_counter() + seconds
-    n = 0
-    async with grpc.aio.insecure_channel(grpc_address) as channel:
-        stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
-        while time.perf_counter() < end:
-            name = f"churn-{n}"
-            over_grpc = n % 2 == 0
-            for action in ("create", "delete"):
-                started = time.perf_counter()
-                try:
-                    if over_grpc and action == "create":
-                        topic = pb.CreateTopic(name=name, partitions=partitions)
-                        await stub.Admin(pb.AdminRequest(create_topic=topic), timeout=300)
-                    elif over_grpc:
-                        await stub.Admin(pb.AdminRequest(delete_topic=pb.DeleteTopic(name=name)), timeout=300)
-                    else:
-                        method, path, body = (
-                            ("POST", "/topics", {"name": name, "partitions": partitions})
-                            if action == "create"
-                            else ("DELETE", f"/topics/{name}", None)
-                        )
-                        status = await asyncio.to_thread(_http, http_address, method, path, body)
-                        if status >= 300:
-                            raise RuntimeError(f"HTTP {status}")
-                except (grpc.aio.AioRpcError, RuntimeError, OSError) as exc:
-                    key = f"{action}: {exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else exc}"
-                    failures[key] = failures.get(key, 0) + 1
-                    continue
-                durations[action].append(time.perf_counter() - started)
-            n += 1
-    return {
-        "topics_created_and_deleted": n,
-        "partitions_per_topic": partitions,
-        "create": latency_summary(durations["create"]),
-        "delete": latency_summary(durations["delete"]),
-        "failures": failures,
-    }
+#: Answers after which a churn call is retried with backoff: the daemon is busy or full, or the
+#: connection was cut; a create or delete may have happened before a lost answer (see _churn_call).
+_RETRIABLE = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "HTTP 429", "HTTP 503"})
 
 
-def _child(target: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...], results: Any) -> None:
+class Churner:
+    """A legitimate admin client: creates a topic, deletes it, again, for the whole run.
+
+    It opens its gRPC channel and its HTTP connection once, before any attacker connects
+    (:meth:`connect`), and keeps them; it deletes every topic it creates, retrying with
+    backoff when the daemon is busy or full, so that undeleted topics never pile up to the
+    partition cap. A create retried after a lost answer that finds the topic (ALREADY_EXISTS)
+    counts as done, as does a delete that finds it gone (NOT_FOUND).
+    """
+
+    def __init__(self, grpc_address: str, http_address: str, partitions: int) -> None:
+        self.partitions = partitions
+        self.channel = grpc.aio.insecure_channel(grpc_address)
+        self.stub = pb_grpc.BrokerStub(self.channel)  # type: ignore[no-untyped-call]
+        self.http = _KeptHttp(http_address)
+        self.durations: dict[str, list[float]] = {"create": [], "delete": []}
+        self.retries: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+
+    async def connect(self, timeout: float = 60.0) -> None:
+        await asyncio.wait_for(self.channel.channel_ready(), timeout)
+        status = await asyncio.to_thread(self.http.request, "GET", "/healthz")
+        if status != 200:
+            raise RuntimeError(f"GET /healthz answered {status}")
+
+    async def run(self, seconds: float) -> dict[str, Any]:
+        end = time.perf_counter() + seconds
+        n = 0
+        try:
+            while time.perf_counter() < end:
+                name, over_grpc = f"churn-{n}", n % 2 == 0
+                if await self._call("create", name, over_grpc, deadline=end):
+                    # Past the end of the run too: nothing created is left behind.
+                    await self._call("delete", name, over_grpc, deadline=time.perf_counter() + 300)
+                n += 1
+        finally:
+            await self.channel.close()
+            self.http.close()
+        return {
+            "topics_created": len(self.durations["create"]),
+            "topics_deleted": len(self.durations["delete"]),
+            "partitions_per_topic": self.partitions,
+            "create": latency_summary(self.durations["create"]),
+            "delete": latency_summary(self.durations["delete"]),
+            "retries": self.retries,
+            "failures": self.failures,
+        }
+
+    async def _call(self, action: str, name: str, over_grpc: bool, deadline: float) -> bool:
+        """Create or delete ``name``, retrying with backoff until ``deadline``; whether it is done."""
+        started, backoff, attempt = time.perf_counter(), 0.2, 0
+        while True:
+            outcome = await self._once(action, name, over_grpc)
+            done_before = attempt > 0 and outcome in ("ALREADY_EXISTS", "HTTP 409", "NOT_FOUND", "HTTP 404")
+            if outcome == "OK" or done_before:
+                self.durations[action].append(time.perf_counter() - started)
+                return True
+            if outcome not in _RETRIABLE and not outcome.startswith("connection"):
+                self.failures[f"{action}: {outcome}"] = self.failures.get(f"{action}: {outcome}", 0) + 1
+                return False
+            key = f"{action}: {outcome}"
+            self.retries[key] = self.retries.get(key, 0) + 1
+            if time.perf_counter() + backoff > deadline:
+                key = f"{action}: gave up after {outcome}"
+                self.failures[key] = self.failures.get(key, 0) + 1
+                return False
+            await asyncio.sleep(backoff * (1 + random.random() / 2))
+            backoff, attempt = min(2 * backoff, 5.0), attempt + 1
+
+    async def _once(self, action: str, name: str, over_grpc: bool) -> str:
+        """One attempt: "OK", a gRPC code name, "HTTP <status>" or "connection <error>"."""
+        try:
+            if over_grpc:
+                request = (
+                    pb.AdminRequest(create_topic=pb.CreateTopic(name=name, partitions=self.partitions))
+                    if action == "create"
+                    else pb.AdminRequest(delete_topic=pb.DeleteTopic(name=name))
+                )
+                await self.stub.Admin(request, timeout=300)
+                return "OK"
+            method, path, body = (
+                ("POST", "/topics", {"name": name, "partitions": self.partitions})
+                if action == "create"
+                else ("DELETE", f"/topics/{name}", None)
+            )
+            status = await asyncio.to_thread(self.http.request, method, path, body)
+            return "OK" if status < 300 else f"HTTP {status}"
+        except grpc.aio.AioRpcError as exc:
+            return str(exc.code().name)
+        except (OSError, http.client.HTTPException) as exc:
+            return f"connection {type(exc).__name__}"
+
+
+async def churn(
+    grpc_address: str, http_address: str, partitions: int, seconds: float, ready: Callable[[], None] | None = None
+) -> dict[str, Any]:
+    """Create and delete ``partitions``-partition topics for ``seconds``, alternating gRPC and HTTP
+    (see :class:`Churner`); ``ready`` is called once its connections are open."""
+    churner = Churner(grpc_address, http_address, partitions)
+    await churner.connect()
+    if ready is not None:
+        ready()
+    return await churner.run(seconds)
+
+
+_READY = "ready"
+
+
+def _child(
+    target: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...], results: Any, signals_ready: bool
+) -> None:
+    extra = {"ready": lambda: results.put(_READY)} if signals_ready else {}
     with contextlib.suppress(KeyboardInterrupt):
-        results.put(asyncio.run(target(*args)))
+        results.put(asyncio.run(target(*args, **extra)))
 
 
-def run_in_process(target: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Callable[[float], Any]:
-    """Start ``asyncio.run(target(*args))`` in a child process; return ``join(timeout)`` giving its result."""
+def run_in_process(
+    target: Callable[..., Coroutine[Any, Any, Any]], *args: Any, ready_timeout: float | None = None
+) -> Callable[[float], Any]:
+    """Start ``asyncio.run(target(*args))`` in a child process; return ``join(timeout)`` giving its result.
+
+    With ``ready_timeout``, ``target`` also gets a ``ready`` callback, and this returns only
+    once the child has called it (SystemExit if it does not within ``ready_timeout`` seconds).
+    """
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    child = context.Process(target=_child, args=(target, args, results), daemon=True)
+    child = context.Process(target=_child, args=(target, args, results, ready_timeout is not None), daemon=True)
     child.start()
+    if ready_timeout is not None:
+        try:
+            first = results.get(timeout=ready_timeout)
+        except queue.Empty:
+            child.kill()
+            raise SystemExit(f"{target.__name__} was not ready within {ready_timeout} s") from None
+        if first != _READY:
+            raise SystemExit(f"{target.__name__} ended before it was ready: {first!r}")
 
     def join(timeout: float) -> Any:
         try:

@@ -36,7 +36,9 @@ async def measure(daemon: Daemon, seconds: float, rate: float) -> dict[str, Any]
     normal = asyncio.create_task(clients.run(2 * seconds))
     await asyncio.sleep(seconds)
     log(f"quiet window done; churning {PARTITIONS}-partition topics for {seconds:.0f} s")
-    join = run_in_process(churn, daemon.grpc, daemon.http, PARTITIONS, seconds)
+    join = await asyncio.to_thread(
+        run_in_process, churn, daemon.grpc, daemon.http, PARTITIONS, seconds, ready_timeout=60.0
+    )
     await normal
     admin = await asyncio.to_thread(join, 600.0)
     return {
@@ -69,7 +71,8 @@ def main() -> None:
     log(
         f"produce p99 {quiet['produce'].get('p99_ms')} -> {busy['produce'].get('p99_ms')} ms, "
         f"fetch p99 {quiet['fetch'].get('p99_ms')} -> {busy['fetch'].get('p99_ms')} ms; "
-        f"admin {result['admin']['topics_created_and_deleted']} create+delete; {result['completeness']}"
+        f"admin {result['admin']['topics_created']} creates, {result['admin']['topics_deleted']} deletes; "
+        f"{result['completeness']}"
     )
     bounds = {kind: P99_FACTOR * quiet[kind].get("p99_ms", 0.0) + P99_SLACK_MS for kind in ("produce", "fetch")}
     within = all(busy[kind].get("p99_ms", float("inf")) <= bound for kind, bound in bounds.items())

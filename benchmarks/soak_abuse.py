@@ -14,7 +14,9 @@ two other processes attack:
 * malformed requests: invalid JSON, bytes that are not HTTP, gRPC messages that are not protobuf,
   record batches that are not record batches, Kafka frames with garbage headers;
 * bursts: 24 concurrent 4 MiB produces every 10 s (the admission budget refuses some);
-* topic churn (the second process): 1,000-partition topics created and deleted over gRPC and HTTP.
+* topic churn (the second process): 1,000-partition topics created and deleted over gRPC and HTTP by
+  a legitimate admin client (``_hostile.Churner``) that connects before the attackers, keeps its
+  connections, deletes whatever it creates and retries with backoff when refused.
 
 Every ``--sample-s`` it records the daemon's RSS, descriptors and threads, and the admission
 budget from ``/metrics``. Reports the normal clients' p99 per minute, those samples, what each
@@ -256,11 +258,15 @@ async def soak(daemon: Daemon, seconds: float, sample_s: float) -> dict[str, Any
     samples: list[dict[str, float]] = []
     sampler = asyncio.create_task(_sample(daemon, clients.started, sample_s, samples))
     normal = asyncio.create_task(clients.run(WARMUP_S + seconds))
-    await asyncio.sleep(WARMUP_S)
+    # The churn is a legitimate admin client: it connects during the warm-up, before any attacker,
+    # and keeps its connections (attackers then hold the rest of the connection caps).
+    churning = await asyncio.to_thread(
+        run_in_process, churn, daemon.grpc, daemon.http, CHURN_PARTITIONS, seconds, ready_timeout=60.0
+    )
+    await asyncio.sleep(max(0.0, WARMUP_S - (time.perf_counter() - clients.started)))
     log(f"warm-up done; attacking for {seconds / 60:.1f} min")
     addresses = {"grpc": daemon.grpc, "http": daemon.http, "kafka": daemon.kafka}
     attacks = run_in_process(attack, addresses, seconds)
-    churning = run_in_process(churn, daemon.grpc, daemon.http, CHURN_PARTITIONS, seconds)
     await normal
     attacked = await asyncio.to_thread(attacks, seconds + 300)
     churned = await asyncio.to_thread(churning, seconds + 300)

@@ -63,6 +63,7 @@ from lkstream.storage.lock import DataDirLock
 from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
+from lkstream.storage.pacing import Pacer
 from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.topics import TopicSettings, TopicStore
 
@@ -260,11 +261,12 @@ class Broker(GroupCalls):
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
         )
 
-    def _open_topic(self, name: str) -> _Topic:
+    def _open_topic(self, name: str, *, new: bool = False) -> _Topic:
+        """Open a topic's partitions; ``new``: the topic was just created, every partition empty."""
         settings, topic_id = self._store.load(name, self._defaults())
         partitions: list[Partition] = []
         try:
-            self._open_partitions(name, settings, partitions)
+            self._open_partitions(name, settings, partitions, new=new)
         except BaseException:
             for partition in partitions:
                 with contextlib.suppress(Exception):
@@ -278,14 +280,32 @@ class Broker(GroupCalls):
         self.topics_version += 1
         return topic
 
-    def _open_partitions(self, name: str, settings: TopicSettings, partitions: list[Partition]) -> None:
-        """Open ``settings.partitions`` partition logs of ``name`` into ``partitions`` (cleaned up by the caller)."""
-        log_config = self._log_config(settings)
-        partitions.extend(self._open_partition(name, pid, log_config) for pid in range(settings.partitions))
+    def _open_partitions(
+        self, name: str, settings: TopicSettings, partitions: list[Partition], *, new: bool = False
+    ) -> None:
+        """Open ``settings.partitions`` partition logs of ``name`` into ``partitions`` (cleaned up by the caller).
 
-    def _open_partition(self, name: str, pid: int, log_config: LogConfig) -> Partition:
+        A new topic's partitions are opened paced (:class:`Pacer`): thousands of them opened in
+        a worker thread must not keep the GIL from the event loop serving other clients
+        (issue 12, finding 9). Start-up serves no one yet and runs at full speed.
+        """
+        log_config = self._log_config(settings)
+        pacer = Pacer() if new else None
+        for pid in range(settings.partitions):
+            partitions.append(self._open_partition(name, pid, log_config, new=new))
+            if pacer is not None:
+                pacer.step()
+
+    def _open_partition(self, name: str, pid: int, log_config: LogConfig, *, new: bool = False) -> Partition:
         plog = PartitionLog(
-            self._store.partition_dir(name, pid), name, pid, log_config, clock=self._clock, file_factory=self.files.file
+            self._store.partition_dir(name, pid),
+            name,
+            pid,
+            log_config,
+            clock=self._clock,
+            file_factory=self.files.file,
+            # Files of a new, empty partition are created at its first write, if any.
+            new_files=self.files.deferred_file if new else None,
         )
         return Partition(
             name,
@@ -331,7 +351,7 @@ class Broker(GroupCalls):
             raise PartitionLimitError(name, settings.partitions, existing, self.config.max_partitions)
         self._store.create(name, settings)
         try:
-            return self._publish(self._open_topic(name))
+            return self._publish(self._open_topic(name, new=True))
         except BaseException as exc:
             try:
                 self._store.delete(name)
@@ -363,8 +383,10 @@ class Broker(GroupCalls):
                 self.offset_store.forget_topic(name)
             except LkstreamError as exc:
                 log.warning("topic %r deleted, but its committed offsets stay until the next start: %s", name, exc)
-            self._store.empty(trashed)
         self.groups.topics_changed()
+        # Out of the lock: the topic is gone; removing thousands of directories must not hold up
+        # the next admin call (an auto-create on the produce path takes the lock too).
+        self._store.empty(trashed)
 
     def create_partitions(self, name: str, count: int) -> None:
         """Grow ``name`` to ``count`` partitions (Kafka's CreatePartitions; a count never shrinks).

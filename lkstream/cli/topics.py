@@ -79,7 +79,8 @@ def _offline_rows(reader: DataDirReader, topic: str) -> list[PartitionRow]:
         part = reader.partition(topic, pid)
         end = part.end_offset()
         size = sum(os.stat(seg.seg_path).st_size for seg in part.segments)
-        rows.append(PartitionRow(pid, part.log_start_offset, end, end, len(part.segments), size))
+        # A partition never written to has no files yet; the broker opens it with one empty segment.
+        rows.append(PartitionRow(pid, part.log_start_offset, end, end, max(1, len(part.segments)), size))
     return rows
 
 

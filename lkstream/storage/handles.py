@@ -11,6 +11,9 @@ operation pins the descriptor for its duration; unpinned descriptors sit in an
 LRU and the least recently used one is closed when another file needs a slot.
 Opening is lazy: a file costs nothing until it is read or written, so a broker
 opens with any number of partitions and sealed segments are closed after use.
+A partition created empty goes further (:meth:`FileBudget.deferred_file`): its first
+segment and index files are not even created until the first write, and the
+directory entry of a file created so is fsynced with the file's first fsync.
 
 Durability across eviction: a file with writes not yet fsynced ("dirty") is
 evicted only when no clean file is left to evict, and then it is fsynced *before*
@@ -43,6 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 from lkstream.errors import StorageError, map_os_errors
+from lkstream.storage.files import fsync_dir
 
 #: The smallest budget: a few partitions' active segments and indexes.
 MIN_CAPACITY: Final = 16
@@ -111,6 +115,14 @@ class FileBudget:
     def file(self, path: str, *, create: bool = True) -> BudgetedFile:
         """A budgeted file for ``path`` (created empty if missing and ``create``)."""
         return BudgetedFile(path, self, create=create)
+
+    def deferred_file(self, path: str) -> BudgetedFile:
+        """A budgeted file for ``path``, which the caller knows is missing: created at its first write.
+
+        Until then it reads as empty and costs no system call, so a topic of thousands of
+        partitions is created without thousands of file creations (issue 12, finding 9).
+        """
+        return BudgetedFile(path, self, defer=True)
 
     # -- used by BudgetedFile ---------------------------------------------------------------------
 
@@ -204,16 +216,23 @@ class BudgetedFile:
     :class:`~lkstream.storage.files.OsFile` (the write is rolled back with ``ftruncate``).
     """
 
-    def __init__(self, path: str, budget: FileBudget, *, create: bool = True) -> None:
+    def __init__(self, path: str, budget: FileBudget, *, create: bool = True, defer: bool = False) -> None:
         self.path = path
         self._budget = budget
-        self._create = create
+        self._create = create or defer
         self._fd = -1
         self._pins = 0
         self._closed = False
         self._written = 0  # generation of the last write
         self._synced = 0  # generation the last successful fsync covered
         self._error: StorageError | None = None  # a failed fsync at eviction: raised by the next fsync()
+        # A deferred file does not exist until its first write opens it (O_CREAT); its directory
+        # entry is then fsynced with the file's first fsync, before anything in it is called durable.
+        self._exists = not defer
+        self._entry_unsynced = defer
+        if defer:
+            self._size = 0
+            return
         with map_os_errors("open", path):
             try:
                 self._size = os.stat(path).st_size
@@ -243,7 +262,9 @@ class BudgetedFile:
     def _open_descriptor(self) -> int:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if self._create else 0)
         with map_os_errors("open", self.path):
-            return os.open(self.path, flags, 0o644)
+            fd = os.open(self.path, flags, 0o644)
+        self._exists = True
+        return fd
 
     def _fsync_descriptor(self, fd: int) -> None:
         generation = self._written
@@ -264,6 +285,8 @@ class BudgetedFile:
         # Every read of the log: pinned by hand rather than through _use()'s generator.
         if self._closed:
             raise StorageError("file is closed", path=self.path)
+        if not self._exists:
+            return b""  # deferred and never written: empty, and not worth creating
         fd = self._budget._acquire(self)
         try:
             with map_os_errors("read", self.path):
@@ -301,12 +324,19 @@ class BudgetedFile:
     def fsync(self) -> None:
         if self._error is not None:
             raise StorageError(f"an earlier fsync failed ({self._error})", path=self.path)
+        if not self._exists:
+            return  # deferred and never written: nothing to make durable
         with self._use() as fd:
             self._fsync_descriptor(fd)
         if self._error is not None:
             raise self._error
+        if self._entry_unsynced:
+            fsync_dir(os.path.dirname(self.path))
+            self._entry_unsynced = False
 
     def truncate(self, size: int) -> None:
+        if not self._exists and size == 0:
+            return  # deferred and never written: already empty
         with self._use() as fd, map_os_errors("truncate", self.path):
             self._written += 1
             os.ftruncate(fd, size)

@@ -132,7 +132,15 @@ class PartitionLog:
         *,
         clock: Clock | None = None,
         file_factory: FileFactory = OsFile,
+        new_files: FileFactory | None = None,
     ) -> None:
+        """Open (and recover) the log in ``directory``, creating the directory if missing.
+
+        ``new_files`` says the caller has just created ``directory`` empty (a new topic): the
+        log starts empty without scanning the directory or reading a checkpoint, and its
+        first segment's files come from ``new_files`` (a factory that creates them at the
+        first write, such as :meth:`~lkstream.storage.handles.FileBudget.deferred_file`).
+        """
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -153,6 +161,10 @@ class PartitionLog:
         # Whether anything was appended since open: a log that only served reads closes without
         # an fsync or a checkpoint (its files are as recovery left them), so idle partitions stop fast.
         self._appended = False
+        if new_files is not None:
+            self.recovery = self._open_new(new_files)
+            self.producers = ProducerStateTable(self.config.max_producer_ids)
+            return
         with map_os_errors("create partition directory", directory):
             os.makedirs(directory, exist_ok=True)
         self.recovery = self._open()
@@ -160,6 +172,13 @@ class PartitionLog:
         self.producers = ProducerStateTable.rebuild(directory, self._segments, self.config.max_producer_ids)
 
     # -- opening and recovery ------------------------------------------------------------------
+
+    def _open_new(self, new_files: FileFactory) -> LogRecovery:
+        """Start the empty log of a directory just created: nothing on disk to scan or recover."""
+        active = self._new_segment(0, new_files)
+        self._segments, self._bases = [active], [0]
+        report = active.recover(0, 0)
+        return LogRecovery(self.topic, self.partition, active.path, report)
 
     def _open(self) -> LogRecovery:
         swept = self._sweep_strays()
@@ -233,12 +252,13 @@ class PartitionLog:
                 swept.append(name)
         return swept
 
-    def _new_segment(self, base_offset: int) -> Segment:
+    def _new_segment(self, base_offset: int, open_file: FileFactory | None = None) -> Segment:
+        open_file = open_file or self._open_file
         seg_path = os.path.join(self.directory, format_segment_name(base_offset, SEGMENT_SUFFIX))
         idx_path = os.path.join(self.directory, format_segment_name(base_offset, INDEX_SUFFIX))
-        seg_file = self._open_file(seg_path)
+        seg_file = open_file(seg_path)
         try:
-            idx_file = self._open_file(idx_path)
+            idx_file = open_file(idx_path)
         except StorageError:
             seg_file.close()
             raise

@@ -295,8 +295,10 @@ class _Verifier:
                 pr.directory,
                 f"no segment files, but checkpoint.meta says the log reached offset {cp.next_offset}",
             )
-        else:
+        elif cp is not None:
             self._add("warning", pr.directory, "no segment files (the broker starts an empty log)")
+        # No files and no checkpoint: a partition never written to. A new topic's partitions
+        # create their first segment at their first write (issue 12, finding 9): nothing to report.
 
     # -- segments and indexes ----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,9 +108,14 @@ def test_a_broker_with_more_partitions_than_descriptors_produces_and_reads_them_
         for pid in range(300):
             broker.produce_many_sync("wide", [(None, f"{pid}".encode())] * 3, partition=pid)
         assert [r.value for r in broker.read_from("wide", 299, 0)] == [b"299"] * 3
-        assert broker.files.open_files <= 16
-        # The budget's 16, plus the offsets journal and its directory, and the LOCK.
-        assert _fds_under(tmp_path / "d") <= 16 + 3
+        # The budget's 16, plus the offsets journal and its directory, and the LOCK. The group
+        # committer may still be fsyncing the last partitions (each new segment's file, then its
+        # directory entry through a descriptor of its own); an eviction it makes meanwhile counts
+        # the new slot a moment before the victim's close. Once it is idle, the bounds are exact.
+        deadline = time.monotonic() + 30
+        while (counts := (broker.files.open_files, _fds_under(tmp_path / "d")))[0] > 16 or counts[1] > 16 + 3:
+            assert time.monotonic() < deadline, f"(budgeted files, descriptors) stay at {counts}"
+            time.sleep(0.01)
     with Broker(persist_dir=str(tmp_path / "d"), max_open_files=16) as broker:
         assert all(broker.partition("wide", pid).high_watermark == 3 for pid in range(300))
         assert [r.value for r in broker.read_from("wide", 7, 0)] == [b"7"] * 3
