@@ -66,6 +66,7 @@ from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.pacing import Pacer
 from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.topics import TopicSettings, TopicStore
+from lkstream.storage.trash import TrashEmptier
 
 log = logging.getLogger("lkstream.broker")
 
@@ -191,6 +192,7 @@ class Broker(GroupCalls):
         )
         # Kafka clients' groups (client-side assignment); a group name lives in one coordinator at a time.
         self.classic_groups = ClassicGroups(self._clock, in_other_coordinator=self._has_lkstream_members)
+        self._trash = TrashEmptier(self._store.empty)
         self._stop_maintenance = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
         self._maintenance.start()
@@ -384,9 +386,13 @@ class Broker(GroupCalls):
             except LkstreamError as exc:
                 log.warning("topic %r deleted, but its committed offsets stay until the next start: %s", name, exc)
         self.groups.topics_changed()
-        # Out of the lock: the topic is gone; removing thousands of directories must not hold up
-        # the next admin call (an auto-create on the produce path takes the lock too).
-        self._store.empty(trashed)
+        # The topic is gone; removing thousands of directories is left to a thread of its own, so
+        # neither this caller nor the next admin call (an auto-create takes the lock) waits for it.
+        self._trash.submit(trashed)
+
+    def settle_trash(self) -> None:
+        """Block until the files of every topic deleted so far are removed from the disk."""
+        self._trash.settle()
 
     def create_partitions(self, name: str, count: int) -> None:
         """Grow ``name`` to ``count`` partitions (Kafka's CreatePartitions; a count never shrinks).
@@ -814,6 +820,7 @@ class Broker(GroupCalls):
         self._stop_maintenance.set()
         self._maintenance.join()
         self._group_ticker.join()
+        self._trash.close()
         errors: list[BaseException] = []
         try:
             self._committer.close()
