@@ -103,9 +103,65 @@ def side_by_side(scenarios: dict[str, Any], rows: int, runs: int) -> dict[str, A
     return results
 
 
+def source_scenarios(spark: Any, root: Path, address: str, rows: int, runs: int) -> dict[str, Any]:
+    """The four read scenarios, side by side run by run."""
+    data = root / "data"
+    path_df = spark.read.format("lkstream").option("path", str(data)).option("subscribe", TOPIC).load()
+    boot_df = spark.read.format("lkstream").option("bootstrap", address).option("subscribe", TOPIC).load()
+    parquet = root / "parquet"
+    path_df.write.parquet(str(parquet))  # the same rows, once, for Spark's file source
+    parquet_df = spark.read.parquet(str(parquet))
+
+    def noop(df: Any) -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    def stream(run: int) -> None:
+        query = (
+            spark.readStream.format("lkstream")
+            .option("path", str(data))
+            .option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(root / f"cp-{run}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    # Warm the JVM, the Python workers (one per core) and the page cache, untimed.
+    noop(path_df)
+    noop(boot_df)
+    noop(parquet_df)
+    scenarios = {
+        "source_path_noop": lambda run: noop(path_df),
+        "source_bootstrap_noop": lambda run: noop(boot_df),
+        "stream_path_noop": stream,
+        "parquet_noop": lambda run: noop(parquet_df),
+    }
+    return side_by_side(scenarios, rows, runs)
+
+
+def sink_scenario(spark: Any, address: str, rows: int, runs: int) -> dict[str, Any]:
+    """``df.write.format("lkstream")`` of ``rows`` generated rows, one new topic per run."""
+    generated = spark.range(rows, numPartitions=2).selectExpr(f"CAST(repeat('x', {VALUE_BYTES}) AS BINARY) AS value")
+    rates = []
+    for run in range(runs):
+        writer = generated.write.mode("append").format("lkstream").option("bootstrap", address)
+        seconds = timed(writer.option("topic", f"bench.sink.{run}").save)
+        rates.append(rows / seconds)
+        log(f"sink run {run}: {rows / seconds:,.0f} rows/s")
+    return {"rows": rows, "rows_per_s": summary(rates, 0)}
+
+
 def main() -> None:
     parser = base_parser(__doc__ or "")
     parser.add_argument("--rows", type=int, help="rows in the log (default 4,000,000; 400,000 with --quick)")
+    parser.add_argument(
+        "--only",
+        default="source,sink",
+        help="comma-separated parts to run: source (the four read scenarios), sink (default both)",
+    )
     args = parser.parse_args()
     rows = args.rows or (400_000 if args.quick else 4_000_000)
     runs = 1 if args.quick else args.runs
@@ -119,76 +175,30 @@ def main() -> None:
         try:
             address = daemon.wait_ready()
             spark = session()
-            path_df = spark.read.format("lkstream").option("path", str(data)).option("subscribe", TOPIC).load()
-            boot_df = spark.read.format("lkstream").option("bootstrap", address).option("subscribe", TOPIC).load()
-            parquet = root / "parquet"
-            path_df.write.parquet(str(parquet))  # the same rows, once, for Spark's file source
-            parquet_df = spark.read.parquet(str(parquet))
-
-            def noop(df: Any) -> None:
-                df.write.format("noop").mode("overwrite").save()
-
-            def stream(run: int) -> None:
-                query = (
-                    spark.readStream.format("lkstream")
-                    .option("path", str(data))
-                    .option("subscribe", TOPIC)
-                    .option("startingOffsets", "earliest")
-                    .load()
-                    .writeStream.format("noop")
-                    .option("checkpointLocation", str(root / f"cp-{run}"))
-                    .trigger(availableNow=True)
-                    .start()
-                )
-                query.awaitTermination()
-
-            # Warm the JVM, the Python workers (one per core) and the page cache, untimed.
-            noop(path_df)
-            noop(boot_df)
-            noop(parquet_df)
-            scenarios = {
-                "source_path_noop": lambda run: noop(path_df),
-                "source_bootstrap_noop": lambda run: noop(boot_df),
-                "stream_path_noop": stream,
-                "parquet_noop": lambda run: noop(parquet_df),
-            }
-            results.update(side_by_side(scenarios, rows, runs))
-
-            sink_rows = rows // 2
-            generated = spark.range(sink_rows, numPartitions=2).selectExpr(
-                f"CAST(repeat('x', {VALUE_BYTES}) AS BINARY) AS value"
-            )
-            rates = []
-            for run in range(runs):
-                writer = (
-                    generated.write.mode("append")
-                    .format("lkstream")
-                    .option("bootstrap", address)
-                    .option("topic", f"bench.sink.{run}")
-                )
-                seconds = timed(writer.save)
-                rates.append(sink_rows / seconds)
-                log(f"sink run {run}: {sink_rows / seconds:,.0f} rows/s")
-            results["sink"] = {"rows": sink_rows, "rows_per_s": summary(rates, 0)}
+            parts = set(args.only.split(","))
+            if "source" in parts:
+                results.update(source_scenarios(spark, root, address, rows, runs))
+            if "sink" in parts:
+                results["sink"] = sink_scenario(spark, address, rows // 2, runs)
             spark.stop()
         finally:
             daemon.stop()
-    source = results["source_bootstrap_noop"]["rows_per_s"]["median"]
-    ratio = results["path_over_parquet"]["ratio"]["median"]
-    sink = results["sink"]["rows_per_s"]["median"]
+    source = results.get("source_bootstrap_noop", {}).get("rows_per_s", {}).get("median")
+    ratio = results.get("path_over_parquet", {}).get("ratio", {}).get("median")
+    sink = results.get("sink", {}).get("rows_per_s", {}).get("median")
     payload = {
         "value_bytes": VALUE_BYTES,
         "master": "local[2]",
         "results": results,
         "ratio_source_vs_parquet": ratio,
         "targets": {
-            "source_bootstrap_rows_per_s": {
-                "target": SOURCE_TARGET,
-                "measured": source,
-                "verdict": verdict(source, SOURCE_TARGET),
-            },
-            "path_over_parquet": {"target": RATIO_TARGET, "measured": ratio, "verdict": verdict(ratio, RATIO_TARGET)},
-            "sink_rows_per_s": {"target": SINK_TARGET, "measured": sink, "verdict": verdict(sink, SINK_TARGET)},
+            name: {"target": target, "measured": measured, "verdict": verdict(measured, target)}
+            for name, target, measured in (
+                ("source_bootstrap_rows_per_s", SOURCE_TARGET, source),
+                ("path_over_parquet", RATIO_TARGET, ratio),
+                ("sink_rows_per_s", SINK_TARGET, sink),
+            )
+            if measured is not None
         },
     }
     emit("bench_spark", args, payload, facts)
