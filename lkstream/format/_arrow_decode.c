@@ -20,7 +20,9 @@
  *   timestamps:  int64[rows], microseconds (Spark's timestamp unit): the record's create
  *                time, or the batch's max timestamp for a LogAppendTime batch
  *
- * all bytearrays (not GC-tracked), for pyarrow.py_buffer without a copy. Record layout
+ * all bytearrays (not GC-tracked), for pyarrow.py_buffer without a copy. fill walks the
+ * records without the GIL (the batches are immutable bytes, the outputs not shared yet), so
+ * a task's fetch thread keeps receiving while a chunk is decoded. Record layout
  * (varints zigzag): length varint | attributes int8 | timestampDelta varlong | offsetDelta
  * varint | keyLength varint (-1: null) | key | valueLength varint | value | headerCount
  * varint | headers (skipped: the record's length says where it ends).
@@ -81,17 +83,32 @@ typedef struct {
     int log_append;
 } Walk;
 
-static int walk_start(Walk *w, const Py_buffer *view) {
-    w->buf = view->buf;
-    w->size = view->len;
-    if (w->size < HEADER_SIZE) {
+/* What went wrong in a walk (the walk itself runs without the GIL; walk_error raises it after). */
+enum { WALK_OK = 0, WALK_SHORT = -1, WALK_COMPRESSED = -2, WALK_COUNT = -3, WALK_MALFORMED = -4 };
+
+static void walk_error(const Walk *w, int code) {
+    if (code == WALK_SHORT) {
         PyErr_SetString(PyExc_ValueError, "a batch shorter than its header");
-        return -1;
+    } else if (code == WALK_COMPRESSED) {
+        PyErr_SetString(PyExc_ValueError, "a compressed batch (inflate it or use the record decoder)");
+    } else if (code == WALK_COUNT) {
+        PyErr_SetString(PyExc_ValueError, "a batch with a negative record count");
+    } else {
+        PyErr_Format(PyExc_ValueError, "record %d of the batch is malformed (at byte %zd)", w->index, w->pos);
+    }
+}
+
+static int walk_start(Walk *w, const uint8_t *buf, Py_ssize_t size) {
+    w->buf = buf;
+    w->size = size;
+    w->index = 0;
+    w->pos = 0;
+    if (w->size < HEADER_SIZE) {
+        return WALK_SHORT;
     }
     int attributes = (int)get_be(w->buf + ATTRIBUTES_AT, 2);
     if (attributes & COMPRESSION_MASK) {
-        PyErr_SetString(PyExc_ValueError, "a compressed batch (inflate it or use the record decoder)");
-        return -1;
+        return WALK_COMPRESSED;
     }
     w->log_append = (attributes & LOG_APPEND_TIME) != 0;
     w->base_offset = get_be(w->buf, 8);
@@ -99,15 +116,13 @@ static int walk_start(Walk *w, const Py_buffer *view) {
     w->max_ts = get_be(w->buf + MAX_TIMESTAMP_AT, 8);
     w->count = (int32_t)get_be(w->buf + COUNT_AT, 4);
     if (w->count < 0) {
-        PyErr_SetString(PyExc_ValueError, "a batch with a negative record count");
-        return -1;
+        return WALK_COUNT;
     }
     w->pos = HEADER_SIZE;
-    w->index = 0;
-    return 0;
+    return WALK_OK;
 }
 
-/* The next record into *r: 1, 0 at the end, -1 with an exception set. */
+/* The next record into *r: 1, 0 at the end, WALK_MALFORMED. */
 static int walk_next(Walk *w, Record *r) {
     if (w->index >= w->count) {
         return 0;
@@ -143,8 +158,7 @@ static int walk_next(Walk *w, Record *r) {
     w->index++;
     return 1;
 corrupt:
-    PyErr_Format(PyExc_ValueError, "record %d of the batch is malformed (at byte %zd)", w->index, w->pos);
-    return -1;
+    return WALK_MALFORMED;
 }
 
 /* -- scan --------------------------------------------------------------------------------------------- */
@@ -158,7 +172,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Walk w;
     Record r;
     Py_ssize_t rows = 0, key_bytes = 0, value_bytes = 0, headers = 0;
-    int more = walk_start(&w, &view);
+    int more = walk_start(&w, view.buf, view.len);
     while (more == 0 && (more = walk_next(&w, &r)) == 1) {
         more = 0;
         if (r.offset < start || r.offset >= end) {
@@ -171,6 +185,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     PyBuffer_Release(&view);
     if (more < 0) {
+        walk_error(&w, more);
         return NULL;
     }
     return Py_BuildValue("(nnnn)", rows, key_bytes, value_bytes, headers);
@@ -226,75 +241,132 @@ static PyObject *column_result(Column *c) {
     return Py_BuildValue("(OOOn)", c->offsets, c->data, c->nulls ? c->validity : Py_None, c->nulls);
 }
 
-static PyObject *fill(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *pieces;
-    Py_ssize_t rows, key_bytes, value_bytes;
-    if (!PyArg_ParseTuple(args, "O!nnn", &PyList_Type, &pieces, &rows, &key_bytes, &value_bytes)) {
+typedef struct {
+    Py_buffer view;
+    long long start, end;
+} Piece;
+
+typedef struct {
+    Column key, value;
+    int64_t *offsets, *stamps;
+    Py_ssize_t rows, key_bytes, value_bytes, row;
+    Walk walk; /* where a failed walk stopped */
+} Output;
+
+/* Write every record of `pieces` in range; runs without the GIL. 0, a WALK_* code, or 1: past the totals. */
+static int fill_pieces(const Piece *pieces, Py_ssize_t count, Output *out) {
+    for (Py_ssize_t p = 0; p < count; p++) {
+        Walk *w = &out->walk;
+        Record r;
+        int more = walk_start(w, pieces[p].view.buf, pieces[p].view.len);
+        while (more == 0 && (more = walk_next(w, &r)) == 1) {
+            more = 0;
+            if (r.offset < pieces[p].start || r.offset >= pieces[p].end) {
+                continue;
+            }
+            Py_ssize_t row = out->row;
+            if (row >= out->rows || column_put(&out->key, row, out->key_bytes, w->buf + r.key_at, r.key_len) < 0 ||
+                column_put(&out->value, row, out->value_bytes, w->buf + r.value_at, r.value_len) < 0) {
+                return 1;
+            }
+            out->offsets[row] = r.offset;
+            out->stamps[row] = r.timestamp * 1000; /* ms -> us */
+            out->row++;
+        }
+        if (more < 0) {
+            return more;
+        }
+    }
+    return 0;
+}
+
+/* The views of `pieces` (a list of (batch, start, end)); NULL with an exception set. */
+static Piece *open_pieces(PyObject *pieces, Py_ssize_t *opened) {
+    Py_ssize_t count = PyList_GET_SIZE(pieces);
+    Piece *out = PyMem_Calloc((size_t)(count ? count : 1), sizeof(Piece));
+    *opened = 0;
+    if (out == NULL) {
+        PyErr_NoMemory();
         return NULL;
     }
-    if (rows < 0 || key_bytes < 0 || value_bytes < 0 || key_bytes > INT32_MAX || value_bytes > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "rows and byte totals must be non-negative, and each column under 2 GiB");
-        return NULL;
-    }
-    Column key = {0}, value = {0};
-    PyObject *offsets = NULL, *stamps = NULL, *result = NULL;
-    if (column_alloc(&key, rows, key_bytes) < 0 || column_alloc(&value, rows, value_bytes) < 0) {
-        goto done;
-    }
-    offsets = PyByteArray_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int64_t));
-    stamps = PyByteArray_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int64_t));
-    if (offsets == NULL || stamps == NULL) {
-        goto done;
-    }
-    int64_t *off_out = (int64_t *)PyByteArray_AS_STRING(offsets);
-    int64_t *ts_out = (int64_t *)PyByteArray_AS_STRING(stamps);
-    Py_ssize_t row = 0;
-    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(pieces); p++) {
+    for (Py_ssize_t p = 0; p < count; p++) {
         PyObject *piece = PyList_GET_ITEM(pieces, p);
-        Py_buffer view;
-        long long start, end;
-        if (!PyTuple_Check(piece) || !PyArg_ParseTuple(piece, "y*LL", &view, &start, &end)) {
+        if (!PyTuple_Check(piece) || !PyArg_ParseTuple(piece, "y*LL", &out[p].view, &out[p].start, &out[p].end)) {
             if (!PyErr_Occurred()) {
                 PyErr_SetString(PyExc_TypeError, "each piece must be a (batch, start, end) tuple");
             }
-            goto done;
+            return out;
         }
-        Walk w;
-        Record r;
-        int more = walk_start(&w, &view);
-        while (more == 0 && (more = walk_next(&w, &r)) == 1) {
-            more = 0;
-            if (r.offset < start || r.offset >= end) {
-                continue;
-            }
-            if (row >= rows || column_put(&key, row, key_bytes, w.buf + r.key_at, r.key_len) < 0 ||
-                column_put(&value, row, value_bytes, w.buf + r.value_at, r.value_len) < 0) {
-                PyErr_SetString(PyExc_ValueError, "the pieces hold more than the totals given (scan them first)");
-                more = -1;
-                break;
-            }
-            off_out[row] = r.offset;
-            ts_out[row] = r.timestamp * 1000; /* ms -> us */
-            row++;
-        }
-        PyBuffer_Release(&view);
-        if (more < 0) {
-            goto done;
-        }
+        (*opened)++;
     }
-    if (row != rows || key.used != key_bytes || value.used != value_bytes) {
+    return out;
+}
+
+static void close_pieces(Piece *pieces, Py_ssize_t opened) {
+    for (Py_ssize_t p = 0; p < opened; p++) {
+        PyBuffer_Release(&pieces[p].view);
+    }
+    PyMem_Free(pieces);
+}
+
+static PyObject *fill(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *list;
+    Output out;
+    memset(&out, 0, sizeof(out));
+    if (!PyArg_ParseTuple(args, "O!nnn", &PyList_Type, &list, &out.rows, &out.key_bytes, &out.value_bytes)) {
+        return NULL;
+    }
+    if (out.rows < 0 || out.key_bytes < 0 || out.value_bytes < 0 || out.key_bytes > INT32_MAX ||
+        out.value_bytes > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "rows and byte totals must be non-negative, and each column under 2 GiB");
+        return NULL;
+    }
+    PyObject *offsets = NULL, *stamps = NULL, *result = NULL;
+    Py_ssize_t opened = 0;
+    Piece *pieces = NULL;
+    if (column_alloc(&out.key, out.rows, out.key_bytes) < 0 || column_alloc(&out.value, out.rows, out.value_bytes) < 0) {
+        goto done;
+    }
+    offsets = PyByteArray_FromStringAndSize(NULL, out.rows * (Py_ssize_t)sizeof(int64_t));
+    stamps = PyByteArray_FromStringAndSize(NULL, out.rows * (Py_ssize_t)sizeof(int64_t));
+    if (offsets == NULL || stamps == NULL) {
+        goto done;
+    }
+    out.offsets = (int64_t *)PyByteArray_AS_STRING(offsets);
+    out.stamps = (int64_t *)PyByteArray_AS_STRING(stamps);
+    pieces = open_pieces(list, &opened);
+    if (pieces == NULL || PyErr_Occurred()) {
+        goto done;
+    }
+    int failed;
+    /* The batches are immutable bytes held by their views; the outputs are not shared yet. */
+    Py_BEGIN_ALLOW_THREADS
+    failed = fill_pieces(pieces, opened, &out);
+    Py_END_ALLOW_THREADS
+    if (failed < 0) {
+        walk_error(&out.walk, failed);
+        goto done;
+    }
+    if (failed > 0) {
+        PyErr_SetString(PyExc_ValueError, "the pieces hold more than the totals given (scan them first)");
+        goto done;
+    }
+    if (out.row != out.rows || out.key.used != out.key_bytes || out.value.used != out.value_bytes) {
         PyErr_SetString(PyExc_ValueError, "the pieces hold less than the totals given (scan them first)");
         goto done;
     }
-    PyObject *k = column_result(&key), *v = column_result(&value);
+    PyObject *k = column_result(&out.key), *v = column_result(&out.value);
     if (k != NULL && v != NULL) {
         result = Py_BuildValue("(OOOO)", k, v, offsets, stamps);
     }
     Py_XDECREF(k);
     Py_XDECREF(v);
 done:
-    column_clear(&key);
-    column_clear(&value);
+    if (pieces != NULL) {
+        close_pieces(pieces, opened);
+    }
+    column_clear(&out.key);
+    column_clear(&out.value);
     Py_XDECREF(offsets);
     Py_XDECREF(stamps);
     return result;

@@ -31,37 +31,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_v2_put.h"
+
 #define HEADER_SIZE 61
 /* batchLength counts the bytes after itself; it is an int32. */
 #define MAX_BATCH_BYTES ((Py_ssize_t)INT32_MAX + 12)
-
-static inline uint64_t zigzag(int64_t value) { return ((uint64_t)value << 1) ^ (uint64_t)(value >> 63); }
-
-static inline Py_ssize_t varint_size(uint64_t zz) {
-    Py_ssize_t size = 1;
-    while (zz >= 0x80) {
-        zz >>= 7;
-        size++;
-    }
-    return size;
-}
-
-static inline uint8_t *put_varint(uint8_t *out, uint64_t zz) {
-    while (zz >= 0x80) {
-        *out++ = (uint8_t)(zz | 0x80);
-        zz >>= 7;
-    }
-    *out++ = (uint8_t)zz;
-    return out;
-}
-
-static inline uint8_t *put_be(uint8_t *out, uint64_t value, int bytes) {
-    for (int i = bytes - 1; i >= 0; i--) {
-        out[i] = (uint8_t)value;
-        value >>= 8;
-    }
-    return out + bytes;
-}
 
 /* -- columns ------------------------------------------------------------------------------------- */
 
@@ -166,23 +140,6 @@ static inline uint8_t *put_field(uint8_t *out, const Column *col, Py_ssize_t i, 
 
 /* -- encode_columns -------------------------------------------------------------------------------- */
 
-static void put_header(uint8_t *buf, Py_ssize_t size, Py_ssize_t count, int64_t timestamp) {
-    uint8_t *p = buf;
-    p = put_be(p, 0, 8);                     /* baseOffset */
-    p = put_be(p, (uint64_t)(size - 12), 4); /* batchLength */
-    p = put_be(p, (uint64_t)(int64_t)-1, 4); /* partitionLeaderEpoch */
-    *p++ = 2;                                /* magic */
-    p = put_be(p, 0, 4);                     /* crc: the caller's */
-    p = put_be(p, 0, 2);                     /* attributes */
-    p = put_be(p, (uint64_t)(count - 1), 4); /* lastOffsetDelta */
-    p = put_be(p, (uint64_t)timestamp, 8);   /* baseTimestamp */
-    p = put_be(p, (uint64_t)timestamp, 8);   /* maxTimestamp */
-    p = put_be(p, (uint64_t)(int64_t)-1, 8); /* producerId */
-    p = put_be(p, (uint64_t)(int64_t)-1, 2); /* producerEpoch */
-    p = put_be(p, (uint64_t)(int64_t)-1, 4); /* baseSequence */
-    put_be(p, (uint64_t)count, 4);           /* recordsCount */
-}
-
 /* Size of record d's body (after its length varint), given its field lengths. */
 static inline Py_ssize_t body_size(Py_ssize_t d, Py_ssize_t key, Py_ssize_t value) {
     return 1 + 1 + varint_size(zigzag(d)) + varint_size(zigzag(key)) + (key > 0 ? key : 0) +
@@ -269,7 +226,7 @@ static PyObject *encode_columns(PyObject *Py_UNUSED(self), PyObject *args) {
         goto done;
     }
     uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(batch);
-    put_header(buf, total, end - start, (int64_t)timestamp);
+    put_header(buf, total, end - start, (int64_t)timestamp, (int64_t)timestamp);
     uint8_t *written;
     Py_BEGIN_ALLOW_THREADS
     written = write_records(buf + HEADER_SIZE, &key, &value, start, end);

@@ -33,6 +33,7 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 from lkstream.errors import CorruptRecordError
 from lkstream.format.batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, parse_header
 from lkstream.format.codec import decode_batch
+from lkstream.spark._native import native
 
 # Spark's Kafka source schema, column by column (DDL, so this module needs no SparkSession).
 SCHEMA_DDL = (
@@ -322,15 +323,7 @@ class Scanned(NamedTuple):
     ts_type: int
 
 
-def _native() -> Any:
-    try:
-        from lkstream.format import _arrow_decode  # type: ignore[attr-defined]
-    except ImportError:  # pragma: no cover - the extension is built by pip install
-        return None
-    return _arrow_decode
-
-
-_NATIVE: Final = _native()
+_NATIVE: Final = native("_arrow_decode")
 #: Whether the C decoder (lkstream.format._arrow_decode) is in use.
 NATIVE: Final = _NATIVE is not None
 

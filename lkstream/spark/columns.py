@@ -17,17 +17,9 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
 from lkstream.format.codec import Compression, encode_batch, now_ms
 from lkstream.format.encode import finish
+from lkstream.spark._native import native
 
-
-def _native() -> Any:
-    try:
-        from lkstream.format import _columns  # type: ignore[attr-defined]
-    except ImportError:  # pragma: no cover - the extension is built by pip install
-        return None
-    return _columns
-
-
-_NATIVE: Final = _native()
+_NATIVE: Final = native("_columns")
 #: Whether the C column encoder is in use.
 NATIVE: Final = _NATIVE is not None
 
