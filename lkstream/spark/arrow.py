@@ -1,13 +1,17 @@
 """Decode v2 record batches straight into PyArrow columns of Spark's Kafka schema.
 
-Two decoders produce identical columns:
+Three decoders produce identical columns:
 
+* :func:`scan` and the fill at :meth:`ArrowBuilder.flush` use the C extension
+  ``lkstream.format._arrow_decode`` for *uncompressed* batches: one walk per batch
+  when it is added (rows and key/value bytes), one pass writing every column of a
+  chunk into buffers allocated once, without the GIL. The default when it is built.
 * :func:`decode_fast` walks an *uncompressed* batch with numpy: it finds the
   record starts (vectorised when records have a constant size, which is the
   common case of one producer writing fixed-layout values; a short Python loop
   otherwise), then decodes every varint field of all records at once and
   gathers keys and values into Arrow's contiguous binary buffers. No Python
-  object is made per record.
+  object is made per record. Used when the C extension is not built.
 * :func:`decode_simple` uses the C codec (:func:`lkstream.format.codec.decode_batch`)
   and builds the columns from its records. It handles everything: compressed
   batches, and batches with headers when ``includeHeaders`` is on.
