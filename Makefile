@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # One stamp per set of extras: each target installs what it needs, once (until pyproject.toml or the
 # C extension's source changes: `pip install -e .` compiles lkstream/format/_records.c).
-BUILD_INPUTS := pyproject.toml $(wildcard lkstream/format/*.c lkstream/storage/*.c)
+BUILD_INPUTS := pyproject.toml $(wildcard lkstream/format/*.c lkstream/format/*.h lkstream/storage/*.c)
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_SPARK := $(VENV)/.installed-spark
 STAMP := $(VENV)/.installed

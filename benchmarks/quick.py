@@ -106,6 +106,7 @@ ROWS = [
     ("bench_daemon", "fetch_raw", "msg_per_s", True, None),
     ("bench_spark", "source_path_noop", "rows_per_s", True, None),
     ("bench_spark", "parquet_noop", "rows_per_s", True, None),
+    ("bench_spark", "sink_first", "rows_per_s", True, None),
 ]
 DAEMON_PHASES = (
     "produce_many_sync,produce_many_async,fetch_raw,fetch_pipelined,consumer,"

@@ -39,41 +39,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_v2_put.h"
+
 #define HEADER_SIZE 61
 #define LENGTH_AT 8
 #define ATTRIBUTES_AT 21
 /* batchLength counts the bytes after itself; it is an int32. */
 #define MAX_BATCH_BYTES ((Py_ssize_t)INT32_MAX + 12)
-
-/* -- varints ------------------------------------------------------------------------------------- */
-
-static inline uint64_t zigzag(int64_t value) { return ((uint64_t)value << 1) ^ (uint64_t)(value >> 63); }
-
-static inline Py_ssize_t varint_size(uint64_t zz) {
-    Py_ssize_t size = 1;
-    while (zz >= 0x80) {
-        zz >>= 7;
-        size++;
-    }
-    return size;
-}
-
-static inline uint8_t *put_varint(uint8_t *out, uint64_t zz) {
-    while (zz >= 0x80) {
-        *out++ = (uint8_t)(zz | 0x80);
-        zz >>= 7;
-    }
-    *out++ = (uint8_t)zz;
-    return out;
-}
-
-static inline uint8_t *put_be(uint8_t *out, uint64_t value, int bytes) {
-    for (int i = bytes - 1; i >= 0; i--) {
-        out[i] = (uint8_t)value;
-        value >>= 8;
-    }
-    return out + bytes;
-}
 
 /* -- fields ---------------------------------------------------------------------------------------- */
 
@@ -283,22 +255,6 @@ static uint8_t *put_record(uint8_t *out, const Parts *parts, Py_ssize_t body, in
     return out;
 }
 
-static void put_header(uint8_t *buf, Py_ssize_t size, Py_ssize_t count, int64_t base_ts, int64_t max_ts) {
-    uint8_t *p = buf;
-    p = put_be(p, 0, 8);                                 /* baseOffset */
-    p = put_be(p, (uint64_t)(size - 12), 4);             /* batchLength */
-    p = put_be(p, (uint64_t)(int64_t)-1, 4);             /* partitionLeaderEpoch */
-    *p++ = 2;                                            /* magic */
-    p = put_be(p, 0, 4);                                 /* crc: the caller's */
-    p = put_be(p, 0, 2);                                 /* attributes */
-    p = put_be(p, (uint64_t)(count - 1), 4);             /* lastOffsetDelta */
-    p = put_be(p, (uint64_t)base_ts, 8);                 /* baseTimestamp */
-    p = put_be(p, (uint64_t)max_ts, 8);                  /* maxTimestamp */
-    p = put_be(p, (uint64_t)(int64_t)-1, 8);             /* producerId */
-    p = put_be(p, (uint64_t)(int64_t)-1, 2);             /* producerEpoch */
-    p = put_be(p, (uint64_t)(int64_t)-1, 4);             /* baseSequence */
-    put_be(p, (uint64_t)count, 4);                       /* recordsCount */
-}
 
 /* -- encode ---------------------------------------------------------------------------------------- */
 

@@ -1,13 +1,17 @@
 """Decode v2 record batches straight into PyArrow columns of Spark's Kafka schema.
 
-Two decoders produce identical columns:
+Three decoders produce identical columns:
 
+* :func:`scan` and the fill at :meth:`ArrowBuilder.flush` use the C extension
+  ``lkstream.format._arrow_decode`` for *uncompressed* batches: one walk per batch
+  when it is added (rows and key/value bytes), one pass writing every column of a
+  chunk into buffers allocated once, without the GIL. The default when it is built.
 * :func:`decode_fast` walks an *uncompressed* batch with numpy: it finds the
   record starts (vectorised when records have a constant size, which is the
   common case of one producer writing fixed-layout values; a short Python loop
   otherwise), then decodes every varint field of all records at once and
   gathers keys and values into Arrow's contiguous binary buffers. No Python
-  object is made per record.
+  object is made per record. Used when the C extension is not built.
 * :func:`decode_simple` uses the C codec (:func:`lkstream.format.codec.decode_batch`)
   and builds the columns from its records. It handles everything: compressed
   batches, and batches with headers when ``includeHeaders`` is on.
@@ -24,7 +28,8 @@ Record layout (inside the batch, after the 61-byte header), all varints zigzag::
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import itertools
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -32,6 +37,7 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 from lkstream.errors import CorruptRecordError
 from lkstream.format.batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, parse_header
 from lkstream.format.codec import decode_batch
+from lkstream.spark._native import native
 
 # Spark's Kafka source schema, column by column (DDL, so this module needs no SparkSession).
 SCHEMA_DDL = (
@@ -309,8 +315,86 @@ def decode_simple(batch: bytes, topic: str, partition: int, start: int, end: int
     )
 
 
+class Scanned(NamedTuple):
+    """An uncompressed batch the C decoder walked once (:func:`scan`), to be filled at flush."""
+
+    batch: bytes
+    start: int
+    end: int
+    rows: int
+    key_bytes: int
+    value_bytes: int
+    ts_type: int
+
+
+_NATIVE: Final = native("_arrow_decode")
+#: Whether the C decoder (lkstream.format._arrow_decode) is in use.
+NATIVE: Final = _NATIVE is not None
+
+
+def scan(batch: bytes, start: int, end: int, include_headers: bool) -> Scanned | None:
+    """The C decoder's first pass over ``batch``; None when it must be decoded otherwise
+    (compressed, or records with headers while the headers column is wanted)."""
+    header = parse_header(batch)
+    if _NATIVE is None or header.compression:
+        return None
+    try:
+        rows, key_bytes, value_bytes, with_headers = _NATIVE.scan(batch, start, end)
+    except ValueError as exc:
+        raise CorruptRecordError(str(exc)) from None
+    if include_headers and with_headers:
+        return None
+    ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
+    return Scanned(batch, start, end, rows, key_bytes, value_bytes, ts_type)
+
+
+def _binary_of(parts: tuple[Any, Any, Any, int], rows: int) -> pa.Array:
+    offsets, data, validity, nulls = parts
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.binary(), rows, buffers, null_count=nulls)
+
+
+def _filled(pieces: list[Scanned]) -> list[pa.Array]:
+    """key, value, offset, timestamp (us) and timestampType of ``pieces``, written by the C decoder in one pass."""
+    assert _NATIVE is not None
+    rows = sum(p.rows for p in pieces)
+    try:
+        key, value, offsets, stamps = _NATIVE.fill(
+            [(p.batch, p.start, p.end) for p in pieces],
+            rows,
+            sum(p.key_bytes for p in pieces),
+            sum(p.value_bytes for p in pieces),
+        )
+    except ValueError as exc:
+        raise CorruptRecordError(str(exc)) from None
+    ts_type = np.concatenate([np.full(p.rows, p.ts_type, dtype=np.int32) for p in pieces])
+    return [
+        _binary_of(key, rows),
+        _binary_of(value, rows),
+        pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows, [None, pa.py_buffer(stamps)]),
+        pa.array(ts_type),
+    ]
+
+
+def _decoded(pieces: list[Columns]) -> list[pa.Array]:
+    """key, value, offset, timestamp (us) and timestampType of pieces decoded in Python."""
+    ts_type = np.concatenate([np.full(len(p.offset), p.ts_type, dtype=np.int32) for p in pieces])
+    return [
+        _concat([p.key for p in pieces]),
+        _concat([p.value for p in pieces]),
+        pa.array(np.concatenate([p.offset for p in pieces])),
+        pa.array(np.concatenate([p.timestamp for p in pieces]) * 1000, type=pa.timestamp("us", tz="UTC")),
+        pa.array(ts_type),
+    ]
+
+
 class ArrowBuilder:
-    """Collects decoded batches of one topic-partition and emits ``pyarrow.RecordBatch`` chunks."""
+    """Collects decoded batches of one topic-partition and emits ``pyarrow.RecordBatch`` chunks.
+
+    Uncompressed batches go to the C decoder (:func:`scan` when added, one fill of all
+    of them at :meth:`flush`); the rest, and every batch when ``fast`` is off or the
+    extension is missing, to the numpy decoder or the record codec."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool, *, fast: bool = True) -> None:
         self.topic = topic
@@ -318,10 +402,16 @@ class ArrowBuilder:
         self.include_headers = include_headers
         self.fast = fast
         self.schema = arrow_schema(include_headers)
-        self._pieces: list[Columns] = []
+        self._pieces: list[Columns | Scanned] = []
         self.rows = 0
 
     def add(self, batch: bytes, start: int, end: int) -> None:
+        scanned = scan(batch, start, end, self.include_headers) if self.fast else None
+        if scanned is not None:
+            if scanned.rows:
+                self._pieces.append(scanned)
+                self.rows += scanned.rows
+            return
         cols = decode_fast(batch, start, end, self.include_headers) if self.fast else None
         if cols is None:
             cols = decode_simple(batch, self.topic, self.partition, start, end, include_headers=self.include_headers)
@@ -340,20 +430,30 @@ class ArrowBuilder:
         if not topic:
             topic_offsets = np.zeros(n + 1, dtype=np.int32)
         topic_col = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets), pa.py_buffer(topic * n)])
-        ts_type = np.concatenate([np.full(len(p.offset), p.ts_type, dtype=np.int32) for p in pieces])
+        # Consecutive pieces of one kind are decoded together; kinds mix only when batches differ.
+        runs = [list(run) for _, run in itertools.groupby(pieces, key=type)]
+        parts = [_filled(run) if isinstance(run[0], Scanned) else _decoded(run) for run in runs]  # type: ignore[arg-type]
+        key, value, offset, timestamp, ts_type = (
+            part[0] if len(parts) == 1 else pa.concat_arrays(list(part)) for part in zip(*parts, strict=True)
+        )
         arrays = [
-            _concat([p.key for p in pieces]),
-            _concat([p.value for p in pieces]),
+            key,
+            value,
             topic_col,
             pa.array(np.full(n, self.partition, dtype=np.int32)),
-            pa.array(np.concatenate([p.offset for p in pieces])),
-            pa.array(np.concatenate([p.timestamp for p in pieces]) * 1000, type=pa.timestamp("us", tz="UTC")),
-            pa.array(ts_type),
+            offset,
+            timestamp,
+            ts_type,
         ]
         if self.include_headers:
             arrays.append(
                 _concat(
-                    [p.headers if p.headers is not None else pa.nulls(len(p.offset), type=_HEADER_TYPE) for p in pieces]
+                    [
+                        p.headers
+                        if isinstance(p, Columns) and p.headers is not None
+                        else pa.nulls(p.rows if isinstance(p, Scanned) else len(p.offset), type=_HEADER_TYPE)
+                        for p in pieces
+                    ]
                 )
             )
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -14,7 +14,8 @@ micro-batch re-run after a driver restart appends the whole batch again. The
 duplicates are whole rows at new offsets (docs/spark.md).
 
 Speed: keyless rows (and rows with a ``partition`` column) are cut into batches
-from the Arrow columns' lengths (numpy, no Python work per row), encoded, and
+from the Arrow columns' lengths (numpy, no Python work per row), encoded from the
+Arrow buffers (:mod:`lkstream.spark.columns`, in C), and
 appended with up to :data:`IN_FLIGHT` batches in flight on the connection's
 stream, which appends them in the order they were sent; keyed rows and rows with
 headers go through ``produce_many``, one call at a time.
@@ -48,7 +49,8 @@ from pyspark.sql.types import (
 
 from lkstream.client.remote import RemoteBroker, connect
 from lkstream.errors import InvalidArgumentError, RecordTooLargeError, UnknownTopicError
-from lkstream.format.codec import Compression, encode_batch
+from lkstream.format.codec import Compression
+from lkstream.spark.columns import as_binary, encode_rows
 from lkstream.spark.options import SinkOptions
 
 # Bytes a record adds to a batch beyond its key and value (varint framing, a rough upper bound).
@@ -193,26 +195,33 @@ class _ArrowProducer:
         self, broker: RemoteBroker, topic: str, partition: int | None, rows: pa.RecordBatch, sends: _Window
     ) -> None:
         names = rows.schema.names
-        values = _as_bytes(rows.column(names.index("value")))
-        keys = _as_bytes(rows.column(names.index("key"))) if "key" in names else None
+        value_col = rows.column(names.index("value"))
+        key_col = rows.column(names.index("key")) if "key" in names else None
         if "headers" in names:
             headers = [
                 [(h["key"], h["value"]) for h in hs] if hs else []
                 for hs in rows.column(names.index("headers")).to_pylist()
             ]
-            records: list[Any] = list(zip(keys or repeat(None), values, headers, strict=False))
+            keys = _as_bytes(key_col) if key_col is not None else repeat(None)
+            records: list[Any] = list(zip(keys, _as_bytes(value_col), headers, strict=False))
             await sends.drain()  # calls of one task stay in order
             await broker.produce_many(topic, records, partition=partition)
-        elif partition is None and keys is not None and any(k is not None for k in keys):
+        elif partition is None and key_col is not None and key_col.null_count < len(key_col):
             # Keyed rows: the client routes each key with murmur2, as every producer does.
             await sends.drain()
-            await broker.produce_many(topic, list(zip(keys, values, strict=True)))
+            await broker.produce_many(topic, list(zip(_as_bytes(key_col), _as_bytes(value_col), strict=True)))
         else:
             # Keyless (one partition per call, as the sticky partitioner does) or placed rows:
-            # cut and encode the batches here and append each as it is.
+            # cut and encode the batches here, from the Arrow buffers, and append each as it is.
             target = partition if partition is not None else random.randrange(broker.partitions_for(topic))
-            pairs = list(zip(keys or repeat(None), values, strict=False))
-            await self._append(broker, topic, target, rows=rows, pairs=pairs, sends=sends)
+            await self._append(
+                broker,
+                topic,
+                target,
+                keys=None if key_col is None else as_binary(key_col),
+                values=as_binary(value_col),
+                sends=sends,
+            )
 
     async def _append(
         self,
@@ -220,23 +229,22 @@ class _ArrowProducer:
         topic: str,
         partition: int,
         *,
-        rows: pa.RecordBatch,
-        pairs: list[tuple[bytes | None, bytes | None]],
+        keys: pa.Array | None,
+        values: pa.Array,
         sends: _Window,
     ) -> None:
-        """Cut ``rows`` (as ``pairs``) into batches of about ``batchBytes``; append each to ``topic[partition]``."""
-        names = rows.schema.names
-        sizes = _lengths(rows.column(names.index("value")), rows.num_rows)
-        if "key" in names:
-            sizes += _lengths(rows.column(names.index("key")), rows.num_rows)
+        """Cut the rows into batches of about ``batchBytes``; append each to ``topic[partition]``."""
+        sizes = _lengths(values, len(values))
+        if keys is not None:
+            sizes += _lengths(keys, len(keys))
         limit = broker.max_message_bytes
         if limit is not None and len(sizes) and int(sizes.max()) > limit:
             raise RecordTooLargeError(int(sizes.max()), limit)
         codec = Compression.parse(self.options.compression)
-        bounds = [0, *cut_points(sizes, self.options.batch_bytes), len(pairs)]
+        bounds = [0, *cut_points(sizes, self.options.batch_bytes), len(values)]
         for start, end in itertools.pairwise(bounds):
             # One partition's batches may be in flight together: the stream appends them in order.
-            await sends.add(broker.produce_batch(topic, partition, encode_batch(pairs[start:end], compression=codec)))
+            await sends.add(broker.produce_batch(topic, partition, encode_rows(keys, values, start, end, codec)))
 
 
 class _Window:
