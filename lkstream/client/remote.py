@@ -57,7 +57,6 @@ Split by role: this module is produce, fetch, admin and the connection's life;
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import random
 import threading
 import time
@@ -83,6 +82,7 @@ from lkstream.client.retry import (
 from lkstream.errors import InvalidArgumentError, UnknownTopicError
 from lkstream.format.codec import Compression, Record, decode_batches
 from lkstream.security.access import AUTHORIZATION_KEY
+from lkstream.security.loopback import is_loopback_address
 from lkstream.security.tls import ClientTls, client_tls
 from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
@@ -139,7 +139,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
             raise InvalidArgumentError("retry_timeout_s must be non-negative (or None: retry for ever)")
         address = normalise_address(address)
         self._tls = client_tls(tls)
-        if token is not None and self._tls is None and not _is_loopback_address(address):
+        if token is not None and self._tls is None and not is_loopback_address(address):
             raise InvalidArgumentError(
                 f"refusing to send a token in plaintext to {address}: connect with tls=... (or use a loopback address)"
             )
@@ -364,17 +364,6 @@ def _channel_credentials(tls: ClientTls | None) -> grpc.ChannelCredentials | Non
     return grpc.ssl_channel_credentials(
         root_certificates=pem.root_certificates, private_key=pem.private_key, certificate_chain=pem.certificate_chain
     )
-
-
-def _is_loopback_address(address: str) -> bool:
-    host = address.rsplit(":", 1)[0] if ":" in address else address
-    host = host.removeprefix("ipv4:").removeprefix("ipv6:").strip("[]")
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _close_soon(loop: asyncio.AbstractEventLoop, close: Callable[[], Any]) -> None:

@@ -38,7 +38,6 @@ counted in ``lk_request_errors_total{code}`` by the gRPC code they match.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
@@ -48,6 +47,7 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import AuthenticationError, AuthorizationError, LkstreamError
 from lkstream.security.access import Access, bearer_token
+from lkstream.security.loopback import is_loopback_host
 from lkstream.server.http import HEALTH_PATH, METRICS_PATH, READY_PATH, HttpServer
 from lkstream.server.http_errors import error_info, error_response
 from lkstream.server.http_models import parse_body
@@ -72,16 +72,6 @@ _FOREIGN_SITES: Final = frozenset({"cross-site", "same-site"})
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 __all__ = ["PRINCIPAL_KEY", "GuardedHttpServer", "HttpAccess", "RouteAuthorizer"]
-
-
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _host_name(host_header: str) -> str:
@@ -128,7 +118,7 @@ class HttpAccess:
 
     def _cross_origin(self, request: web.Request) -> web.Response | None:
         host = _host_name(request.headers.get("Host", "")).lower()
-        if not (_is_loopback(host) or host in self.allowed_hosts):
+        if not (is_loopback_host(host) or host in self.allowed_hosts):
             return self._refuse(
                 421,
                 "host_not_allowed",
@@ -164,7 +154,7 @@ class HttpAccess:
 
     def _plaintext_remote(self, request: web.Request) -> bool:
         peer = request.transport.get_extra_info("peername") if request.transport is not None else None
-        return not request.secure and not (peer and _is_loopback(str(peer[0])))
+        return not request.secure and not (peer and is_loopback_host(str(peer[0])))
 
     def _authenticate(self, request: web.Request) -> web.Response | None:
         header = request.headers.get("Authorization")

@@ -11,7 +11,6 @@ configuration. Errors name the key and the source its value came from.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lkstream.config import SERVER_SECTION, BrokerConfig, LoadedConfig, load_config
 from lkstream.errors import InvalidArgumentError
 from lkstream.security.access import Access
+from lkstream.security.loopback import is_loopback_host
 from lkstream.security.tls import ServerTls
 from lkstream.storage.handles import derive_capacity, descriptor_limit
 
@@ -123,7 +123,7 @@ class ServerSettings(BaseModel):
 
     def check_exposure(self) -> None:
         """Refuse a non-loopback listener unless TLS and authentication are both on (one error line)."""
-        exposed = [f"{SERVER_SECTION}.{key}={host}" for key, host in self.listeners() if not is_loopback(host)]
+        exposed = [f"{SERVER_SECTION}.{key}={host}" for key, host in self.listeners() if not is_loopback_host(host)]
         missing = [
             name
             for name, on in (
@@ -211,16 +211,6 @@ class ServerSettings(BaseModel):
         if self.max_request_bytes is not None:
             return self.max_request_bytes
         return broker.max_batch_bytes + REQUEST_HEADROOM_BYTES
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve to anything
 
 
 def server_settings(loaded: LoadedConfig, *, check_exposure: bool = True) -> ServerSettings:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from lkstream.errors import InvalidArgumentError
-from lkstream.server.settings import is_loopback, load_settings
+from lkstream.security.loopback import is_loopback_address, is_loopback_host
+from lkstream.server.settings import load_settings
 
 TLS = {"server.tls_cert_file": "/etc/lk/cert.pem", "server.tls_key_file": "/etc/lk/key.pem"}
 
@@ -16,14 +17,29 @@ def settings(**overrides: object) -> object:
     return load_settings(None, {k.replace("__", "."): v for k, v in overrides.items()}, env={})[0]
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.4.5", "localhost", "::1", "[::1]"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.4.5", "localhost", "LOCALHOST", "localhost.", "::1", "[::1]"])
 def test_loopback_hosts(host: str) -> None:
-    assert is_loopback(host)
+    assert is_loopback_host(host)
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "192.168.1.1", "example.com", ""])
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "192.168.1.1", "example.com", "localhost.evil", ""])
 def test_non_loopback_hosts(host: str) -> None:
-    assert not is_loopback(host)
+    assert not is_loopback_host(host)
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:9090", "localhost:9090", "[::1]:9090", "ipv4:127.0.0.1:9090", "ipv6:[::1]:9090", "::1"]
+)
+def test_loopback_addresses(address: str) -> None:
+    assert is_loopback_address(address)
+
+
+@pytest.mark.parametrize(
+    "address", ["10.0.0.5:9090", "example.com:9090", "[2001:db8::1]:9090", "dns:///localhost:9090", "0.0.0.0:9090"]
+)
+def test_non_loopback_addresses(address: str) -> None:
+    """A scheme this check does not parse (``dns:///``) counts as remote: the token then needs TLS."""
+    assert not is_loopback_address(address)
 
 
 @pytest.mark.parametrize(
