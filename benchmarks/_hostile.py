@@ -1,7 +1,8 @@
 """Shared by bench_admin_isolation.py and soak_abuse.py (not a benchmark itself).
 
-* :class:`Daemon`: ``python -m lkstream.grpc_server`` with every listener on free loopback ports and
-  the given configuration, stopped by PID; :func:`process_sample` reads its RSS, descriptors and threads.
+* :class:`Daemon`: ``python -m lkstream.grpc_server`` (of this tree or another one) with every
+  listener on free loopback ports and the given configuration, stopped by PID;
+  :func:`process_sample` reads its RSS, descriptors and threads.
 * :class:`NormalClients`: the well-behaved clients whose service the benchmarks report: a producer
   on a fixed schedule (open model: latency from the *scheduled* time to the acknowledgement, so a
   stall is never hidden), point fetches of past offsets, and a Subscribe consumer that checks every
@@ -47,14 +48,15 @@ MiB = 1024 * 1024
 class Daemon:
     """The daemon as a subprocess with ``config`` (broker keys, and ``server`` keys under ``server``)."""
 
-    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+    def __init__(self, root: Path, config: dict[str, Any], *, tree: Path = REPO) -> None:
         server = {"grpc_port": 0, "http_port": 0, "kafka_port": 0, **config.pop("server", {})}
         values = {"persist_dir": str(root / "data"), **config, "server": server}
         path = root / "daemon.yml"
         path.write_text(yaml.safe_dump(values))
         self.out = open(root / "daemon.out", "w+b")  # noqa: SIM115 (closed in stop)
         cmd = [sys.executable, "-m", "lkstream.grpc_server", "--config", str(path), "--log-level", "WARNING"]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self.out, stderr=subprocess.STDOUT)
+        # ``tree``: the directory whose ``lkstream/`` runs (``-m`` imports from the working directory first).
+        self.proc = subprocess.Popen(cmd, cwd=tree, stdout=self.out, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
         self.grpc = self.http = self.kafka = ""
         self.data = root / "data"

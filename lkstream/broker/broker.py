@@ -34,6 +34,7 @@ from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
+from lkstream.broker.partition_table import PartitionTable
 from lkstream.broker.partitioner import StickyPartitioner, route_records
 from lkstream.broker.tail import TailBudget
 from lkstream.config import BrokerConfig
@@ -63,7 +64,6 @@ from lkstream.storage.lock import DataDirLock
 from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
-from lkstream.storage.pacing import Pacer
 from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.topics import TopicSettings, TopicStore
 from lkstream.storage.trash import TrashEmptier
@@ -110,7 +110,7 @@ class BrokerStats:
 
 
 class _Topic:
-    def __init__(self, name: str, settings: TopicSettings, partitions: list[Partition], topic_id: uuid.UUID) -> None:
+    def __init__(self, name: str, settings: TopicSettings, partitions: PartitionTable, topic_id: uuid.UUID) -> None:
         self.name = name
         self.settings = settings
         self.partitions = partitions
@@ -206,7 +206,7 @@ class Broker(GroupCalls):
             for name in self._store.list():
                 try:
                     opened[name] = self._open_topic(name)
-                    self.recoveries.extend(p.log.recovery for p in opened[name].partitions)
+                    self.recoveries.extend(p.log.recovery for p in opened[name].partitions.opened())
                 except (InvalidArgumentError, UnknownTopicError) as exc:
                     # A stray directory (lost+found, a hand-made folder) must not stop the broker;
                     # `lkstream verify` reports it.
@@ -238,7 +238,7 @@ class Broker(GroupCalls):
         try:
             self._committer.close()
             for topic in self._topics.values():
-                for partition in topic.partitions:
+                for partition in topic.partitions.close():
                     with contextlib.suppress(Exception):
                         partition.close()
             store = getattr(self, "offset_store", None)  # absent if opening the topics failed
@@ -264,39 +264,37 @@ class Broker(GroupCalls):
         )
 
     def _open_topic(self, name: str, *, new: bool = False) -> _Topic:
-        """Open a topic's partitions; ``new``: the topic was just created, every partition empty."""
+        """Open a topic's partitions; ``new``: the topic was just created, every partition empty.
+
+        A new topic's partitions are built at their first use (:mod:`lkstream.broker.partition_table`:
+        thousands of idle partitions would be thousands of objects for the garbage collector to walk,
+        issue 12, finding 9). An existing topic's are opened now: opening recovers them.
+        """
         settings, topic_id = self._store.load(name, self._defaults())
+        log_config = self._log_config(settings)
+
+        def build(pid: int) -> Partition:
+            # Built once, on a directory TopicStore.create made empty (or grew with create_partitions).
+            return self._open_partition(name, pid, log_config, new=new)
+
+        if new:
+            return _Topic(name, settings, PartitionTable(name, settings.partitions, build), topic_id)
         partitions: list[Partition] = []
         try:
-            self._open_partitions(name, settings, partitions, new=new)
+            for pid in range(settings.partitions):
+                partitions.append(self._open_partition(name, pid, log_config))
         except BaseException:
             for partition in partitions:
                 with contextlib.suppress(Exception):
                     partition.close()
             raise
-        return _Topic(name, settings, partitions, topic_id)
+        return _Topic(name, settings, PartitionTable(name, settings.partitions, build, partitions), topic_id)
 
     def _publish(self, topic: _Topic) -> _Topic:
         """Make ``topic`` visible (caller holds ``_lock``)."""
         self._topics = {**self._topics, topic.name: topic}
         self.topics_version += 1
         return topic
-
-    def _open_partitions(
-        self, name: str, settings: TopicSettings, partitions: list[Partition], *, new: bool = False
-    ) -> None:
-        """Open ``settings.partitions`` partition logs of ``name`` into ``partitions`` (cleaned up by the caller).
-
-        A new topic's partitions are opened paced (:class:`Pacer`): thousands of them opened in
-        a worker thread must not keep the GIL from the event loop serving other clients
-        (issue 12, finding 9). Start-up serves no one yet and runs at full speed.
-        """
-        log_config = self._log_config(settings)
-        pacer = Pacer() if new else None
-        for pid in range(settings.partitions):
-            partitions.append(self._open_partition(name, pid, log_config, new=new))
-            if pacer is not None:
-                pacer.step()
 
     def _open_partition(self, name: str, pid: int, log_config: LogConfig, *, new: bool = False) -> Partition:
         plog = PartitionLog(
@@ -375,9 +373,11 @@ class Broker(GroupCalls):
             trashed = self._store.move_to_trash(name)
             self._topics = {key: value for key, value in self._topics.items() if key != name}
             self.topics_version += 1
-            for partition in topic.partitions:
+            for partition in topic.partitions.close():
                 with contextlib.suppress(LkstreamError):  # its files are already in the trash
                     partition.close()
+            # Blocking waits on the topic end now (a partition never built has no close to wake them).
+            self._data_arrived.notify()
             # A topic created later under the same name must not inherit old positions. They are
             # stored with this incarnation's id, so if forgetting them fails they are still never
             # read for a new topic, and the next start forgets them (_reconcile_offsets).
@@ -426,7 +426,7 @@ class Broker(GroupCalls):
                         partition.close()
                 raise
             topic.settings = settings
-            topic.partitions = [*topic.partitions, *fresh]
+            topic.partitions.grow(fresh)
             self.topics_version += 1
         self.groups.topics_changed()
 
@@ -435,7 +435,8 @@ class Broker(GroupCalls):
 
     def describe_topic(self, name: str) -> TopicDescription:
         topic = self._topic(name, create=False)
-        return TopicDescription(name, topic.settings, [p.stats() for p in topic.partitions], topic.topic_id)
+        table = topic.partitions
+        return TopicDescription(name, topic.settings, [table.stats(pid) for pid in range(len(table))], topic.topic_id)
 
     def topic_id(self, name: str) -> uuid.UUID:
         """The id of the topic's current incarnation (see :class:`TopicDescription`)."""
@@ -457,6 +458,14 @@ class Broker(GroupCalls):
                 f"partition {pid!r} does not exist in {topic!r} (it has {len(partitions)} partitions)"
             )
         return partitions[pid]
+
+    def opened_partition(self, topic: str, pid: int) -> Partition | None:
+        """Partition ``pid`` of ``topic`` if it is open, None if it was never used (it is then empty).
+
+        For observers that must not build partitions (metrics): see :mod:`lkstream.broker.partition_table`.
+        """
+        partitions = self._topic(topic, create=False).partitions
+        return partitions.peek(pid) if 0 <= pid < len(partitions) else None
 
     def partitions_for(self, topic: str) -> int:
         return len(self._topic(topic, create=False).partitions)
@@ -726,7 +735,8 @@ class Broker(GroupCalls):
             topic = self._topics.get(topic_name)
             if topic is None or self._closed or not 0 <= pid < len(topic.partitions):
                 return True
-            if topic.partitions[pid].high_watermark > offset:
+            partition = topic.partitions.peek(pid)  # one never built has no data (and building takes locks)
+            if partition is not None and partition.high_watermark > offset:
                 return True
         return False
 
@@ -772,7 +782,7 @@ class Broker(GroupCalls):
     def enforce_retention(self) -> int:
         """Run retention on every partition now; return how many segments were deleted."""
         with self._lock:
-            partitions = [p for t in self._topics.values() for p in t.partitions]
+            partitions = [p for t in self._topics.values() for p in t.partitions.opened()]
         deleted = 0
         for partition in partitions:
             try:
@@ -826,7 +836,7 @@ class Broker(GroupCalls):
             self._committer.close()
             # Every partition gets its final flush and checkpoint even if another one fails.
             for topic in self._topics.values():
-                for partition in topic.partitions:
+                for partition in topic.partitions.close():
                     try:
                         partition.close()
                     except Exception as exc:

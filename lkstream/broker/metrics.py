@@ -60,6 +60,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from lkstream.broker.broker import Broker
+from lkstream.broker.partition_table import EMPTY_STATS
 from lkstream.errors import LkstreamError
 from lkstream.storage.names import validate_group, validate_topic
 
@@ -383,12 +384,12 @@ class _BrokerCollector(Collector):
             try:
                 count = broker.partitions_for(topic)
                 for pid in range(count):
-                    partition = broker.partition(topic, pid)
-                    st = partition.stats()
+                    partition = broker.opened_partition(topic, pid)  # a scrape must not build idle ones
+                    st = EMPTY_STATS if partition is None else partition.stats()
                     views[(topic, pid)] = _PartitionView(
                         topic,
                         pid,
-                        partition.produced_records,
+                        0 if partition is None else partition.produced_records,
                         st.next_offset,
                         st.log_start_offset,
                         st.high_watermark,

@@ -53,6 +53,7 @@ from lkstream.security.access import Access
 from lkstream.security.certificates import ServerCertificates
 from lkstream.security.credentials import SCRAM_MECHANISMS
 from lkstream.security.sasl import MECHANISMS
+from lkstream.server.collector import freeze_start_up_heap
 from lkstream.server.grpc_access import AccessInterceptor, AuthenticationInterceptor, server_credentials
 from lkstream.server.grpc_limits import AdmissionInterceptor, server_options
 from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
@@ -301,6 +302,7 @@ async def serve(
     loop.add_signal_handler(signal.SIGHUP, daemon.reload)
     try:
         await daemon.start()
+        freeze_start_up_heap()  # before the ready line: clients' calls never wait for a walk of it
         if ready is not None:
             ready(daemon)  # first: scripts and tests wait for the ready line as the first output
         _log_security(settings, config)
