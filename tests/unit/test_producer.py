@@ -287,9 +287,13 @@ class HeldCalls:
         self.sync_gate = threading.Event()
 
     async def produce_many(self, topic: str, records: Any, **kwargs: Any) -> list[tuple[int, int]]:
+        raise AssertionError("the Producer uses produce_many_view when the target has it")
+
+    async def produce_many_view(self, topic: str, records: Any, **kwargs: Any) -> Any:
+        """The embedded broker's answer as a view (offsets computed when read), as the Producer gets it."""
         self.calls.append(len(records))
         await self.gate.wait()
-        return await self.broker.produce_many(topic, records, **kwargs)
+        return await self.broker.produce_many_view(topic, records, **kwargs)
 
     def produce_many_sync(self, topic: str, records: Any, **kwargs: Any) -> list[tuple[int, int]]:
         self.calls.append(len(records))
