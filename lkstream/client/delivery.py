@@ -1,6 +1,7 @@
 """Delivery handles: what :meth:`Producer.send` returns instead of a future per record.
 
-A :class:`Batch` gathers the records of one produce call and learns its outcome once:
+A :class:`Batch` gathers the records sealed together for one ``(topic, partition)`` slot (a
+produce call carries one batch, or several that waited for the call before) and learns its outcome once:
 the ``(partition, offset)`` of every record, or the error that failed them all. A handle
 (:class:`Delivery` for the asyncio face, :class:`SyncDelivery` for the blocking one) is
 just that batch and the record's index in it: no future, no event, no lock per record.
@@ -36,7 +37,7 @@ Slot = tuple[str, int | None]
 
 
 class Batch:
-    """The records of one produce call for one ``(topic, partition)`` slot, and its outcome.
+    """The records sealed together for one ``(topic, partition)`` slot, and their outcome.
 
     ``records`` holds items exactly as ``produce_many`` takes them. The asyncio face's
     batches belong to one event loop (``loop``); the blocking face's have ``event`` and
@@ -48,6 +49,7 @@ class Batch:
         "done",
         "error",
         "event",
+        "first",
         "future",
         "lock",
         "loop",
@@ -74,9 +76,12 @@ class Batch:
         self.callbacks: list[tuple[Callable[[Any], object], Any]] = []
         self.done = False
         self.results: Sequence[Result] | None = None
+        self.first = 0  # where this batch's records start in ``results`` (a call may carry several batches)
         self.error: BaseException | None = None
 
-    def succeed(self, results: Sequence[Result]) -> None:
+    def succeed(self, results: Sequence[Result], first: int = 0) -> None:
+        """Record the outcome: this batch's records are ``results[first:first + len(records)]``."""
+        self.first = first
         self._finish(results, None)
 
     def fail(self, error: BaseException) -> None:
@@ -107,7 +112,7 @@ class Batch:
         if self.error is not None:
             raise self.error
         assert self.results is not None
-        return self.results[index]
+        return self.results[self.first + index]
 
     def wait(self) -> asyncio.Future[None]:
         """The asyncio face: a future done when the batch is (one per batch, made on first use)."""

@@ -9,7 +9,8 @@ first buffered record or when the buffer reaches ``batch_bytes``.
 The buffer is bounded: bytes accepted by :meth:`Producer.send` and not yet
 acknowledged never exceed ``buffer_bytes``; a send that would go over raises
 :class:`BackpressureError` at once (it never blocks, the buffer never grows
-without bound). Records of one buffer are sent in order, one call at a time.
+without bound). Records of one buffer are sent in order, one call at a time; batches that
+became ready while a call was out go together in the next call (up to ``batch_bytes``).
 
 Two faces: :meth:`send`/:meth:`flush`/:meth:`close` for asyncio code (``send``
 returns a :class:`~lkstream.client.delivery.Delivery`: ``await`` it for
@@ -240,20 +241,38 @@ class Producer:
         async with lock:  # one call per slot at a time, in order (asyncio.Lock is FIFO)
             ready = self._aready.get(slot)
             if not ready:
-                return
-            batch = ready.popleft()
+                return  # an earlier call took this task's batch along
+            batches = self._drain(ready)
+            nbytes = sum(batch.nbytes for batch in batches)
             try:
                 results = await self._produce_many(
-                    slot[0], batch.records, partition=slot[1], compression=self.compression
+                    slot[0], _records_of(batches), partition=slot[1], compression=self.compression
                 )
             except BaseException as exc:
-                batch.fail(exc)
+                for batch in batches:
+                    batch.fail(exc)
                 if not isinstance(exc, Exception):
                     raise
             else:
-                batch.succeed(results)
+                _succeed(batches, results)
             finally:
-                self._abuffered -= batch.nbytes
+                self._abuffered -= nbytes
+
+    def _drain(self, ready: deque[Batch]) -> list[Batch]:
+        """The next call's batches: the oldest ready one, and those behind it up to ``batch_bytes`` in all.
+
+        Batches sealed while the slot's previous call was out go together in one call, as
+        Kafka's producer drains a partition's ready batches into one request: the call rate
+        then follows the round trip, and when a call takes longer than ``linger_ms`` the
+        records of the ticks it waited for ride on the next call instead of queueing one call
+        each behind it (a backlog that only grows; issue 14, row 6).
+        """
+        batches = [ready.popleft()]
+        nbytes = batches[0].nbytes
+        while ready and nbytes + ready[0].nbytes <= self.batch_bytes:
+            nbytes += ready[0].nbytes
+            batches.append(ready.popleft())
+        return batches
 
     # -- sending: the blocking face -----------------------------------------------------------------
 
@@ -279,20 +298,22 @@ class Producer:
         with lock:
             with self._lock:
                 ready = self._sready.get(slot)
-                batch = ready.popleft() if ready else None
-            if batch is None:
-                return
+                batches = self._drain(ready) if ready else []
+            if not batches:
+                return  # an earlier call took this batch along
+            nbytes = sum(batch.nbytes for batch in batches)
             try:
                 results = self.broker.produce_many_sync(
-                    slot[0], batch.records, partition=slot[1], compression=self.compression
+                    slot[0], _records_of(batches), partition=slot[1], compression=self.compression
                 )
             except Exception as exc:
-                batch.fail(exc)
+                for batch in batches:
+                    batch.fail(exc)
             else:
-                batch.succeed(results)
+                _succeed(batches, results)
             finally:
                 with self._lock:
-                    self._sbuffered -= batch.nbytes
+                    self._sbuffered -= nbytes
 
     # -- flushing and closing ---------------------------------------------------------------------
 
@@ -337,6 +358,21 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close_sync()
+
+
+def _records_of(batches: list[Batch]) -> list[Any]:
+    """The records of one call, in order (a lone batch's list as it is)."""
+    if len(batches) == 1:
+        return batches[0].records
+    return [record for batch in batches for record in batch.records]
+
+
+def _succeed(batches: list[Batch], results: Sequence[Result]) -> None:
+    """Hand each batch of a call its part of the call's results."""
+    first = 0
+    for batch in batches:
+        batch.succeed(results, first)
+        first += len(batch.records)
 
 
 def _check_target(topic: object, partition: object) -> None:

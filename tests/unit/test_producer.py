@@ -6,8 +6,10 @@ import asyncio
 import concurrent.futures
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,3 +275,113 @@ async def test_both_faces_share_the_bound_and_give_every_byte_back(broker: Broke
     await asyncio.to_thread(producer.flush_sync)
     assert blocking.result(timeout=5) == (0, 0)
     assert producer.buffered_bytes == 0
+
+
+class HeldCalls:
+    """A real broker behind a gate: each produce call waits until the test opens the gate, and is counted."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.calls: list[int] = []  # records per call, in call order
+        self.gate = asyncio.Event()
+        self.sync_gate = threading.Event()
+
+    async def produce_many(self, topic: str, records: Any, **kwargs: Any) -> list[tuple[int, int]]:
+        raise AssertionError("the Producer uses produce_many_view when the target has it")
+
+    async def produce_many_view(self, topic: str, records: Any, **kwargs: Any) -> Any:
+        """The embedded broker's answer as a view (offsets computed when read), as the Producer gets it."""
+        self.calls.append(len(records))
+        await self.gate.wait()
+        return await self.broker.produce_many_view(topic, records, **kwargs)
+
+    def produce_many_sync(self, topic: str, records: Any, **kwargs: Any) -> list[tuple[int, int]]:
+        self.calls.append(len(records))
+        assert self.sync_gate.wait(10), "the test never opened the gate"
+        return self.broker.produce_many_sync(topic, records, **kwargs)
+
+
+async def _wait_for(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
+
+
+async def _ticks_behind_a_held_call(producer: Producer, held: HeldCalls, ticks: int, partition: int = 0) -> list[Any]:
+    """Send ``ticks`` batches of 10 records (linger 0: each tick's sends are sealed on the next loop turn)
+    while the first tick's call is held; return every handle in send order."""
+    handles = [producer.send("t", f"0.{i}".encode(), partition=partition) for i in range(10)]
+    await _wait_for(lambda: held.calls, "the first call")
+    for tick in range(1, ticks):
+        handles += [producer.send("t", f"{tick}.{i}".encode(), partition=partition) for i in range(10)]
+        await asyncio.sleep(0)  # the tick's batch is sealed and queued behind the held call
+    return handles
+
+
+async def test_batches_sealed_while_a_call_is_out_go_together_in_the_next_call(broker: Broker) -> None:
+    held = HeldCalls(broker)
+    producer = Producer(held, linger_ms=0)
+    handles = await _ticks_behind_a_held_call(producer, held, ticks=6)
+    assert held.calls == [10]
+    held.gate.set()
+    await producer.flush()
+    assert held.calls == [10, 50]  # not five calls of 10 queued one behind the other
+    assert [await h for h in handles] == [(0, i) for i in range(60)]
+    assert [r.value for r in broker.read_from("t", 0, 0)] == [f"{t}.{i}".encode() for t in range(6) for i in range(10)]
+    assert producer.buffered_bytes == 0
+
+
+async def test_a_call_carries_waiting_batches_only_up_to_batch_bytes(broker: Broker) -> None:
+    held = HeldCalls(broker)
+    producer = Producer(held, linger_ms=0, batch_bytes=25 * (RECORD_OVERHEAD + 3))  # values are 3 bytes
+    handles = await _ticks_behind_a_held_call(producer, held, ticks=6)
+    held.gate.set()
+    await producer.flush()
+    assert held.calls == [10, 20, 20, 10]  # two waiting batches of 10 fit in 25 records' bytes, three do not
+    assert [await h for h in handles] == [(0, i) for i in range(60)]
+
+
+async def test_a_failed_call_fails_every_batch_it_carried(broker: Broker) -> None:
+    held = HeldCalls(broker)
+    producer = Producer(held, linger_ms=0)
+    handles = await _ticks_behind_a_held_call(producer, held, ticks=3, partition=9)  # no such partition
+    held.gate.set()
+    await producer.flush()
+    assert held.calls == [10, 20]
+    for handle in handles:
+        assert isinstance(handle.exception(), InvalidArgumentError)
+    assert producer.buffered_bytes == 0
+    assert await producer.send("t", b"after", partition=0) == (0, 0)  # the slot's lock was given back
+    await producer.close()
+
+
+def test_the_sync_face_sends_batches_sealed_meanwhile_in_one_call(broker: Broker) -> None:
+    held = HeldCalls(broker)
+    producer = Producer(held, linger_ms=60_000)
+
+    def three(value: bytes) -> list[Any]:
+        """Three records, then sealed and sent by this thread (flush_sync), as a linger timer would."""
+        handles = [producer.send_sync("s", value, partition=0) for _ in range(3)]
+        producer.flush_sync()
+        return handles
+
+    def wait_until(condition: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.001)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        first = pool.submit(three, b"a")
+        wait_until(lambda: held.calls)  # the first call is out, held
+        second = pool.submit(three, b"b")
+        wait_until(lambda: producer.buffered_bytes == 6 * (RECORD_OVERHEAD + 1) and not producer._sfilling)
+        third = pool.submit(three, b"c")
+        wait_until(lambda: producer.buffered_bytes == 9 * (RECORD_OVERHEAD + 1) and not producer._sfilling)
+        held.sync_gate.set()
+        handles = first.result(10) + second.result(10) + third.result(10)
+    assert held.calls == [3, 6]
+    assert [h.result(timeout=5) for h in handles] == [(0, i) for i in range(9)]
+    assert producer.buffered_bytes == 0
+    producer.close_sync()
