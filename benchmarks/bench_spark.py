@@ -97,7 +97,7 @@ def session() -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     lkstream.spark.register(spark)
     probe = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("lkstream").__file__).collect()
-    worker_tree = Path(probe[0]).resolve().parent.parent
+    worker_tree = Path(str(probe[0])).resolve().parent.parent
     if worker_tree != tree:
         raise SystemExit(f"Spark's workers import lkstream from {worker_tree}, the driver from {tree}")
     return spark

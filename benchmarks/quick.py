@@ -285,11 +285,15 @@ def main() -> None:
         if before_tree is not None:
             runs["before"] = []
         for n in range(args.runs):
-            if before_tree is not None:
-                log(f"pass {n + 1}/{args.runs}: {args.against}")
-                runs["before"].append(one_pass(before_tree, args))
-            log(f"pass {n + 1}/{args.runs}: working tree")
-            runs["after"].append(one_pass(None, args))
+            # Odd passes measure the revision first, even ones the working tree first, so a load that
+            # grows or falls during the run (or what one side leaves behind, e.g. dirty pages being
+            # written back) does not always favour the same side.
+            sides = [("before", before_tree, args.against), ("after", None, "working tree")]
+            for side, tree, name in sides if n % 2 == 0 else sides[::-1]:
+                if side == "before" and tree is None:
+                    continue
+                log(f"pass {n + 1}/{args.runs}: {name}")
+                runs[side].append(one_pass(tree, args))
     rows = table(runs)
     show(rows)
     payload = {
