@@ -36,11 +36,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Last, not first: a tree on PYTHONPATH (``quick.py --against``) is the lkstream measured.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from _common import base_parser, bench_dir, emit, log, machine_facts, summary, verdict
 from bench_daemon import DaemonProcess
 
+import lkstream
 from lkstream import Broker
 from lkstream.format.codec import encode_batch
 
@@ -63,10 +65,25 @@ def build_log(data: Path, rows: int, seed: int) -> None:
             broker.produce_batch_sync(TOPIC, i % 2, batch)
 
 
+def lkstream_tree() -> Path:
+    """The directory holding the ``lkstream/`` this process imported."""
+    return Path(str(lkstream.__file__)).resolve().parent.parent
+
+
 def session() -> Any:
+    """A ``local[2]`` session whose Python processes import lkstream from this process's tree.
+
+    Spark starts its Python workers and planners as ``python -m ...`` in the driver's working
+    directory, which ``-m`` puts first on ``sys.path``: the JVM is started inside the tree, with
+    the tree first on ``PYTHONPATH``, and a probe task checks where a worker imports lkstream from
+    (``quick.py --against`` measured one tree's workers under another's name before).
+    """
+    tree = lkstream_tree()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    os.chdir(tree)
     from pyspark.sql import SparkSession
 
     import lkstream.spark
@@ -79,6 +96,10 @@ def session() -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     lkstream.spark.register(spark)
+    probe = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("lkstream").__file__).collect()
+    worker_tree = Path(str(probe[0])).resolve().parent.parent
+    if worker_tree != tree:
+        raise SystemExit(f"Spark's workers import lkstream from {worker_tree}, the driver from {tree}")
     return spark
 
 
@@ -203,6 +224,7 @@ def main() -> None:
     ratio = results.get("path_over_parquet", {}).get("ratio", {}).get("median")
     sink = results.get("sink", {}).get("rows_per_s", {}).get("median")
     payload = {
+        "lkstream_tree": str(lkstream_tree()),
         "value_bytes": VALUE_BYTES,
         "master": "local[2]",
         "results": results,

@@ -25,11 +25,16 @@ Every embedded row of issue 14, at small sizes, 3 passes by default:
 the working tree's, so before and after share the machine's load: ``git archive REF lkstream``
 is unpacked into a temporary directory, its C extensions are compiled there (a revision without
 them would otherwise run the pure-Python fallbacks), and the directory goes first on
-``PYTHONPATH``. The table shows both medians and the median of the per-pass ratios. The
-benchmark scripts themselves always come from the working tree.
+``PYTHONPATH``, and every script of that side runs inside the directory, since each ``python -m``
+it starts (the daemon, Spark's Python workers and planners, the peer suite) puts its working
+directory first on ``sys.path``; ``bench_spark.py`` checks that its Spark workers import the
+same tree as its driver, and this script that it is the side's tree. The table shows both medians
+and the median of the per-pass ratios. The benchmark scripts themselves always come from the
+working tree. ``--spark-only`` runs row 8 alone (``bench_spark.py``, about 3 minutes a pass).
 
     .venv/bin/python benchmarks/quick.py                   # the working tree only (about 3.5 minutes)
     .venv/bin/python benchmarks/quick.py --against "$(git merge-base main HEAD)"   # before and after
+    .venv/bin/python benchmarks/quick.py --against main --spark-only --runs 3     # row 8, side by side
 
 Prints a table on stderr, the JSON document on stdout, and saves it as
 ``benchmarks/results/quick-<stamp>.json``.
@@ -114,20 +119,34 @@ DAEMON_PHASES = (
 )
 
 
-def _env(pythonpath: Path | None) -> dict[str, str]:
+def _env(tree: Path | None) -> dict[str, str]:
+    """The environment of a script measuring ``tree`` (None: the working tree): the tree first on
+    ``PYTHONPATH``, then the working tree (for ``benchmarks``)."""
     env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
+
+
+def _cwd(tree: Path | None) -> Path:
+    """Where a script measuring ``tree`` runs: inside the tree, because every ``python -m`` it starts
+    (the daemon, Spark's Python workers, the peer suite) puts its working directory first on
+    ``sys.path``, before ``PYTHONPATH``."""
+    return REPO if tree is None else tree
 
 
 def run_script(script: str, args: list[str], pythonpath: Path | None) -> dict[str, Any]:
     """One run of one benchmark script (``--runs 1``); returns the JSON document it prints."""
     cmd = [sys.executable, str(HERE / f"{script}.py"), "--runs", "1", "--no-save", *args]
-    done = subprocess.run(cmd, check=False, env=_env(pythonpath), cwd=REPO, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        cmd, check=False, env=_env(pythonpath), cwd=_cwd(pythonpath), capture_output=True, text=True, timeout=900
+    )
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
     doc: dict[str, Any] = json.loads(done.stdout)
+    measured = doc.get("lkstream_tree")  # bench_spark.py says which tree its driver and workers ran
+    if measured is not None and Path(measured).resolve() != _cwd(pythonpath).resolve():
+        raise SystemExit(f"{script} measured the lkstream of {measured}, not of {_cwd(pythonpath)}")
     return doc
 
 
@@ -138,7 +157,7 @@ def run_suite(pythonpath: Path | None, system: str = "lkstream-embedded") -> dic
         cmd = [sys.executable, "-m", "benchmarks.suite.run", "--systems", system, "--runs", "1"]
         cmd += ["--no-extras", "--out", str(out)]
         done = subprocess.run(
-            cmd, check=False, env=_env(pythonpath), cwd=REPO, capture_output=True, text=True, timeout=900
+            cmd, check=False, env=_env(pythonpath), cwd=_cwd(pythonpath), capture_output=True, text=True, timeout=900
         )
         if done.returncode != 0 or not out.exists():
             raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
@@ -202,8 +221,10 @@ def one_pass(pythonpath: Path | None, args: argparse.Namespace) -> dict[str, dic
         )
         if not args.no_rss:
             steps["suite-daemon"] = lambda: run_suite(pythonpath, "lkstream-daemon")
-    if args.spark and not args.latency_only:
+    if (args.spark or args.spark_only) and not args.latency_only:
         steps["bench_spark"] = lambda: run_script("bench_spark", ["--rows", str(args.spark_rows)], pythonpath)
+    if args.spark_only:  # row 8 alone
+        steps = {"bench_spark": steps["bench_spark"]}
     docs = {script: step() for script, step in steps.items()}
     out: dict[str, dict[str, float]] = {}
     for script, scenario, field, _, _ in ROWS:
@@ -252,6 +273,7 @@ def main() -> None:
     parser.add_argument("--no-rss", action="store_true", help="skip the peer suite's blocks (row 7)")
     parser.add_argument("--no-daemon", action="store_true", help="skip the daemon's rows (bench_daemon.py)")
     parser.add_argument("--spark", action="store_true", help="add the Spark rows (bench_spark.py, ~3 min a pass)")
+    parser.add_argument("--spark-only", action="store_true", help="row 8 only (bench_spark.py)")
     parser.add_argument("--spark-rows", type=int, default=2_000_000, help="rows of the Spark rows' log")
     parser.add_argument("--latency-only", action="store_true", help="row 3 only (bench_latency.py): the ack tail")
     parser.add_argument("--no-save", action="store_true")
@@ -263,11 +285,15 @@ def main() -> None:
         if before_tree is not None:
             runs["before"] = []
         for n in range(args.runs):
-            if before_tree is not None:
-                log(f"pass {n + 1}/{args.runs}: {args.against}")
-                runs["before"].append(one_pass(before_tree, args))
-            log(f"pass {n + 1}/{args.runs}: working tree")
-            runs["after"].append(one_pass(None, args))
+            # Odd passes measure the revision first, even ones the working tree first, so a load that
+            # grows or falls during the run (or what one side leaves behind, e.g. dirty pages being
+            # written back) does not always favour the same side.
+            sides = [("before", before_tree, args.against), ("after", None, "working tree")]
+            for side, tree, name in sides if n % 2 == 0 else sides[::-1]:
+                if side == "before" and tree is None:
+                    continue
+                log(f"pass {n + 1}/{args.runs}: {name}")
+                runs[side].append(one_pass(tree, args))
     rows = table(runs)
     show(rows)
     payload = {
@@ -275,7 +301,7 @@ def main() -> None:
         "msgs_per_row": args.msgs,
         "consume_msgs": args.consume_msgs,
         "latency_seconds": args.seconds,
-        "spark_rows": args.spark_rows if args.spark else None,
+        "spark_rows": args.spark_rows if args.spark or args.spark_only else None,
         "rows": rows,
     }
     emit("quick", args, payload, facts)

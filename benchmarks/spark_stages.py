@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # last: a tree on PYTHONPATH wins
 
 from _common import base_parser, bench_dir, emit, log, machine_facts, summary
 from bench_daemon import DaemonProcess

@@ -10,12 +10,6 @@ Public names only; everything else lives in subpackages::
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from lkstream.broker.broker import Broker, TopicDescription
-from lkstream.broker.partition import Partition
-from lkstream.client.consumer import Consumer
-from lkstream.client.delivery import Delivery, SyncDelivery
-from lkstream.client.producer import Producer
-from lkstream.config import BrokerConfig
 from lkstream.errors import (
     AuthenticationError,
     AuthorizationError,
@@ -47,23 +41,43 @@ from lkstream.errors import (
     UnknownMemberError,
     UnknownTopicError,
 )
-from lkstream.format.codec import Compression, Record
-from lkstream.storage.offsets import OffsetStore
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from lkstream.broker.broker import Broker, TopicDescription
+    from lkstream.broker.partition import Partition
+    from lkstream.client.consumer import Consumer
+    from lkstream.client.delivery import Delivery, SyncDelivery
+    from lkstream.client.producer import Producer
     from lkstream.client.remote import RemoteBroker, connect
+    from lkstream.config import BrokerConfig
+    from lkstream.format.codec import Compression, Record
     from lkstream.kafka.inprocess import kafka_server
     from lkstream.security.tls import ClientTls
+    from lkstream.storage.offsets import OffsetStore
 
-#: Surfaces an embedded application may never use, imported on first use: the gRPC client
-#: (grpc, protobuf), TLS material and the Kafka listener (kio) hold about 60,000 objects the
-#: garbage collector would otherwise walk in every full collection of an embedding process,
-#: and 25-30 MB of its memory (docs/benchmarks.md, issue 14 phase 2).
+#: Every public name but the errors (one small module, imported at once) is imported on first
+#: use, so a process loads only the part it touches: a Spark worker that reads a data directory
+#: needs the format and the read-only reader, never the embedded broker (0.3-0.6 s of imports in
+#: each Python process Spark starts, docs/benchmarks.md "Row 8, third round"); an embedding
+#: application never loads the gRPC client (grpc, protobuf), TLS material or the Kafka listener
+#: (kio), about 60,000 objects the garbage collector would otherwise walk in every full
+#: collection and 25-30 MB of memory (issue 14 phase 2).
 _LAZY = {
+    "Broker": "lkstream.broker.broker",
+    "BrokerConfig": "lkstream.config",
     "ClientTls": "lkstream.security.tls",
+    "Compression": "lkstream.format.codec",
+    "Consumer": "lkstream.client.consumer",
+    "Delivery": "lkstream.client.delivery",
+    "OffsetStore": "lkstream.storage.offsets",
+    "Partition": "lkstream.broker.partition",
+    "Producer": "lkstream.client.producer",
+    "Record": "lkstream.format.codec",
     "RemoteBroker": "lkstream.client.remote",
+    "SyncDelivery": "lkstream.client.delivery",
+    "TopicDescription": "lkstream.broker.broker",
     "connect": "lkstream.client.remote",
     "kafka_server": "lkstream.kafka.inprocess",
 }
@@ -76,6 +90,10 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

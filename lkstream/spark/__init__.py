@@ -18,12 +18,13 @@ the read-only storage reader and the batch codec.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -37,10 +38,26 @@ from pyspark.sql.types import StructType
 from lkstream.errors import InvalidArgumentError
 from lkstream.spark.arrow import arrow_schema, spark_ddl
 from lkstream.spark.options import parse_sink_options, parse_source_options
-from lkstream.spark.sink import BatchWriter, StreamWriter
-from lkstream.spark.source import BatchReader, DataLossError, OffsetRange, StreamReader
+
+if TYPE_CHECKING:
+    from lkstream.spark.source import DataLossError, OffsetRange
 
 FORMAT = "lkstream"
+
+#: Public names of the source, imported on first use: Spark unpickles this package in every
+#: Python process it starts for the format (planning, reading, writing), and each should load
+#: only the side it runs: a read task never needs the sink (asyncio, the gRPC client).
+_LAZY = {"DataLossError": "lkstream.spark.source", "OffsetRange": "lkstream.spark.source"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lkstream.spark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FORMAT",
@@ -69,10 +86,15 @@ class LkstreamDataSource(DataSource):
     def schema(self) -> str:
         return spark_ddl(self._include_headers())
 
+    # The reader and writer classes are imported where they are made (see _LAZY).
     def reader(self, schema: StructType) -> DataSourceReader:
+        from lkstream.spark.source import BatchReader
+
         return BatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from lkstream.spark.source import StreamReader
+
         return StreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -80,9 +102,13 @@ class LkstreamDataSource(DataSource):
             raise InvalidArgumentError(
                 "the lkstream sink appends only: use mode('append'), a log cannot be overwritten"
             )
+        from lkstream.spark.sink import BatchWriter
+
         return BatchWriter(parse_sink_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from lkstream.spark.sink import StreamWriter
+
         return StreamWriter(parse_sink_options(self.options), schema)
 
 

@@ -22,10 +22,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from lkstream.errors import InvalidArgumentError
-from lkstream.security.tls import ClientTls
+
+if TYPE_CHECKING:
+    from lkstream.security.tls import ClientTls
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -225,7 +227,12 @@ def _credentials(opts: dict[str, str]) -> Credentials:
         raise InvalidArgumentError("options tlsCa, tlsCert, tlsKey and tlsServerName need TLS: drop tls=false")
     if (cert is None) != (key is None):
         raise InvalidArgumentError("a client certificate needs both options tlsCert and tlsKey")
-    tls = ClientTls(ca_file=ca, cert_file=cert, key_file=key, server_name=name) if use_tls else None
+    if not use_tls:
+        return Credentials(token=opts.get("token") or None)
+    # Imported here: the security package (ACLs, users, SASL) is not needed by a log without TLS.
+    from lkstream.security.tls import ClientTls
+
+    tls = ClientTls(ca_file=ca, cert_file=cert, key_file=key, server_name=name)
     return Credentials(token=opts.get("token") or None, tls=tls)
 
 

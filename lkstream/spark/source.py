@@ -284,6 +284,9 @@ class BatchReader(DataSourceReader):
         return self.tasks
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if type(partition) is InputPartition and partition.value is None:
+            # What Spark plans when partitions() is empty (nothing between the start and end offsets).
+            return iter(())
         assert isinstance(partition, OffsetRange)
         return read_range(partition)
 

@@ -56,3 +56,21 @@ def test_importing_lkstream_leaves_the_network_surfaces_unloaded() -> None:
     assert loaded_on_use == "True"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         lkstream.nope  # noqa: B018
+
+
+def test_importing_lkstream_loads_only_the_errors_until_a_name_is_used() -> None:
+    """Spark starts a Python process per planner and worker; each pays only for what it touches."""
+    code = (
+        "import sys, lkstream\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('lkstream'))))\n"
+        "lkstream.Broker, lkstream.OffsetStore, lkstream.Record\n"
+        "print('lkstream.broker.broker' in sys.modules, 'lkstream.storage.offsets' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    loaded, loaded_on_use = done.stdout.splitlines()
+    assert loaded == "lkstream,lkstream.errors"
+    assert loaded_on_use == "True True"
+
+
+def test_dir_lists_the_lazy_names() -> None:
+    assert set(lkstream.__all__) <= set(dir(lkstream))
