@@ -21,9 +21,12 @@ from __future__ import annotations
 from time import perf_counter, sleep
 from typing import Final
 
-#: Work between pauses, and the pause: the loop runs at about half its speed alone.
-WORK_S: Final = 0.002
-PAUSE_S: Final = 0.002
+#: Work between pauses, and the pause: the loop runs at about a quarter of its speed alone.
+#: Admin work is not latency-critical, the other clients' calls are: at 2 ms / 2 ms a churn of
+#: 4,000-partition topics kept half a core busy with ``mkdir``/``rmdir`` and their p99 doubled
+#: on a quiet two-core machine (docs/benchmarks.md, "Admin work beside other clients").
+WORK_S: Final = 0.001
+PAUSE_S: Final = 0.003
 
 
 class Pacer:

@@ -151,3 +151,43 @@ def test_fail_on_data_loss_names_the_lost_offsets_or_skips_them(
     finally:
         if daemon is not None:
             daemon.terminate()
+
+
+def test_a_new_empty_topic_matching_the_pattern_does_not_fail_the_stream(
+    spark: Any, spark_daemon: DaemonProcess, tmp_path: Path, topic_name: str
+) -> None:
+    # The micro-batch that first sees the new topic has nothing to read (its offsets go from 0 to
+    # 0), so Spark plans its placeholder partition: the reader must return no rows, not fail.
+    pattern = re.escape(topic_name) + r"\..*"
+    with lkstream.connect(spark_daemon.address) as client:
+        client.create_topic(topic_name + ".a", partitions=1)
+        df = _stream(spark, "bootstrap", spark_daemon.address, subscribePattern=pattern, startingOffsets="earliest")
+        query = (
+            df.selectExpr("topic", "CAST(value AS STRING) AS v")
+            .writeStream.format("memory")
+            .queryName("emptynew")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not query.recentProgress:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            client.create_topic(topic_name + ".b", partitions=2)
+            seen_b = False
+            while not seen_b:  # a micro-batch whose end offsets name the empty topic ran
+                assert query.exception() is None, query.exception()
+                assert time.monotonic() < deadline, "no micro-batch saw the new topic"
+                seen_b = any(
+                    topic_name + ".b" in json.dumps(p["sources"][0]["endOffset"]) for p in query.recentProgress
+                )
+                time.sleep(0.2)
+            client.produce_many_sync(topic_name + ".b", [(None, b"later")])
+            while spark.sql("SELECT v FROM emptynew").collect() != [("later",)]:
+                assert query.exception() is None, query.exception()
+                assert time.monotonic() < deadline, "the record produced after the empty batch never came"
+                time.sleep(0.2)
+        finally:
+            query.stop()
