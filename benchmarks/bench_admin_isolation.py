@@ -5,7 +5,8 @@ Starts the daemon (fsync ``group``), then runs the normal clients of ``_hostile.
 Subscribe consumer checking every acknowledged record arrives once) for two windows of
 ``--seconds``: a quiet one, then one while a second process creates and deletes 4,000-partition
 topics in a loop, alternately over gRPC and HTTP. Reports produce and fetch p50/p99/max of each
-window and the admin calls' durations.
+window and the admin calls' durations, for each of ``--runs`` runs (a fresh daemon each); the
+verdict is on the medians over runs.
 
 Before the fix each create or delete ran on the event loop for seconds, and every call of the
 normal clients waited that long (produce p99 of seconds). Target: "unaffected": produce and fetch
@@ -20,8 +21,9 @@ event loop's thread apart) and how busy the machine's cores were tell how much o
 latency is the machine's. The measuring process freezes its start-up objects out of its own
 garbage collector's walks.
 
-    .venv/bin/python benchmarks/bench_admin_isolation.py              # 2 x 60 s
-    .venv/bin/python benchmarks/bench_admin_isolation.py --quick      # 2 x 10 s
+    .venv/bin/python benchmarks/bench_admin_isolation.py              # 3 runs of 2 x 60 s
+    .venv/bin/python benchmarks/bench_admin_isolation.py --quick      # 3 runs of 2 x 10 s
+    .venv/bin/python benchmarks/bench_admin_isolation.py --runs 1 --seconds 30   # one pair of windows
     .venv/bin/python benchmarks/bench_admin_isolation.py --daemon-tree DIR   # DIR/lkstream serves (A/B)
 """
 
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -123,19 +126,9 @@ async def measure(daemon: Daemon, seconds: float, rate: float) -> dict[str, Any]
     }
 
 
-def main() -> None:
-    parser = base_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, help="length of each window (default 60; quick 10)")
-    parser.add_argument("--rate", type=float, default=200.0, help="normal produce calls per second (default 200)")
-    parser.add_argument(
-        "--daemon-tree",
-        type=Path,
-        help="run the daemon of DIR/lkstream (another checkout, for A/B runs; default: this tree)",
-    )
-    args = parser.parse_args()
-    seconds = args.seconds or (10.0 if args.quick else 60.0)
+def one_run(args: Any, seconds: float) -> dict[str, Any]:
+    """A fresh daemon, a quiet window, then a churn window."""
     with bench_dir(args.tmp_root, "admin-isolation") as root:
-        facts = machine_facts(root)
         daemon = Daemon(root, {"fsync_mode": "group"}, tree=args.daemon_tree or REPO)
         try:
             daemon.wait_ready()
@@ -155,8 +148,54 @@ def main() -> None:
         f"admin {result['admin']['topics_created']} creates, {result['admin']['topics_deleted']} deletes; "
         f"{result['completeness']}"
     )
-    bounds = {kind: P99_FACTOR * quiet[kind].get("p99_ms", 0.0) + P99_SLACK_MS for kind in ("produce", "fetch")}
-    within = all(busy[kind].get("p99_ms", float("inf")) <= bound for kind, bound in bounds.items())
+    result["loadavg_at_end"] = list(os.getloadavg())
+    return result
+
+
+def p99_verdict(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The target on the medians over runs of each window's p99 (each run's own verdict beside it)."""
+
+    def median_p99(window: str, kind: str) -> float:
+        return float(statistics.median(r[window][kind].get("p99_ms", float("inf")) for r in runs))
+
+    measured: dict[str, Any] = {}
+    within = True
+    for kind in ("produce", "fetch"):
+        quiet, churned = median_p99("quiet", kind), median_p99("churn", kind)
+        within = within and churned <= P99_FACTOR * quiet + P99_SLACK_MS
+        measured[kind] = {"quiet_p99_ms": quiet, "churn_p99_ms": churned}
+    measured["per_run"] = [
+        all(
+            r["churn"][kind].get("p99_ms", float("inf"))
+            <= P99_FACTOR * r["quiet"][kind].get("p99_ms", 0.0) + P99_SLACK_MS
+            for kind in ("produce", "fetch")
+        )
+        for r in runs
+    ]
+    return {
+        "target": f"median over runs of produce and fetch p99 during {PARTITIONS}-partition topic churn <= "
+        f"{P99_FACTOR} x quiet p99 + {P99_SLACK_MS} ms",
+        "measured": measured,
+        "verdict": "pass" if within else "MISS",
+    }
+
+
+def main() -> None:
+    parser = base_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, help="length of each window (default 60; quick 10)")
+    parser.add_argument("--rate", type=float, default=200.0, help="normal produce calls per second (default 200)")
+    parser.add_argument(
+        "--daemon-tree",
+        type=Path,
+        help="run the daemon of DIR/lkstream (another checkout, for A/B runs; default: this tree)",
+    )
+    args = parser.parse_args()
+    seconds = args.seconds or (10.0 if args.quick else 60.0)
+    with bench_dir(args.tmp_root, "admin-isolation") as root:
+        facts = machine_facts(root)
+    runs = [one_run(args, seconds) for _ in range(max(1, args.runs))]
+    lost = sum(r["completeness"]["lost"] for r in runs)
+    duplicated = sum(r["completeness"]["duplicates"] for r in runs)
     payload = {
         "settings": {
             "fsync_mode": "group",
@@ -166,24 +205,15 @@ def main() -> None:
             "daemon_tree": str(args.daemon_tree or REPO),
         },
         "targets": [
+            p99_verdict(runs),
             {
-                "target": f"produce and fetch p99 during {PARTITIONS}-partition topic churn <= "
-                f"{P99_FACTOR} x quiet p99 + {P99_SLACK_MS} ms",
-                "measured": {
-                    kind: {"quiet_p99_ms": quiet[kind].get("p99_ms"), "churn_p99_ms": busy[kind].get("p99_ms")}
-                    for kind in ("produce", "fetch")
-                },
-                "verdict": "pass" if within else "MISS",
-            },
-            {
-                "target": "every acknowledged record consumed exactly once",
-                "measured": result["completeness"],
-                "verdict": "pass"
-                if result["completeness"]["lost"] == 0 and result["completeness"]["duplicates"] == 0
-                else "MISS",
+                "target": "every acknowledged record consumed exactly once, in every run",
+                "measured": [r["completeness"] for r in runs],
+                "verdict": "pass" if lost == 0 and duplicated == 0 else "MISS",
             },
         ],
-        "results": result,
+        "results": runs[0],  # the first run, where earlier result files had their only one
+        "runs": runs,
     }
     emit("bench_admin_isolation", args, payload, facts)
 
