@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,30 @@ def _drain(df: Any, name: str, checkpoint: Path) -> Any:
     return query
 
 
+@contextlib.contextmanager
+def _live(df: Any, name: str, checkpoint: Path) -> Iterator[tuple[Any, float]]:
+    """Run ``topic`` and ``v`` (the value as text) of ``df`` every 200 ms into a memory table.
+
+    Yields the query, once it has made progress, and a deadline 60 s from the start.
+    """
+    query = (
+        df.selectExpr("topic", "CAST(value AS STRING) AS v")
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not query.recentProgress:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        yield query, deadline
+    finally:
+        query.stop()
+
+
 def test_available_now_respects_max_offsets_per_trigger(
     spark: Any, spark_daemon: DaemonProcess, tmp_path: Path, topic_name: str
 ) -> None:
@@ -67,19 +93,7 @@ def test_continuous_micro_batches_pick_up_new_records_and_new_topics(
         client.create_topic(topic_name + ".a", partitions=1)
         client.produce_many_sync(topic_name + ".a", [(None, b"before")])
         df = _stream(spark, "bootstrap", spark_daemon.address, subscribePattern=pattern, startingOffsets="latest")
-        query = (
-            df.selectExpr("topic", "CAST(value AS STRING) AS v")
-            .writeStream.format("memory")
-            .queryName("live")
-            .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(processingTime="200 milliseconds")
-            .start()
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while not query.recentProgress:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        with _live(df, "live", tmp_path / "cp") as (query, deadline):
             client.produce_many_sync(topic_name + ".a", [(None, b"after")])
             client.create_topic(topic_name + ".b", partitions=2)
             client.produce_many_sync(topic_name + ".b", [(None, b"new-topic")])
@@ -91,8 +105,6 @@ def test_continuous_micro_batches_pick_up_new_records_and_new_topics(
                 assert query.exception() is None
                 assert time.monotonic() < deadline, f"saw {got}, want {wanted}"
                 time.sleep(0.2)
-        finally:
-            query.stop()
 
 
 def test_streaming_over_a_data_directory(spark: Any, tmp_path: Path, topic_name: str) -> None:
@@ -157,24 +169,12 @@ def test_a_new_empty_topic_matching_the_pattern_does_not_fail_the_stream(
     spark: Any, spark_daemon: DaemonProcess, tmp_path: Path, topic_name: str
 ) -> None:
     # The micro-batch that first sees the new topic has nothing to read (its offsets go from 0 to
-    # 0), so Spark plans its placeholder partition: the reader must return no rows, not fail.
+    # 0): it must run as an empty batch, not fail (a batch read plans a placeholder partition then).
     pattern = re.escape(topic_name) + r"\..*"
     with lkstream.connect(spark_daemon.address) as client:
         client.create_topic(topic_name + ".a", partitions=1)
         df = _stream(spark, "bootstrap", spark_daemon.address, subscribePattern=pattern, startingOffsets="earliest")
-        query = (
-            df.selectExpr("topic", "CAST(value AS STRING) AS v")
-            .writeStream.format("memory")
-            .queryName("emptynew")
-            .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(processingTime="200 milliseconds")
-            .start()
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while not query.recentProgress:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        with _live(df, "emptynew", tmp_path / "cp") as (query, deadline):
             client.create_topic(topic_name + ".b", partitions=2)
             seen_b = False
             while not seen_b:  # a micro-batch whose end offsets name the empty topic ran
@@ -189,5 +189,3 @@ def test_a_new_empty_topic_matching_the_pattern_does_not_fail_the_stream(
                 assert query.exception() is None, query.exception()
                 assert time.monotonic() < deadline, "the record produced after the empty batch never came"
                 time.sleep(0.2)
-        finally:
-            query.stop()
