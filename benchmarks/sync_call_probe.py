@@ -1,0 +1,166 @@
+"""A blocking produce through each gRPC transport the client could use: wall time and CPU of both processes.
+
+Issue 14, rows 5 and 8: a blocking ``RemoteBroker`` call (``produce_batch_sync``) hops from the
+caller's thread to the client's asyncio loop thread, writes on a ``grpc.aio`` stream and hops back
+(two wake-ups, two GIL hand-overs). This probe calls one pre-encoded batch of ``--records`` 200 B
+records, serially from the caller's thread, through:
+
+* ``hop``: today's ``rb.produce_batch_sync`` (loop thread + ``grpc.aio`` ``ProduceStream``);
+* ``unary``: the client's synchronous channel, unary ``Produce``, called from the caller's thread
+  (gRPC's blocking unary call polls its own completion queue in that thread: no other thread);
+* ``sync_stream``: the synchronous channel's ``ProduceStream`` fed by a request iterator (gRPC
+  runs the iterator in a thread of its own, and its channel thread delivers the answers).
+
+The modes alternate in every round against one daemon (``bench_daemon.DaemonProcess``); per mode and
+round: wall p50 / mean per call, and CPU per call of the daemon and of this process (from
+``/proc/PID/task/*/stat``, so the client's threads can be told apart: the caller, the loop thread,
+gRPC's).
+
+    .venv/bin/python benchmarks/sync_call_probe.py --rounds 3 --records 1,1000
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from _common import base_parser, bench_dir, emit, log, machine_facts, percentile, summary
+from bench_daemon import SMALL, DaemonProcess
+
+import lkstream
+from lkstream.client.retry import Retry
+from lkstream.format.codec import encode_batch
+from lkstream.wire._proto import messaging_pb2 as pb
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of process ``pid`` (summed over threads of one name)."""
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            continue  # the thread ended
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+    return out
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+class SyncStream:
+    """``ProduceStream`` on the synchronous channel: requests through a queue, answers read in this thread."""
+
+    def __init__(self, rb: Any) -> None:
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._answers = rb._stub.ProduceStream(self._iterate(), metadata=rb._metadata)
+
+    def _iterate(self) -> Iterator[Any]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    def call(self, request: Any) -> Any:
+        self._requests.put(request)
+        return next(self._answers)
+
+    def close(self) -> None:
+        self._requests.put(None)
+        for _ in self._answers:
+            pass
+
+
+def modes(rb: Any, topic: str, batch: bytes, stream: SyncStream) -> dict[str, Callable[[], Any]]:
+    request = pb.ProduceRequest(topic=topic, partition=0, record_batch=batch)
+    return {
+        "hop": lambda: rb.produce_batch_sync(topic, 0, batch),
+        "unary": lambda: rb._call(rb._stub.Produce, request, retry=Retry.RESEND),
+        "sync_stream": lambda: stream.call(request),
+    }
+
+
+def measure(call: Callable[[], Any], daemon_pid: int, calls: int) -> dict[str, float]:
+    for _ in range(max(50, calls // 10)):
+        call()
+    walls = []
+    own = os.getpid()
+    daemon0, client0, started = thread_cpu_s(daemon_pid), thread_cpu_s(own), time.perf_counter()
+    for _ in range(calls):
+        before = time.perf_counter()
+        call()
+        walls.append(time.perf_counter() - before)
+    elapsed = time.perf_counter() - started
+    daemon, client = _delta(thread_cpu_s(daemon_pid), daemon0), _delta(thread_cpu_s(own), client0)
+    walls.sort()
+    result = {
+        "wall_p50_us": 1e6 * percentile(walls, 50),
+        "wall_mean_us": 1e6 * elapsed / calls,
+        "daemon_cpu_us_per_call": 1e6 * sum(daemon.values()) / calls,
+        "client_cpu_us_per_call": 1e6 * sum(client.values()) / calls,
+        "loadavg": os.getloadavg()[0],
+    }
+    for name, cpu in client.items():
+        result[f"client_thread[{name}]_us_per_call"] = 1e6 * cpu / calls
+    return result
+
+
+def main() -> None:
+    parser = base_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode, interleaved (default 3)")
+    parser.add_argument("--records", default="1,1000", help="records per call, comma-separated (default 1,1000)")
+    parser.add_argument("--calls", type=int, help="calls per mode and round (default 2,000 / 1,000 records: 300)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.records.split(",")]
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    with bench_dir(args.tmp_root, "sync-probe") as root:
+        facts = machine_facts(root)
+        daemon = DaemonProcess(root)
+        try:
+            rb = lkstream.connect(daemon.wait_ready())
+            try:
+                for records in sizes:
+                    topic = f"probe.{records}"
+                    rb.create_topic(topic, 1)
+                    batch = bytes(encode_batch([(None, bytes(SMALL))] * records))
+                    calls = args.calls or (2000 if records < 100 else 300)
+                    stream = SyncStream(rb)
+                    try:
+                        table = modes(rb, topic, batch, stream)
+                        for rnd in range(args.rounds):
+                            order = list(table) if rnd % 2 == 0 else list(reversed(table))
+                            for name in order:
+                                res = measure(table[name], daemon.pid, calls)
+                                results.setdefault(f"{name}_{records}", {}).setdefault("runs", []).append(res)
+                                log(f"{name} x{records} round {rnd + 1}: " + ", ".join(
+                                    f"{k}={v:,.0f}" for k, v in res.items() if not k.startswith("client_thread")
+                                ) + " | " + ", ".join(
+                                    f"{k[14:-15]}={v:,.0f}" for k, v in res.items() if k.startswith("client_thread")
+                                ))
+                    finally:
+                        stream.close()
+            finally:
+                rb.close()
+        finally:
+            daemon.stop()
+    payload = {
+        "settings": {"records": sizes, "rounds": args.rounds, "value_bytes": SMALL},
+        "results": {
+            mode: {k: summary([r.get(k, 0.0) for r in entry["runs"]]) for k in entry["runs"][0]}
+            for mode, entry in results.items()
+        },
+        "threads": threading.active_count(),
+    }
+    emit("sync_call_probe", args, payload, facts)
+
+
+if __name__ == "__main__":
+    main()
