@@ -140,11 +140,16 @@ def main() -> None:
                             for name in order:
                                 res = measure(table[name], daemon.pid, calls)
                                 results.setdefault(f"{name}_{records}", {}).setdefault("runs", []).append(res)
-                                log(f"{name} x{records} round {rnd + 1}: " + ", ".join(
-                                    f"{k}={v:,.0f}" for k, v in res.items() if not k.startswith("client_thread")
-                                ) + " | " + ", ".join(
-                                    f"{k[14:-15]}={v:,.0f}" for k, v in res.items() if k.startswith("client_thread")
-                                ))
+                                log(
+                                    f"{name} x{records} round {rnd + 1}: "
+                                    + ", ".join(
+                                        f"{k}={v:,.0f}" for k, v in res.items() if not k.startswith("client_thread")
+                                    )
+                                    + " | "
+                                    + ", ".join(
+                                        f"{k[14:-15]}={v:,.0f}" for k, v in res.items() if k.startswith("client_thread")
+                                    )
+                                )
                     finally:
                         stream.close()
             finally:

@@ -16,11 +16,11 @@ from typing import Any
 
 import grpc
 
+from lkstream.client.remote_wire import ClientStub
 from lkstream.client.retry import Attempts, Retry, retry_advice_s, wrong_protocol
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, LkstreamError
 from lkstream.security.tls import ClientTls
 from lkstream.wire._proto import messaging_pb2 as pb
-from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import error_from_status
 
 log = logging.getLogger("lkstream.client")
@@ -144,7 +144,7 @@ class RemoteCalls:
                 if self._credentials is None
                 else grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
             )
-            entry = (channel, pb_grpc.BrokerStub(channel))  # type: ignore[no-untyped-call]
+            entry = (channel, ClientStub(channel))
             self._aio[loop] = entry
         return entry[1]
 

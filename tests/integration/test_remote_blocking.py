@@ -1,0 +1,167 @@
+"""The blocking faces of the remote client against a real daemon: the caller's thread, no hop.
+
+``produce_many_sync``, ``produce_batch_sync`` and ``fetch`` run in the caller's thread on
+the synchronous channel's streams (:mod:`lkstream.client.remote_sync`). They keep what the
+async path guarantees: errors mapped to :mod:`lkstream.errors`, at-least-once retries over a
+daemon restart, per-partition order, many threads at once, and ``close()`` leaving no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import lkstream
+from lkstream.errors import InvalidArgumentError, UnknownTopicError
+from lkstream.format.codec import encode_batch
+from tests.integration.conftest import DaemonProcess, RestartDaemon
+
+pytestmark = pytest.mark.timeout(180)
+DEADLINE_S = 60.0
+
+
+def _wait_for(what: str, condition: Callable[[], bool], deadline_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _values(rb: lkstream.RemoteBroker, topic: str, partition: int) -> list[bytes]:
+    end = rb.bounds(topic, partition)[1]
+    out: list[bytes] = []
+    while len(out) < end:
+        records = rb.read_from(topic, partition, len(out))
+        assert records, f"{topic}[{partition}] stalled at {len(out)} of {end}"
+        out.extend(r.value or b"" for r in records)
+    return out
+
+
+def test_blocking_calls_run_in_the_callers_thread_not_on_the_clients_loop_thread(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as rb:
+        rb.create_topic("b.thread", 2)
+        assert rb.produce_many_sync("b.thread", [(None, b"a"), (None, b"b")], partition=1) == [(1, 0), (1, 1)]
+        assert rb.produce_batch_sync("b.thread", 0, encode_batch([(None, b"c")])) == (0, 0)
+        assert [r.value for r in rb.read_from("b.thread", 1, 0)] == [b"a", b"b"]
+        assert rb.fetch("b.thread", 0, 0).high_watermark == 1
+        loop_thread = f"lkstream-client-{daemon.address}"
+        assert loop_thread not in {t.name for t in threading.enumerate()}, "a blocking call started the loop thread"
+
+
+def test_close_leaves_no_thread_of_the_client_behind(daemon: DaemonProcess) -> None:
+    # grpc.aio starts one completion-queue poller per process, on its first async call, and keeps it:
+    # start it before counting (it is gRPC's, not a client's).
+    with lkstream.connect(daemon.address) as first:
+        asyncio.run(first.produce_many("b.first", [(None, b"first")]))
+    before = set(threading.enumerate())
+    rb = lkstream.connect(daemon.address)
+    rb.create_topic("b.close", 2)
+
+    def produce(worker: int) -> None:
+        for n in range(20):
+            rb.produce_many_sync("b.close", [(None, f"{worker}:{n}".encode())], partition=worker % 2)
+            rb.fetch("b.close", worker % 2, 0)
+
+    workers = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(DEADLINE_S)
+    asyncio.run(rb.produce_many("b.close", [(None, b"async")], partition=0))  # the loop thread too
+    assert len(set(threading.enumerate()) - before) >= 2  # gRPC's threads, the watchdog, the loop thread
+    rb.close()
+    _wait_for("the client's threads to end", lambda: set(threading.enumerate()) <= before, 20)
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        rb.produce_many_sync("b.close", [(None, b"late")])
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        rb.fetch("b.close", 0, 0)
+
+
+def test_many_threads_producing_keyed_records_keep_each_keys_order(daemon: DaemonProcess) -> None:
+    threads, calls, per_call = 6, 40, 25
+    with lkstream.connect(daemon.address) as rb:
+        rb.create_topic("b.keys", 4)
+        failures: list[BaseException] = []
+
+        def produce(worker: int) -> None:
+            try:
+                for n in range(calls):
+                    records = [(f"w{worker}-{i % 3}", f"{worker}:{n}:{i}".encode()) for i in range(per_call)]
+                    placed = rb.produce_many_sync("b.keys", records)
+                    assert len(placed) == per_call
+            except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+                failures.append(exc)
+
+        workers = [threading.Thread(target=produce, args=(w,)) for w in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(DEADLINE_S)
+        assert not failures, failures
+        seen: dict[str, list[tuple[int, int]]] = {}
+        for partition in range(4):
+            for value in _values(rb, "b.keys", partition):
+                worker, n, i = value.decode().split(":")
+                seen.setdefault(f"{worker}-{int(i) % 3}", []).append((int(n), int(i)))
+    assert sum(map(len, seen.values())) == threads * calls * per_call
+    for key, order in seen.items():  # one key is one partition: its records in the order they were sent
+        assert order == sorted(order), key
+
+
+def test_errors_of_blocking_calls_are_lkstream_errors_and_the_stream_goes_on(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address, retries=0) as rb:
+        rb.create_topic("b.errors", 1)
+        with pytest.raises(InvalidArgumentError, match="partition"):
+            rb.produce_batch_sync("b.errors", 7, encode_batch([(None, b"x")]))
+        with pytest.raises(InvalidArgumentError):
+            rb.produce_batch_sync("b.errors", 0, b"\x00" * 80)  # not a record batch
+        with pytest.raises(InvalidArgumentError, match="partition"):
+            rb.produce_batch_sync("b.errors", -1, encode_batch([(None, b"x")]))
+        with pytest.raises(UnknownTopicError):
+            rb.fetch("b.nothing", 0, 0)
+        assert rb.produce_many_sync("b.errors", [(None, b"after")], partition=0) == [(0, 0)]
+
+
+def test_a_sigkill_restart_under_a_blocking_producer_loses_no_acknowledged_record(
+    daemon: DaemonProcess, restart_daemon: RestartDaemon
+) -> None:
+    with lkstream.connect(daemon.address, retry_timeout_s=60) as rb:
+        rb.create_topic("b.restart", 2)
+        acknowledged: list[tuple[int, int, bytes]] = []
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def produce() -> None:
+            n = 0
+            try:
+                while not stop.is_set():
+                    values = [f"{n}:{i}".encode() for i in range(10)]
+                    placed = rb.produce_many_sync("b.restart", [(None, v) for v in values], partition=n % 2)
+                    acknowledged.extend((p, o, v) for (p, o), v in zip(placed, values, strict=True))
+                    n += 1
+            except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+                failures.append(exc)
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        try:
+            _wait_for("acknowledged records before the kill", lambda: len(acknowledged) >= 500)
+            daemon.kill()  # SIGKILL, while the producer is mid-call
+            at_kill = len(acknowledged)
+            restart_daemon(daemon)
+            _wait_for("acknowledged records after the restart", lambda: len(acknowledged) >= at_kill + 500)
+        finally:
+            stop.set()
+            producer.join(DEADLINE_S)
+        assert not failures, failures
+        logs = {p: _values(rb, "b.restart", p) for p in (0, 1)}
+    for partition, offset, value in acknowledged:
+        assert logs[partition][offset] == value, (partition, offset)
+    for partition, values in logs.items():  # at-least-once: a resend may repeat a batch, never reorder
+        calls = [int(v.split(b":")[0]) for v in values]
+        assert calls == sorted(calls), partition
+        assert {v for p, _, v in acknowledged if p == partition} <= set(values)
