@@ -104,7 +104,7 @@ def test_many_threads_producing_keyed_records_keep_each_keys_order(daemon: Daemo
                     records = [(f"w{worker}-{i % 3}", f"{worker}:{n}:{i}".encode()) for i in range(per_call)]
                     placed = rb.produce_many_sync("b.keys", records)
                     assert len(placed) == per_call
-            except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            except BaseException as exc:  # handed to the test's thread
                 failures.append(exc)
 
         workers = [threading.Thread(target=produce, args=(w,)) for w in range(threads)]
@@ -154,7 +154,7 @@ def test_a_sigkill_restart_under_a_blocking_producer_loses_no_acknowledged_recor
                     placed = rb.produce_many_sync("b.restart", [(None, v) for v in values], partition=n % 2)
                     acknowledged.extend((p, o, v) for (p, o), v in zip(placed, values, strict=True))
                     n += 1
-            except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            except BaseException as exc:  # handed to the test's thread
                 failures.append(exc)
 
         producer = threading.Thread(target=produce)
