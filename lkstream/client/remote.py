@@ -64,14 +64,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from lkstream.broker.broker import TopicDescription
-from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.broker.partitioner import StickyPartitioner
-from lkstream.client.remote_calls import fetch_request
+from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
 from lkstream.client.remote_produce import RemoteProduce
 from lkstream.client.remote_streams import STREAM_RPCS, LoopThread, OrderedStream
@@ -93,6 +91,11 @@ from lkstream.storage.log import PartitionStats, ReadResult
 from lkstream.storage.topics import TopicSettings
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.contract import PROTOCOL_VERSION, VERSION_METADATA_KEY
+
+if TYPE_CHECKING:
+    # The embedded broker's module costs about 0.1 s to import; a client (a Spark worker) needs one of its
+    # types, and only when it describes a topic (imported there).
+    from lkstream.broker.broker import TopicDescription
 
 T = TypeVar("T")
 
@@ -392,6 +395,8 @@ def _read_result(response: pb.FetchResponse) -> ReadResult:
 
 
 def _description(info: pb.TopicInfo) -> TopicDescription:
+    from lkstream.broker.broker import TopicDescription  # lazily: see the TYPE_CHECKING import
+
     if not info.name:
         raise UnknownTopicError("?")
     stats = [

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -24,6 +24,10 @@ from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.contract import error_from_status
 
 log = logging.getLogger("lkstream.client")
+
+#: The embedded ``Broker.fetch``'s default (``lkstream.broker.partition.DEFAULT_FETCH_BYTES``, a test keeps them
+#: equal): that module pulls in the broker's partition machinery, which a client process never runs.
+DEFAULT_FETCH_BYTES: Final = 1024 * 1024
 
 
 class RemoteCalls:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -32,3 +35,18 @@ def test_produce_request_is_the_messages_own_wire_form(topic: str, partition: in
 def test_produce_request_rejects_a_partition_out_of_uint32_range(partition: int) -> None:
     with pytest.raises(InvalidArgumentError, match="partition"):
         produce_request("t", partition, b"x")
+
+
+def test_the_clients_default_fetch_size_is_the_embedded_brokers() -> None:
+    from lkstream.broker.partition import DEFAULT_FETCH_BYTES as BROKER_DEFAULT
+    from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES
+
+    assert DEFAULT_FETCH_BYTES == BROKER_DEFAULT
+
+
+def test_importing_the_remote_client_does_not_import_the_embedded_broker() -> None:
+    # A fresh interpreter: this test process has imported the broker already.
+    probe = "import sys, lkstream.client.remote; print(sorted(m for m in sys.modules if m in HEAVY))"
+    heavy = "HEAVY = {'lkstream.broker.broker', 'lkstream.broker.partition', 'lkstream.broker.acks', 'lkstream.config'}"
+    done = subprocess.run([sys.executable, "-c", f"{heavy}\n{probe}"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
