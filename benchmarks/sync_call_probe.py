@@ -5,22 +5,28 @@ caller's thread to the client's asyncio loop thread, writes on a ``grpc.aio`` st
 (two wake-ups, two GIL hand-overs). This probe calls one pre-encoded batch of ``--records`` 200 B
 records, serially from the caller's thread, through:
 
-* ``hop``: today's ``rb.produce_batch_sync`` (loop thread + ``grpc.aio`` ``ProduceStream``);
+* ``hop``: the blocking path before the fourth round (the async send run on the client's loop
+  thread, ``grpc.aio`` ``ProduceStream``, the caller waiting for it);
 * ``unary``: the client's synchronous channel, unary ``Produce``, called from the caller's thread
   (gRPC's blocking unary call polls its own completion queue in that thread: no other thread);
 * ``sync_stream``: the synchronous channel's ``ProduceStream`` fed by a request iterator (gRPC
-  runs the iterator in a thread of its own, and its channel thread delivers the answers).
+  runs the iterator in a thread of its own, and its channel thread delivers the answers);
+* ``client``: ``rb.produce_batch_sync`` as it is now (the last mode, through ``remote_sync``).
+
+``--fetch-bytes`` adds a fetch of that many bytes from offset 0, through the loop thread
+(``fetch_hop``) and through the synchronous stream (``fetch_client``, what ``rb.fetch`` does now).
 
 The modes alternate in every round against one daemon (``bench_daemon.DaemonProcess``); per mode and
 round: wall p50 / mean per call, and CPU per call of the daemon and of this process (from
 ``/proc/PID/task/*/stat``, so the client's threads can be told apart: the caller, the loop thread,
 gRPC's).
 
-    .venv/bin/python benchmarks/sync_call_probe.py --rounds 3 --records 1,1000
+    .venv/bin/python benchmarks/sync_call_probe.py --rounds 3 --records 1,1000 --fetch-bytes 1000,1048576
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import threading
@@ -32,6 +38,7 @@ from _common import base_parser, bench_dir, emit, log, machine_facts, percentile
 from bench_daemon import SMALL, DaemonProcess
 
 import lkstream
+from lkstream.client.remote_calls import fetch_request
 from lkstream.client.retry import Retry
 from lkstream.format.codec import encode_batch
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -80,12 +87,27 @@ class SyncStream:
 
 
 def modes(rb: Any, topic: str, batch: bytes, stream: SyncStream) -> dict[str, Callable[[], Any]]:
-    request = pb.ProduceRequest(topic=topic, partition=0, record_batch=batch)
+    wire = pb.ProduceRequest(topic=topic, partition=0, record_batch=batch).SerializeToString()
     return {
-        "hop": lambda: rb.produce_batch_sync(topic, 0, batch),
-        "unary": lambda: rb._call(rb._stub.Produce, request, retry=Retry.RESEND),
-        "sync_stream": lambda: stream.call(request),
+        "hop": lambda: _on_loop_thread(rb, rb._send_batches(topic, [(0, batch)])),
+        "unary": lambda: rb._call(rb._stub.Produce, wire, retry=Retry.RESEND),
+        "sync_stream": lambda: stream.call(wire),
+        "client": lambda: rb.produce_batch_sync(topic, 0, batch),
     }
+
+
+def fetch_modes(rb: Any, topic: str, max_bytes: int) -> dict[str, Callable[[], Any]]:
+    request = fetch_request(topic, 0, 0, max_bytes)
+
+    return {
+        "fetch_hop": lambda: _on_loop_thread(rb, rb._streamed("FetchStream", [request], Retry.SAFE)),
+        "fetch_client": lambda: rb._streamed_sync("FetchStream", [request], Retry.SAFE),
+    }
+
+
+def _on_loop_thread(rb: Any, coroutine: Any) -> Any:
+    """The blocking path before this change: the coroutine run on the client's loop thread, the caller waiting."""
+    return asyncio.run_coroutine_threadsafe(coroutine, rb._sync_loop.loop).result()
 
 
 def measure(call: Callable[[], Any], daemon_pid: int, calls: int) -> dict[str, float]:
@@ -113,10 +135,17 @@ def measure(call: Callable[[], Any], daemon_pid: int, calls: int) -> dict[str, f
     return result
 
 
+def _line(res: dict[str, float]) -> str:
+    totals = ", ".join(f"{k}={v:,.0f}" for k, v in res.items() if not k.startswith("client_thread"))
+    threads = ", ".join(f"{k[14:-15]}={v:,.0f}" for k, v in res.items() if k.startswith("client_thread"))
+    return f"{totals} | {threads}"
+
+
 def main() -> None:
     parser = base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode, interleaved (default 3)")
     parser.add_argument("--records", default="1,1000", help="records per call, comma-separated (default 1,1000)")
+    parser.add_argument("--fetch-bytes", default="1000,1048576", help="fetch sizes to compare ('' for none)")
     parser.add_argument("--calls", type=int, help="calls per mode and round (default 2,000 / 1,000 records: 300)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.records.split(",")]
@@ -152,6 +181,20 @@ def main() -> None:
                                 )
                     finally:
                         stream.close()
+                if args.fetch_bytes:
+                    for max_bytes in [int(b) for b in args.fetch_bytes.split(",")]:
+                        topic = f"probe.fetch.{max_bytes}"
+                        rb.create_topic(topic, 1)
+                        for _ in range(max(1, 2 * max_bytes // (1000 * SMALL))):
+                            rb.produce_many_sync(topic, [(None, bytes(SMALL))] * 1000, partition=0)
+                        table = fetch_modes(rb, topic, max_bytes)
+                        calls = 3000 if max_bytes < 100_000 else 300
+                        for rnd in range(args.rounds):
+                            order = list(table) if rnd % 2 == 0 else list(reversed(table))
+                            for name in order:
+                                res = measure(table[name], daemon.pid, calls)
+                                results.setdefault(f"{name}_{max_bytes}", {}).setdefault("runs", []).append(res)
+                                log(f"{name} {max_bytes} B round {rnd + 1}: " + _line(res))
             finally:
                 rb.close()
         finally:

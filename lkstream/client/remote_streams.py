@@ -19,9 +19,9 @@ because the call had ended was never sent: either is sent again at once on a new
 stream (:attr:`StreamClosed.unread`), neither lost nor duplicated.
 
 :class:`LoopThread` runs one event loop in a daemon thread: the async methods of the
-remote client keep their streams there, whatever loop their caller runs on. The
-blocking methods use the synchronous channel's streams instead
-(:mod:`lkstream.client.remote_sync`).
+remote client keep their streams there, whatever loop their caller runs on, and so does
+a blocking fetch. The blocking produce methods use the synchronous channel's stream
+instead (:mod:`lkstream.client.remote_sync`).
 """
 
 from __future__ import annotations
@@ -213,6 +213,10 @@ class LoopThread:
         """The loop (started now if it was not running)."""
         return self._loop or self._start()
 
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop and block until it returns (or raises)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
     async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Await ``coroutine`` run on the loop (directly when the caller is on it)."""
         loop = self.loop
@@ -327,6 +331,17 @@ class StreamedCalls(RemoteCalls):
             raise self._gave_up(exc, attempts.count) from None
         self._lost(exc, delay)
         return delay
+
+    def _blocking(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on this client's own event loop thread (a blocking fetch shares its streams).
+
+        A 1 MiB fetch costs the caller more CPU on the synchronous channel than through this
+        hop (docs/benchmarks.md, "Rows 5 and 8, fourth round"), so fetches stay here.
+        """
+        if self._closed:
+            coroutine.close()
+            raise InvalidArgumentError("this RemoteBroker is closed")
+        return self._sync_loop.run(coroutine)
 
     def _close_streams(self) -> None:
         """Close the streams and the channel of the client's loop, then stop its thread."""
