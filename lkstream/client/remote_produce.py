@@ -32,7 +32,7 @@ from typing import Any
 
 from lkstream.broker.encoder import encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
-from lkstream.client.remote_sync import SyncStreamedCalls
+from lkstream.client.remote_sync import SentRequest, SyncStreamedCalls
 from lkstream.client.remote_wire import produce_request
 from lkstream.client.retry import Retry
 from lkstream.errors import RecordTooLargeError
@@ -103,8 +103,18 @@ class RemoteProduce(SyncStreamedCalls):
 
     def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
         """Blocking twin of :meth:`produce_batch` (sent from the caller's thread)."""
-        (response,) = self._send_batches_sync(topic, [(partition, batch)])
-        return int(response.base_offset), int(response.last_offset)
+        return self.produce_batch_start(topic, partition, batch).result()
+
+    def produce_batch_start(self, topic: str, partition: int, batch: bytes | bytearray) -> PendingBatch:
+        """Send one pre-encoded v2 batch now, from this thread; ``result()`` of the handle waits for its answer.
+
+        For a caller that keeps several batches in flight without an event loop (the
+        Spark sink): batches started from one thread are written in that order on one
+        stream, so one partition's batches are appended in order. ``result()`` returns
+        ``(base_offset, last_offset)`` or raises the call's error after the same
+        retries as :meth:`produce_batch_sync`; call it once per handle, in any thread.
+        """
+        return PendingBatch(self._send_sync("ProduceStream", produce_request(topic, partition, batch), Retry.RESEND))
 
     async def _send_batches(self, topic: str, batches: Batches) -> list[pb.ProduceResponse]:
         requests = [produce_request(topic, pid, batch) for pid, batch in batches]
@@ -234,6 +244,20 @@ class RemoteProduce(SyncStreamedCalls):
             largest = max(record_sizes(pairs))
             if largest > self.max_message_bytes:
                 raise RecordTooLargeError(largest, self.max_message_bytes)
+
+
+class PendingBatch:
+    """A batch :meth:`RemoteProduce.produce_batch_start` sent; :meth:`result` waits for its offsets."""
+
+    __slots__ = ("_sent",)
+
+    def __init__(self, sent: SentRequest) -> None:
+        self._sent = sent
+
+    def result(self) -> tuple[int, int]:
+        """``(base_offset, last_offset)`` of the appended batch (or its error, after retries)."""
+        response = self._sent.result()
+        return int(response.base_offset), int(response.last_offset)
 
 
 def _independent(batches: Batches) -> bool:

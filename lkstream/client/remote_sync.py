@@ -221,24 +221,25 @@ class SyncStreamedCalls(StreamedCalls):
         Retried, and replaced by the unary twin for an older daemon, as
         :meth:`~lkstream.client.remote_streams.StreamedCalls._astreamed` is.
         """
+        pending = [self._send_sync(name, request, retry) for request in requests]
+        return [answer.result() for answer in pending]
+
+    def _send_sync(self, name: str, request: Any, retry: Retry) -> SentRequest:
+        """Send ``request`` on the ``name`` stream now; its :meth:`SentRequest.result` waits for the answer."""
         if self._closed:
             raise InvalidArgumentError("this RemoteBroker is closed")
-        if name in self._unstreamed:
-            method = getattr(self._stub, STREAM_RPCS[name])
-            return [self._call(method, request, retry=retry) for request in requests]
-        sent: list[tuple[SyncStream, _Slot]] = []
-        with contextlib.suppress(grpc.RpcError):  # the stream broke: the rest go one by one, with retries
-            stream = self._sync_streams.get(name, self.timeout)
-            for request in requests:
-                sent.append((stream, stream.send(request, self.timeout)))
-        return [
-            self._streamed_one_sync(name, request, retry, sent[i] if i < len(sent) else None)
-            for i, request in enumerate(requests)
-        ]
+        sent = None
+        if name not in self._unstreamed:
+            with contextlib.suppress(grpc.RpcError):  # the stream broke: result() sends it again, with retries
+                stream = self._sync_streams.get(name, self.timeout)
+                sent = (stream, stream.send(request, self.timeout))
+        return SentRequest(self, name, request, retry, sent)
 
     def _streamed_one_sync(
         self, name: str, request: Any, retry: Retry, sent: tuple[SyncStream, _Slot] | None = None
     ) -> Any:
+        if name in self._unstreamed:
+            return self._call(getattr(self._stub, STREAM_RPCS[name]), request, retry=retry)
         attempts = self._attempts(retry)
         while True:
             attempts.count += 1
@@ -253,3 +254,23 @@ class SyncStreamedCalls(StreamedCalls):
                 continue
             self._back()
             return response
+
+
+class SentRequest:
+    """A request sent on a synchronous stream (or about to be retried); :meth:`result` waits for its answer."""
+
+    __slots__ = ("_calls", "_name", "_request", "_retry", "_sent")
+
+    def __init__(
+        self,
+        calls: SyncStreamedCalls,
+        name: str,
+        request: Any,
+        retry: Retry,
+        sent: tuple[SyncStream, _Slot] | None,
+    ) -> None:
+        self._calls, self._name, self._request, self._retry, self._sent = calls, name, request, retry, sent
+
+    def result(self) -> Any:
+        """The answer, read in this thread; retried as the stream's unary twin would be (call once)."""
+        return self._calls._streamed_one_sync(self._name, self._request, self._retry, self._sent)

@@ -179,3 +179,18 @@ def test_a_sigkill_restart_under_a_blocking_producer_loses_no_acknowledged_recor
         calls = [int(v.split(b":")[0]) for v in values]
         assert calls == sorted(calls), partition
         assert {v for p, _, v in acknowledged if p == partition} <= set(values)
+
+
+def test_batches_started_without_waiting_are_appended_in_order_and_each_result_says_where(
+    daemon: DaemonProcess,
+) -> None:
+    with lkstream.connect(daemon.address) as rb:
+        rb.create_topic("b.start", 1)
+        handles = [rb.produce_batch_start("b.start", 0, encode_batch([(None, b"%d" % n)] * 3)) for n in range(40)]
+        refused = rb.produce_batch_start("b.start", 9, encode_batch([(None, b"nowhere")]))
+        after = rb.produce_batch_start("b.start", 0, encode_batch([(None, b"after")]))
+        assert [h.result() for h in handles] == [(3 * n, 3 * n + 2) for n in range(40)]
+        with pytest.raises(InvalidArgumentError, match="partition"):
+            refused.result()
+        assert after.result() == (120, 120)
+        assert _values(rb, "b.start", 0) == [b"%d" % n for n in range(40) for _ in range(3)] + [b"after"]
