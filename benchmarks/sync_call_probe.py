@@ -13,6 +13,9 @@ records, serially from the caller's thread, through:
   runs the iterator in a thread of its own, and its channel thread delivers the answers);
 * ``client``: ``rb.produce_batch_sync`` as it is now (the last mode, through ``remote_sync``).
 
+``--window-records`` adds the Spark sink's pattern: 20 batches of that many records (4,500: about
+the sink's 1 MiB), 4 in flight, per "call": ``window_hop`` (an event loop awaiting ``produce_batch``,
+as the sink did) and ``window_start`` (``produce_batch_start`` handles, as it does now).
 ``--fetch-bytes`` adds a fetch of that many bytes from offset 0, through the loop thread
 (``fetch_hop``) and through the synchronous stream (``fetch_client``, what ``rb.fetch`` does now).
 
@@ -31,6 +34,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,6 +48,7 @@ from lkstream.format.codec import encode_batch
 from lkstream.wire._proto import messaging_pb2 as pb
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+SINK_IN_FLIGHT = 4  # lkstream.spark.sink.IN_FLIGHT
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
@@ -105,13 +110,36 @@ def fetch_modes(rb: Any, topic: str, max_bytes: int) -> dict[str, Callable[[], A
     }
 
 
+def window_modes(rb: Any, topic: str, batch: bytes, batches: int) -> dict[str, Callable[[], Any]]:
+    """The Spark sink's pattern: ``batches`` pre-encoded batches with 4 in flight, before and after."""
+
+    async def through_hop() -> None:  # the sink before: its own event loop, awaiting produce_batch
+        pending: set[asyncio.Future[Any]] = set()
+        for _ in range(batches):
+            pending.add(asyncio.ensure_future(rb.produce_batch(topic, 0, batch)))
+            while len(pending) >= SINK_IN_FLIGHT:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(pending)
+
+    def started() -> None:  # the sink now: produce_batch_start handles, answers read in this thread
+        window: deque[Any] = deque()
+        for _ in range(batches):
+            window.append(rb.produce_batch_start(topic, 0, batch))
+            while len(window) >= SINK_IN_FLIGHT:
+                window.popleft().result()
+        while window:
+            window.popleft().result()
+
+    return {"window_hop": lambda: asyncio.run(through_hop()), "window_start": started}
+
+
 def _on_loop_thread(rb: Any, coroutine: Any) -> Any:
     """The blocking path before this change: the coroutine run on the client's loop thread, the caller waiting."""
     return asyncio.run_coroutine_threadsafe(coroutine, rb._sync_loop.loop).result()
 
 
 def measure(call: Callable[[], Any], daemon_pid: int, calls: int) -> dict[str, float]:
-    for _ in range(max(50, calls // 10)):
+    for _ in range(max(2, min(50, calls // 10))):  # warm: streams open, allocator settled
         call()
     walls = []
     own = os.getpid()
@@ -141,60 +169,73 @@ def _line(res: dict[str, float]) -> str:
     return f"{totals} | {threads}"
 
 
+Results = dict[str, dict[str, list[dict[str, float]]]]
+
+
+def compare(
+    table: dict[str, Callable[[], Any]], daemon_pid: int, calls: int, label: str, *, rounds: int, results: Results
+) -> None:
+    """Every mode of ``table`` once a round, the order turned every other round."""
+    for rnd in range(rounds):
+        for name in list(table) if rnd % 2 == 0 else list(reversed(table)):
+            res = measure(table[name], daemon_pid, calls)
+            results.setdefault(f"{name}_{label}", {}).setdefault("runs", []).append(res)
+            log(f"{name} {label} round {rnd + 1}: " + _line(res))
+
+
+def probe(rb: Any, daemon_pid: int, args: Any, results: Results) -> None:
+    for records in [int(s) for s in args.records.split(",") if s]:
+        topic = f"probe.{records}"
+        rb.create_topic(topic, 1)
+        batch = bytes(encode_batch([(None, bytes(SMALL))] * records))
+        stream = SyncStream(rb)
+        try:
+            table = modes(rb, topic, batch, stream)
+            compare(
+                table, daemon_pid, args.calls or (2000 if records < 100 else 300), f"x{records}", args.rounds, results
+            )
+        finally:
+            stream.close()
+    if args.window_records:
+        rb.create_topic("probe.window", 1)
+        batch = bytes(encode_batch([(None, bytes(SMALL))] * args.window_records))
+        table = window_modes(rb, "probe.window", batch, 20)
+        compare(table, daemon_pid, 15, f"20x{args.window_records}", rounds=args.rounds, results=results)
+    for max_bytes in [int(b) for b in args.fetch_bytes.split(",") if b]:
+        topic = f"probe.fetch.{max_bytes}"
+        rb.create_topic(topic, 1)
+        for _ in range(max(1, 2 * max_bytes // (1000 * SMALL))):
+            rb.produce_many_sync(topic, [(None, bytes(SMALL))] * 1000, partition=0)
+        table = fetch_modes(rb, topic, max_bytes)
+        compare(
+            table,
+            daemon_pid,
+            3000 if max_bytes < 100_000 else 300,
+            f"{max_bytes}B",
+            rounds=args.rounds,
+            results=results,
+        )
+
+
 def main() -> None:
     parser = base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode, interleaved (default 3)")
     parser.add_argument("--records", default="1,1000", help="records per call, comma-separated (default 1,1000)")
     parser.add_argument("--fetch-bytes", default="1000,1048576", help="fetch sizes to compare ('' for none)")
+    parser.add_argument(
+        "--window-records", type=int, default=4500, help="records per batch of the sink's pattern (0: skip)"
+    )
     parser.add_argument("--calls", type=int, help="calls per mode and round (default 2,000 / 1,000 records: 300)")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.records.split(",")]
-    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    sizes = [int(s) for s in args.records.split(",") if s]
+    results: Results = {}
     with bench_dir(args.tmp_root, "sync-probe") as root:
         facts = machine_facts(root)
         daemon = DaemonProcess(root)
         try:
             rb = lkstream.connect(daemon.wait_ready())
             try:
-                for records in sizes:
-                    topic = f"probe.{records}"
-                    rb.create_topic(topic, 1)
-                    batch = bytes(encode_batch([(None, bytes(SMALL))] * records))
-                    calls = args.calls or (2000 if records < 100 else 300)
-                    stream = SyncStream(rb)
-                    try:
-                        table = modes(rb, topic, batch, stream)
-                        for rnd in range(args.rounds):
-                            order = list(table) if rnd % 2 == 0 else list(reversed(table))
-                            for name in order:
-                                res = measure(table[name], daemon.pid, calls)
-                                results.setdefault(f"{name}_{records}", {}).setdefault("runs", []).append(res)
-                                log(
-                                    f"{name} x{records} round {rnd + 1}: "
-                                    + ", ".join(
-                                        f"{k}={v:,.0f}" for k, v in res.items() if not k.startswith("client_thread")
-                                    )
-                                    + " | "
-                                    + ", ".join(
-                                        f"{k[14:-15]}={v:,.0f}" for k, v in res.items() if k.startswith("client_thread")
-                                    )
-                                )
-                    finally:
-                        stream.close()
-                if args.fetch_bytes:
-                    for max_bytes in [int(b) for b in args.fetch_bytes.split(",")]:
-                        topic = f"probe.fetch.{max_bytes}"
-                        rb.create_topic(topic, 1)
-                        for _ in range(max(1, 2 * max_bytes // (1000 * SMALL))):
-                            rb.produce_many_sync(topic, [(None, bytes(SMALL))] * 1000, partition=0)
-                        table = fetch_modes(rb, topic, max_bytes)
-                        calls = 3000 if max_bytes < 100_000 else 300
-                        for rnd in range(args.rounds):
-                            order = list(table) if rnd % 2 == 0 else list(reversed(table))
-                            for name in order:
-                                res = measure(table[name], daemon.pid, calls)
-                                results.setdefault(f"{name}_{max_bytes}", {}).setdefault("runs", []).append(res)
-                                log(f"{name} {max_bytes} B round {rnd + 1}: " + _line(res))
+                probe(rb, daemon.pid, args, results)
             finally:
                 rb.close()
         finally:
