@@ -191,9 +191,8 @@ def probe(rb: Any, daemon_pid: int, args: Any, results: Results) -> None:
         stream = SyncStream(rb)
         try:
             table = modes(rb, topic, batch, stream)
-            compare(
-                table, daemon_pid, args.calls or (2000 if records < 100 else 300), f"x{records}", args.rounds, results
-            )
+            calls = args.calls or (2000 if records < 100 else 300)
+            compare(table, daemon_pid, calls, f"x{records}", rounds=args.rounds, results=results)
         finally:
             stream.close()
     if args.window_records:
