@@ -113,6 +113,8 @@ class RemoteProduce(SyncStreamedCalls):
         stream, so one partition's batches are appended in order. ``result()`` returns
         ``(base_offset, last_offset)`` or raises the call's error after the same
         retries as :meth:`produce_batch_sync`; call it once per handle, in any thread.
+        A started batch is held in memory until it is answered: keep the number in
+        flight bounded (the sink keeps 4).
         """
         return PendingBatch(self._send_sync("ProduceStream", produce_request(topic, partition, batch), Retry.RESEND))
 
