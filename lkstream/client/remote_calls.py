@@ -12,18 +12,22 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
+from lkstream.client.remote_wire import ClientStub
 from lkstream.client.retry import Attempts, Retry, retry_advice_s, wrong_protocol
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, LkstreamError
 from lkstream.security.tls import ClientTls
 from lkstream.wire._proto import messaging_pb2 as pb
-from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import error_from_status
 
 log = logging.getLogger("lkstream.client")
+
+#: The embedded ``Broker.fetch``'s default (``lkstream.broker.partition.DEFAULT_FETCH_BYTES``, a test keeps them
+#: equal): that module pulls in the broker's partition machinery, which a client process never runs.
+DEFAULT_FETCH_BYTES: Final = 1024 * 1024
 
 
 class RemoteCalls:
@@ -144,7 +148,7 @@ class RemoteCalls:
                 if self._credentials is None
                 else grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
             )
-            entry = (channel, pb_grpc.BrokerStub(channel))  # type: ignore[no-untyped-call]
+            entry = (channel, ClientStub(channel))
             self._aio[loop] = entry
         return entry[1]
 

@@ -32,7 +32,8 @@ from typing import Any
 
 from lkstream.broker.encoder import encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
-from lkstream.client.remote_streams import StreamedCalls
+from lkstream.client.remote_sync import SentRequest, SyncStreamedCalls
+from lkstream.client.remote_wire import produce_request
 from lkstream.client.retry import Retry
 from lkstream.errors import RecordTooLargeError
 from lkstream.format.codec import Compression, Headers, KeyValue, encode_batch
@@ -41,6 +42,7 @@ from lkstream.wire._proto import messaging_pb2 as pb
 
 _first = itemgetter(0)
 Results = list[tuple[int, int]]
+Batches = Sequence[tuple[int | None, bytes | bytearray]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,7 @@ class _Plan:
     results: Callable[[list[pb.ProduceResponse]], Results]
 
 
-class RemoteProduce(StreamedCalls):
+class RemoteProduce(SyncStreamedCalls):
     """produce_many[_sync] and produce_batch[_sync]; the attributes below are set by RemoteBroker."""
 
     batch_bytes: int
@@ -63,6 +65,9 @@ class RemoteProduce(StreamedCalls):
     async def _adescribe_count(self, topic: str) -> int:
         raise NotImplementedError  # RemoteBroker's
 
+    def _describe_count(self, topic: str) -> int:
+        raise NotImplementedError  # RemoteBroker's
+
     async def produce_many(
         self,
         topic: str,
@@ -72,17 +77,9 @@ class RemoteProduce(StreamedCalls):
         compression: Compression | str | None = None,
     ) -> Results:
         """Append ``(key, value[, headers])`` records; return ``[(partition, offset)]`` in input order."""
-        codec = self.compression if compression is None else Compression.parse(compression)
-        plan = self._fast_plan(topic, records, partition, codec)
+        plan = self._plan(topic, records, partition, compression)
         if plan is None:
-            pairs, headers = normalise_records(records)
-            if not pairs:
-                return []
-            self._check_sizes(pairs)  # before a describe that may auto-create the topic
-            count = None
-            if partition is None and any(key is not None for key, _ in pairs):
-                count = self._partitions.get(topic) or await self._adescribe_count(topic)
-            plan = self._general_plan(pairs, headers, partition, count, codec)
+            plan = self._counted_plan(topic, records, partition, compression, await self._adescribe_count(topic))
         return plan.results(await self._send_batches(topic, plan.batches))
 
     def produce_many_sync(
@@ -93,8 +90,11 @@ class RemoteProduce(StreamedCalls):
         partition: int | None = None,
         compression: Compression | str | None = None,
     ) -> Results:
-        """Blocking twin of :meth:`produce_many`."""
-        return self._blocking(self.produce_many(topic, records, partition=partition, compression=compression))
+        """Blocking twin of :meth:`produce_many` (sent from the caller's thread on the synchronous channel)."""
+        plan = self._plan(topic, records, partition, compression)
+        if plan is None:
+            plan = self._counted_plan(topic, records, partition, compression, self._describe_count(topic))
+        return plan.results(self._send_batches_sync(topic, plan.batches))
 
     async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
         """Append one pre-encoded v2 batch; return ``(base_offset, last_offset)``."""
@@ -102,18 +102,69 @@ class RemoteProduce(StreamedCalls):
         return int(response.base_offset), int(response.last_offset)
 
     def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
-        """Blocking twin of :meth:`produce_batch`."""
-        return self._blocking(self.produce_batch(topic, partition, batch))
+        """Blocking twin of :meth:`produce_batch` (sent from the caller's thread)."""
+        return self.produce_batch_start(topic, partition, batch).result()
 
-    async def _send_batches(
-        self, topic: str, batches: Sequence[tuple[int | None, bytes | bytearray]]
-    ) -> list[pb.ProduceResponse]:
-        requests = [pb.ProduceRequest(topic=topic, partition=pid, record_batch=bytes(batch)) for pid, batch in batches]
-        targets = [pid for pid, _ in batches]
-        if len(requests) == 1 or (None not in targets and len(set(targets)) == len(targets)):
+    def produce_batch_start(self, topic: str, partition: int, batch: bytes | bytearray) -> PendingBatch:
+        """Send one pre-encoded v2 batch now, from this thread; ``result()`` of the handle waits for its answer.
+
+        For a caller that keeps several batches in flight without an event loop (the
+        Spark sink): batches started from one thread are written in that order on one
+        stream, so one partition's batches are appended in order. ``result()`` returns
+        ``(base_offset, last_offset)`` or raises the call's error after the same
+        retries as :meth:`produce_batch_sync`; call it once per handle, in any thread.
+        A started batch is held in memory until it is answered: keep the number in
+        flight bounded (the sink keeps 4).
+        """
+        return PendingBatch(self._send_sync("ProduceStream", produce_request(topic, partition, batch), Retry.RESEND))
+
+    async def _send_batches(self, topic: str, batches: Batches) -> list[pb.ProduceResponse]:
+        requests = [produce_request(topic, pid, batch) for pid, batch in batches]
+        if _independent(batches):
             return await self._astreamed("ProduceStream", requests, Retry.RESEND)
         # Several batches for one partition: each waits for the previous answer (order within a partition).
         return [(await self._astreamed("ProduceStream", [r], Retry.RESEND))[0] for r in requests]
+
+    def _send_batches_sync(self, topic: str, batches: Batches) -> list[pb.ProduceResponse]:
+        requests = [produce_request(topic, pid, batch) for pid, batch in batches]
+        if _independent(batches):
+            return self._streamed_sync("ProduceStream", requests, Retry.RESEND)
+        return [self._streamed_sync("ProduceStream", [r], Retry.RESEND)[0] for r in requests]
+
+    def _counted_plan(
+        self,
+        topic: str,
+        records: Sequence[Any],
+        partition: int | None,
+        compression: Compression | str | None,
+        count: int,
+    ) -> _Plan:
+        plan = self._plan(topic, records, partition, compression, count)
+        assert plan is not None, "a call with the partition count known is always planned"
+        return plan
+
+    def _plan(
+        self,
+        topic: str,
+        records: Sequence[Any],
+        partition: int | None,
+        compression: Compression | str | None,
+        count: int | None = None,
+    ) -> _Plan | None:
+        """The call's batches; None when the topic's partition count must be asked first (pass it as ``count``)."""
+        codec = self.compression if compression is None else Compression.parse(compression)
+        plan = self._fast_plan(topic, records, partition, codec) if count is None else None
+        if plan is not None:
+            return plan
+        pairs, headers = normalise_records(records)
+        if not pairs:
+            return _Plan([], lambda answers: [])
+        self._check_sizes(pairs)  # before a describe that may auto-create the topic
+        if count is None and partition is None and any(key is not None for key, _ in pairs):
+            count = self._partitions.get(topic)
+            if count is None:
+                return None
+        return self._general_plan(pairs, headers, partition, count, codec)
 
     # -- planning --------------------------------------------------------------------------------
 
@@ -195,6 +246,26 @@ class RemoteProduce(StreamedCalls):
             largest = max(record_sizes(pairs))
             if largest > self.max_message_bytes:
                 raise RecordTooLargeError(largest, self.max_message_bytes)
+
+
+class PendingBatch:
+    """A batch :meth:`RemoteProduce.produce_batch_start` sent; :meth:`result` waits for its offsets."""
+
+    __slots__ = ("_sent",)
+
+    def __init__(self, sent: SentRequest) -> None:
+        self._sent = sent
+
+    def result(self) -> tuple[int, int]:
+        """``(base_offset, last_offset)`` of the appended batch (or its error, after retries)."""
+        response = self._sent.result()
+        return int(response.base_offset), int(response.last_offset)
+
+
+def _independent(batches: Batches) -> bool:
+    """Whether ``batches`` may all be in flight at once: no two for one partition (or for the daemon's pick)."""
+    targets = [pid for pid, _ in batches]
+    return len(targets) <= 1 or (None not in targets and len(set(targets)) == len(targets))
 
 
 def _consecutive(answer: pb.ProduceResponse, count: int) -> Results:

@@ -18,8 +18,10 @@ answered, so a request sent meanwhile was never read, and one whose write failed
 because the call had ended was never sent: either is sent again at once on a new
 stream (:attr:`StreamClosed.unread`), neither lost nor duplicated.
 
-:class:`LoopThread` runs one event loop in a daemon thread, so the blocking
-methods of the remote client use the same streams as the async ones.
+:class:`LoopThread` runs one event loop in a daemon thread: the async methods of the
+remote client keep their streams there, whatever loop their caller runs on, and so does
+a blocking fetch. The blocking produce methods use the synchronous channel's stream
+instead (:mod:`lkstream.client.remote_sync`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any, Final, TypeVar
 import grpc
 
 from lkstream.client.remote_calls import RemoteCalls
-from lkstream.client.retry import Retry
+from lkstream.client.retry import Attempts, Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.wire.contract import ERROR_CLASS_KEY
 from lkstream.wire.streams import StreamAnswer
@@ -107,7 +109,7 @@ class OrderedStream:
             try:
                 await self._call.write(request)
             except grpc.RpcError as exc:
-                if _from_daemon(exc):
+                if from_daemon(exc):
                     self._fail(exc)
                 else:
                     self._unsent(answer, exc)
@@ -150,7 +152,7 @@ class OrderedStream:
                 else:
                     answer.set_result(response)
         except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.INTERNAL and not _from_daemon(exc):
+            if exc.code() is grpc.StatusCode.INTERNAL and not from_daemon(exc):
                 # grpc.aio's own status when a write raced the call's end: it replaces the status the call
                 # ended with, so all that is known is that the call ended, as when a connection breaks.
                 exc = StreamClosed(f"the stream ended while a request was written: {exc.details()}")
@@ -191,7 +193,7 @@ class OrderedStream:
         await asyncio.wait({self._reader}, timeout=_CANCEL_GRACE_S)
 
 
-def _from_daemon(exc: grpc.RpcError) -> bool:
+def from_daemon(exc: grpc.RpcError) -> bool:
     """Whether ``exc`` is a status the daemon sent (it names an error class), not one grpc made on this side."""
     trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
     return bool(dict(trailing or ()).get(ERROR_CLASS_KEY))
@@ -312,19 +314,30 @@ class StreamedCalls(RemoteCalls):
                 response = await answer
             except grpc.RpcError as exc:
                 answer = None
-                if isinstance(exc, StreamClosed) and exc.unread and attempts.count == 1:
-                    continue  # the daemon ended an idle stream as this was sent: never read, send it now
-                delay = attempts.delay(exc)
-                if delay is None or self._closed:
-                    raise self._gave_up(exc, attempts.count) from None
-                self._lost(exc, delay)
-                await asyncio.sleep(delay)
+                await asyncio.sleep(self._retry_after(exc, attempts))
                 continue
             self._back()
             return response
 
+    def _retry_after(self, exc: grpc.RpcError, attempts: Attempts) -> float:
+        """Seconds before the next attempt of a streamed request that failed with ``exc`` (0: at once).
+
+        Raises the mapped error when it is not retried (any more).
+        """
+        if isinstance(exc, StreamClosed) and exc.unread and attempts.count == 1:
+            return 0.0  # the daemon ended an idle stream as this was sent: never read, send it now
+        delay = attempts.delay(exc)
+        if delay is None or self._closed:
+            raise self._gave_up(exc, attempts.count) from None
+        self._lost(exc, delay)
+        return delay
+
     def _blocking(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on this client's own event loop thread (blocking methods share the streams)."""
+        """Run ``coroutine`` on this client's own event loop thread (a blocking fetch shares its streams).
+
+        A 1 MiB fetch costs the caller more CPU on the synchronous channel than through this
+        hop (docs/benchmarks.md, "Rows 5 and 8, fourth round"), so fetches stay here.
+        """
         if self._closed:
             coroutine.close()
             raise InvalidArgumentError("this RemoteBroker is closed")

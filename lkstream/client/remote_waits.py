@@ -22,8 +22,7 @@ from typing import Any
 
 import grpc
 
-from lkstream.broker.partition import DEFAULT_FETCH_BYTES
-from lkstream.client.remote_calls import RemoteCalls, fetch_request
+from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, RemoteCalls, fetch_request
 from lkstream.client.retry import Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.format.batch import span_of_whole_batches

@@ -18,15 +18,17 @@ from the Arrow columns' lengths (numpy, no Python work per row), encoded from th
 Arrow buffers (:mod:`lkstream.spark.columns`, in C), and
 appended with up to :data:`IN_FLIGHT` batches in flight on the connection's
 stream, which appends them in the order they were sent; keyed rows and rows with
-headers go through ``produce_many``, one call at a time.
+headers go through ``produce_many_sync``, one call at a time. Every call is made
+from the task's own thread on the client's synchronous stream (no event loop, no
+hop to the client's loop thread).
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import random
-from collections.abc import Awaitable, Iterator
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Final
@@ -48,6 +50,7 @@ from pyspark.sql.types import (
 )
 
 from lkstream.client.remote import RemoteBroker, connect
+from lkstream.client.remote_produce import PendingBatch
 from lkstream.errors import InvalidArgumentError, RecordTooLargeError, UnknownTopicError
 from lkstream.format.codec import Compression
 from lkstream.spark.columns import as_binary, encode_rows
@@ -157,22 +160,22 @@ class _ArrowProducer:
             compression=opts.compression,
             **opts.credentials.connect_options(),
         ) as broker:
-            return asyncio.run(self._write(broker, batches))
+            return self._write(broker, batches)
 
-    async def _write(self, broker: RemoteBroker, batches: Iterator[pa.RecordBatch]) -> Written:
+    def _write(self, broker: RemoteBroker, batches: Iterator[pa.RecordBatch]) -> Written:
         sends = _Window(IN_FLIGHT)
         total = 0
         try:
             for batch in batches:
                 if batch.num_rows:
-                    await self._write_batch(broker, batch, sends)
+                    self._write_batch(broker, batch, sends)
                     total += batch.num_rows
-            await sends.drain()
+            sends.drain()
         finally:
             sends.cancel()
         return Written(total)
 
-    async def _write_batch(self, broker: RemoteBroker, batch: pa.RecordBatch, sends: _Window) -> None:
+    def _write_batch(self, broker: RemoteBroker, batch: pa.RecordBatch, sends: _Window) -> None:
         opts = self.options
         names = batch.schema.names
         topics = (
@@ -189,9 +192,9 @@ class _ArrowProducer:
             if topic is None:
                 raise InvalidArgumentError("a row of the lkstream sink has a null topic")
             part = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
-            await self._write_group(broker, topic, partition, part, sends)
+            self._write_group(broker, topic, partition, part, sends)
 
-    async def _write_group(
+    def _write_group(
         self, broker: RemoteBroker, topic: str, partition: int | None, rows: pa.RecordBatch, sends: _Window
     ) -> None:
         names = rows.schema.names
@@ -204,17 +207,17 @@ class _ArrowProducer:
             ]
             keys = _as_bytes(key_col) if key_col is not None else repeat(None)
             records: list[Any] = list(zip(keys, _as_bytes(value_col), headers, strict=False))
-            await sends.drain()  # calls of one task stay in order
-            await broker.produce_many(topic, records, partition=partition)
+            sends.drain()  # calls of one task stay in order
+            broker.produce_many_sync(topic, records, partition=partition)
         elif partition is None and key_col is not None and key_col.null_count < len(key_col):
             # Keyed rows: the client routes each key with murmur2, as every producer does.
-            await sends.drain()
-            await broker.produce_many(topic, list(zip(_as_bytes(key_col), _as_bytes(value_col), strict=True)))
+            sends.drain()
+            broker.produce_many_sync(topic, list(zip(_as_bytes(key_col), _as_bytes(value_col), strict=True)))
         else:
             # Keyless (one partition per call, as the sticky partitioner does) or placed rows:
             # cut and encode the batches here, from the Arrow buffers, and append each as it is.
             target = partition if partition is not None else random.randrange(broker.partitions_for(topic))
-            await self._append(
+            self._append(
                 broker,
                 topic,
                 target,
@@ -223,7 +226,7 @@ class _ArrowProducer:
                 sends=sends,
             )
 
-    async def _append(
+    def _append(
         self,
         broker: RemoteBroker,
         topic: str,
@@ -244,33 +247,29 @@ class _ArrowProducer:
         bounds = [0, *cut_points(sizes, self.options.batch_bytes), len(values)]
         for start, end in itertools.pairwise(bounds):
             # One partition's batches may be in flight together: the stream appends them in order.
-            await sends.add(broker.produce_batch(topic, partition, encode_rows(keys, values, start, end, codec)))
+            # Sent from this thread on the client's synchronous stream: no hop to its event-loop thread.
+            sends.add(broker.produce_batch_start(topic, partition, encode_rows(keys, values, start, end, codec)))
 
 
 class _Window:
-    """At most ``size`` produce calls in flight; the first failure is raised by the next add or drain."""
+    """At most ``size`` batches in flight (``produce_batch_start`` handles, answers read in this thread);
+    the first failure is raised by the next add or drain."""
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._pending: set[asyncio.Future[Any]] = set()
+        self._pending: deque[PendingBatch] = deque()
 
-    async def add(self, call: Awaitable[Any]) -> None:
-        self._pending.add(asyncio.ensure_future(call))
+    def add(self, call: PendingBatch) -> None:
+        self._pending.append(call)
         while len(self._pending) >= self._size:
-            await self._settle(asyncio.FIRST_COMPLETED)
+            self._pending.popleft().result()
 
-    async def drain(self) -> None:
+    def drain(self) -> None:
         while self._pending:
-            await self._settle(asyncio.ALL_COMPLETED)
-
-    async def _settle(self, when: str) -> None:
-        done, self._pending = await asyncio.wait(self._pending, return_when=when)
-        for call in done:
-            call.result()  # re-raise the first failure
+            self._pending.popleft().result()
 
     def cancel(self) -> None:
-        for call in self._pending:
-            call.cancel()
+        self._pending.clear()  # the connection closes next, ending their stream
 
 
 def _check_reachable(options: SinkOptions) -> None:
