@@ -39,11 +39,11 @@ outside it. An :class:`Admission` belongs to the request that got it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Callable
 from typing import Final
 
+from lkstream.broker.wakeups import run_on_loop
 from lkstream.errors import InvalidArgumentError, OverloadedError
 
 MiB: Final = 1024 * 1024
@@ -192,8 +192,7 @@ class AdmissionBudget:
             if self._held == 0:
                 peak, self._peak_since_drain = self._peak_since_drain, 0
         for loop, future in waiters:
-            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there any more
-                loop.call_soon_threadsafe(_wake, future)
+            run_on_loop(loop, _wake, future)
         if peak >= DRAIN_REPORT_BYTES:
             for callback in self.on_drained:
                 callback(peak)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from lkstream.broker.tail import HotTail, TailBudget
+from lkstream.broker.wakeups import run_on_loop
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
@@ -237,8 +238,7 @@ class Partition:
             return
         self._async_waiters = [w for w in self._async_waiters if w[0] >= high_watermark]
         for _, loop, future in ready:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(_resolve, future, None)
+            run_on_loop(loop, _resolve, future, None)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -262,5 +262,4 @@ class Partition:
                 self._data_arrived.notify()
             closed = BrokerClosedError(f"{self.topic}[{self.pid}] was closed (topic deleted or broker closed)")
             for _, loop, future in waiters:
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(_resolve, future, closed)
+                run_on_loop(loop, _resolve, future, closed)

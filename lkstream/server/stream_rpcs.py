@@ -37,7 +37,6 @@ answer what they read, then end with UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections import deque
@@ -229,7 +228,7 @@ class StreamRpcs:
                 if request is None:
                     return
                 taken = take(request, credentials)
-                if inspect.isawaitable(taken):  # it waits for admin work: the next request waits behind it
+                if not isinstance(taken, tuple):  # it waits for admin work: the next request waits behind it
                     taken = await taken
                 pipe.put(taken)
         finally:
