@@ -14,7 +14,8 @@ import pytest
 from lkstream import Broker
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.wakeups import run_on_loop
-from lkstream.errors import StorageError
+from lkstream.errors import BrokerClosedError, StorageError
+from lkstream.server.stop_signal import StopSignal
 
 from .support import DEADLINE_S
 
@@ -122,3 +123,37 @@ async def test_an_acknowledgement_still_waits_for_an_fsync_in_progress() -> None
     threading.Thread(target=pending.set_result, args=(None,)).start()
     await asyncio.wait_for(waiting, DEADLINE_S)
     assert inflight.value == 0
+
+
+async def test_stop_signal_runs_its_listeners_when_set_and_still_wakes_event_waiters() -> None:
+    signal = StopSignal()
+    called: list[str] = []
+    signal.listeners.add(lambda: called.append("stop"))
+    waiting = asyncio.ensure_future(signal.wait())
+    await asyncio.sleep(0)
+    signal.set()
+    assert called == ["stop"]
+    await asyncio.wait_for(waiting, DEADLINE_S)
+    assert signal.is_set()
+
+
+async def test_an_arrival_is_none_when_the_offset_is_readable_and_forgotten_leaves_no_waiter(broker: Broker) -> None:
+    broker.produce_many_sync("t", [(None, b"v")])
+    partition = broker.partition("t", 0)
+    assert partition.arrival(0) is None
+    arrival = partition.arrival(1)
+    assert arrival is not None and not arrival.done()
+    partition.forget_arrival(arrival)
+    assert partition._async_waiters == []
+    await broker.produce_many("t", [(None, b"w")])
+    assert not arrival.done()  # forgotten: the append no longer resolves it
+
+
+async def test_an_arrival_fails_with_broker_closed_when_its_partition_closes(tmp_path: Path) -> None:
+    broker = Broker(persist_dir=str(tmp_path / "data"))
+    broker.create_topic("t", 1)
+    arrival = broker.partition("t", 0).arrival(0)
+    assert arrival is not None
+    broker.close()
+    with pytest.raises(BrokerClosedError):
+        await asyncio.wait_for(arrival, DEADLINE_S)
