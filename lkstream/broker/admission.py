@@ -158,6 +158,13 @@ class AdmissionBudget:
                 return self._take(nbytes)
         raise self.refusal(nbytes, listener)
 
+    def admit_now(self, nbytes: int) -> Admission | None:
+        """Admit ``nbytes`` if they fit now, else None (nothing counted): the no-wait path of :meth:`admit`."""
+        with self._lock:
+            if self._fits(nbytes):
+                return self._take(nbytes)
+        return None
+
     async def admit(self, nbytes: int, listener: str, timeout_s: float) -> Admission:
         """Admit ``nbytes``, waiting up to ``timeout_s`` for room; :class:`OverloadedError` after that."""
         loop = asyncio.get_running_loop()

@@ -248,7 +248,9 @@ class _AdmittedRequests:
         self._held: deque[Admission] = deque()  # of the requests read and not yet answered, oldest first
         # The idle watchdog: one timer per stream, re-armed only when it fires (a timer per request
         # cost a Timeout, a TimerHandle and its cancellation on every message).
-        self._reader: asyncio.Task[Any] | None = None  # the task reading, while it waits for a request
+        self._task: asyncio.Task[Any] | None = None  # the task reading (known at the first request)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reader: asyncio.Task[Any] | None = None  # that task, while it waits for a request
         self._idle_since: float | None = None  # loop time since which nothing is answered nor read
         self._watchdog: asyncio.TimerHandle | None = None
         self._expired = False
@@ -270,11 +272,13 @@ class _AdmittedRequests:
                 raw = await self._next_message(messages)
                 if raw is None:
                     return
-                try:
-                    admission = await self._budget.admit(len(raw), LISTENER, self._wait_s)
-                except OverloadedError as exc:
-                    self.refused = exc
-                    return
+                admission = self._budget.admit_now(len(raw))  # no coroutine while there is room
+                if admission is None:
+                    try:
+                        admission = await self._budget.admit(len(raw), LISTENER, self._wait_s)
+                    except OverloadedError as exc:
+                        self.refused = exc
+                        return
                 self._held.append(admission)
                 try:
                     request = self._decode(raw) if self._decode is not None else raw
@@ -290,8 +294,11 @@ class _AdmittedRequests:
 
     async def _next_message(self, messages: AsyncIterator[bytes]) -> bytes | None:
         """The next raw message, or None at the half-close or once the stream was idle ``idle_s``."""
-        task = asyncio.current_task()
-        assert task is not None  # always inside the stream's reading task
+        task = self._task
+        if task is None:  # the stream's reading task, the same for every request
+            task = self._task = asyncio.current_task()
+            assert task is not None  # always inside the stream's reading task
+            self._loop = task.get_loop()
         cancelling = task.cancelling()
         self._reader = task
         self._start_idle()
@@ -315,9 +322,9 @@ class _AdmittedRequests:
     def _start_idle(self) -> None:
         # Idle: waiting for a request with nothing waiting for an answer (a long-poll fetch or an
         # fsync in progress is not idleness).
-        if self._reader is None or self._held or self._idle_since is not None:
+        loop = self._loop
+        if self._reader is None or self._held or self._idle_since is not None or loop is None:
             return
-        loop = asyncio.get_running_loop()
         self._idle_since = loop.time()
         if self._watchdog is None:
             self._watchdog = loop.call_at(self._idle_since + self._idle_s, self._check_idle)
@@ -328,7 +335,7 @@ class _AdmittedRequests:
         if self._idle_since is None or self._reader is None:
             return  # busy now; the next idle spell arms it again
         due = self._idle_since + self._idle_s
-        loop = asyncio.get_running_loop()
+        loop = self._reader.get_loop()
         if loop.time() < due:
             self._watchdog = loop.call_at(due, self._check_idle)
             return
