@@ -60,3 +60,31 @@ def test_a_waiting_subscribe_and_a_long_poll_fetch_end_at_once_when_the_daemon_s
     assert outcomes["fetch"] in ([], grpc.StatusCode.UNAVAILABLE)
     assert outcomes["subscribe_ended"] - stopped < GRACE_S / 2
     assert outcomes["fetch_ended"] - stopped < GRACE_S / 2
+
+
+def test_a_subscribe_waiting_on_a_deleted_topic_ends_with_an_error_instead_of_spinning(
+    start_daemon: DaemonFactory,
+) -> None:
+    daemon = start_daemon()
+    with lkstream.connect(daemon.address) as broker:
+        broker.produce_many_sync("doomed", [(None, b"x")])
+        outcome: dict[str, Any] = {}
+        first_batch = threading.Event()
+        with grpc.insecure_channel(daemon.address) as channel:
+            stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+
+            def subscribe() -> None:
+                try:
+                    for _ in stub.SubscribeBatches(pb.FetchRequest(topic="doomed", partition=0, offset=0), timeout=30):
+                        first_batch.set()
+                    outcome["code"] = grpc.StatusCode.OK
+                except grpc.RpcError as exc:
+                    outcome["code"] = exc.code()
+
+            reader = threading.Thread(target=subscribe)
+            reader.start()
+            assert first_batch.wait(10), "the Subscribe stream never delivered the first batch"
+            broker.delete_topic("doomed")
+            reader.join(20)
+            assert not reader.is_alive(), "the Subscribe stream outlived its topic"
+    assert outcome["code"] in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)
