@@ -25,6 +25,7 @@ signal handling, the ready line, HTTP start/stop and shutdown order) is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -211,7 +212,8 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         if request.max_wait_ms and result.high_watermark <= offset and not self.stopping.is_set():
             # Long poll: woken by the append (or shutdown), never by polling.
             wait_s = min(request.max_wait_ms, MAX_FETCH_WAIT_MS) / 1000.0
-            await self._arrival(self.broker.partition(topic, pid), offset, wait_s)
+            with contextlib.suppress(BrokerClosedError):  # deleted meanwhile: the fetch below says how
+                await self._arrival(self.broker.partition(topic, pid), offset, wait_s)
             result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
         response = pb.FetchResponse(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset)
         if request.raw_batches:
