@@ -10,6 +10,7 @@ always comes from the working tree.
 
     .venv/bin/python benchmarks/daemon_ab.py d06e1ee main --rounds 4 --only ack_10k_linger1
     .venv/bin/python benchmarks/daemon_ab.py main wt --rounds 3 --only ack_10k_linger0,ack_10k_linger1,e2e
+    .venv/bin/python benchmarks/daemon_ab.py main wt --rounds 4 --call-cost   # daemon_call_cost.py instead
 
 Prints each run as it ends and a summary per revision (median and every run) on stderr; the
 JSON document on stdout, saved as ``benchmarks/results/daemon_ab-<stamp>.json``.
@@ -33,16 +34,28 @@ FIELDS = ("p50_ms", "p99_ms", "msg_per_s", "pacer_lag_p99_ms")
 
 
 def one_run(tree: Path | None, only: str, seconds: float) -> dict[str, float]:
+    cmd = ["bench_daemon.py", "--runs", "1", "--no-save", "--only", only, "--phase-seconds", str(seconds)]
+    results = _run_script(tree, cmd)
+    return {f"{phase}/{key}": r[key]["median"] for phase, r in results.items() for key in FIELDS if key in r}
+
+
+def one_call_cost_run(tree: Path | None) -> dict[str, float]:
+    """``daemon_call_cost.py --runs 1``: wall and CPU of each process per small produce call."""
+    results = _run_script(tree, ["daemon_call_cost.py", "--runs", "1", "--no-save"])
+    return {f"{phase}/{key}": r[key]["median"] for phase, r in results.items() for key in r if key != "loadavg"}
+
+
+def _run_script(tree: Path | None, cmd: list[str]) -> dict[str, Any]:
+    """Run the benchmark script ``cmd`` (from this tree) with ``tree`` first on ``PYTHONPATH``; its results."""
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_daemon.py"), "--runs", "1", "--no-save", "--only", only,
-           "--phase-seconds", str(seconds)]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    script = str(REPO / "benchmarks" / cmd[0])
+    done = subprocess.run([sys.executable, script, *cmd[1:]], env=env, capture_output=True, text=True, check=False)
     if done.returncode:
-        raise SystemExit(f"bench_daemon failed ({done.returncode}): {done.stderr[-2000:]}")
-    results = json.loads(done.stdout)["results"]
-    return {f"{phase}/{key}": r[key]["median"] for phase, r in results.items() for key in FIELDS if key in r}
+        raise SystemExit(f"{cmd[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
+    results: dict[str, Any] = json.loads(done.stdout)["results"]
+    return results
 
 
 def main() -> None:
@@ -51,6 +64,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs per revision (default 3)")
     parser.add_argument("--only", default="ack_10k_linger1", help="bench_daemon phases (comma-separated)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each latency phase")
+    parser.add_argument("--call-cost", action="store_true", help="run daemon_call_cost.py instead of the phases")
     args = parser.parse_args()
     facts = machine_facts(REPO)
     rows: list[dict[str, Any]] = []
@@ -64,7 +78,11 @@ def main() -> None:
                     "revision": rev,
                     "round": round_,
                     "loadavg": load,
-                    **one_run(trees[rev], args.only, args.seconds),
+                    **(
+                        one_call_cost_run(trees[rev])
+                        if args.call_cost
+                        else one_run(trees[rev], args.only, args.seconds)
+                    ),
                 }
                 rows.append(row)
                 log(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))

@@ -30,11 +30,16 @@ import lkstream
 WARMUP_CALLS = 300
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (fields 14 and 15 of /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
+def process_cpu_s(pid: int, path: str = "") -> float:
+    """User + system CPU seconds of process ``pid`` (fields 14 and 15 of /proc/PID/stat, or of ``path``)."""
+    with open(path or f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main_thread_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of the main thread (the event loop) of process ``pid``."""
+    return process_cpu_s(pid, f"/proc/{pid}/task/{pid}/stat")
 
 
 def own_cpu_s() -> float:
@@ -46,19 +51,21 @@ def one_run(rb: Any, daemon_pid: int, topic: str, records: int, calls: int) -> d
     batch = [(None, bytes(SMALL))] * records
     rb.create_topic(topic, 1)
 
-    async def go() -> tuple[list[float], float, float, float]:
+    async def go() -> tuple[list[float], float, float, float, float]:
         for _ in range(WARMUP_CALLS):
             await rb.produce_many(topic, batch)
         walls = []
+        loop0 = main_thread_cpu_s(daemon_pid)
         daemon0, own0, started = process_cpu_s(daemon_pid), own_cpu_s(), time.perf_counter()
         for _ in range(calls):
             before = time.perf_counter()
             await rb.produce_many(topic, batch)
             walls.append(time.perf_counter() - before)
         elapsed = time.perf_counter() - started
-        return walls, process_cpu_s(daemon_pid) - daemon0, own_cpu_s() - own0, elapsed
+        daemon_cpu = process_cpu_s(daemon_pid) - daemon0
+        return walls, daemon_cpu, main_thread_cpu_s(daemon_pid) - loop0, own_cpu_s() - own0, elapsed
 
-    walls, daemon_cpu, client_cpu, elapsed = asyncio.run(go())
+    walls, daemon_cpu, loop_cpu, client_cpu, elapsed = asyncio.run(go())
     walls.sort()
     return {
         "wall_p50_us": 1e6 * percentile(walls, 50),
@@ -68,6 +75,7 @@ def one_run(rb: Any, daemon_pid: int, topic: str, records: int, calls: int) -> d
         "calls_over_2ms": float(sum(w > 0.002 for w in walls)),
         "calls_over_5ms": float(sum(w > 0.005 for w in walls)),
         "daemon_cpu_us_per_call": 1e6 * daemon_cpu / calls,
+        "daemon_loop_thread_cpu_us_per_call": 1e6 * loop_cpu / calls,
         "client_cpu_us_per_call": 1e6 * client_cpu / calls,
         "loadavg": os.getloadavg()[0],
     }

@@ -75,7 +75,10 @@ class Acknowledgement:
     async def wait(self) -> None:
         try:
             for future in self._futures:
-                await asyncio.wrap_future(future)
+                if future.done():  # fsynced already: no hop through the loop's self-pipe
+                    future.result()
+                else:
+                    await asyncio.wrap_future(future)
         finally:
             self._release()
 

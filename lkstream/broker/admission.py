@@ -39,11 +39,11 @@ outside it. An :class:`Admission` belongs to the request that got it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Callable
 from typing import Final
 
+from lkstream.broker.wakeups import run_on_loop
 from lkstream.errors import InvalidArgumentError, OverloadedError
 
 MiB: Final = 1024 * 1024
@@ -158,6 +158,13 @@ class AdmissionBudget:
                 return self._take(nbytes)
         raise self.refusal(nbytes, listener)
 
+    def admit_now(self, nbytes: int) -> Admission | None:
+        """Admit ``nbytes`` if they fit now, else None (nothing counted): the no-wait path of :meth:`admit`."""
+        with self._lock:
+            if self._fits(nbytes):
+                return self._take(nbytes)
+        return None
+
     async def admit(self, nbytes: int, listener: str, timeout_s: float) -> Admission:
         """Admit ``nbytes``, waiting up to ``timeout_s`` for room; :class:`OverloadedError` after that."""
         loop = asyncio.get_running_loop()
@@ -192,8 +199,7 @@ class AdmissionBudget:
             if self._held == 0:
                 peak, self._peak_since_drain = self._peak_since_drain, 0
         for loop, future in waiters:
-            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there any more
-                loop.call_soon_threadsafe(_wake, future)
+            run_on_loop(loop, _wake, future)
         if peak >= DRAIN_REPORT_BYTES:
             for callback in self.on_drained:
                 callback(peak)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from lkstream.broker.tail import HotTail, TailBudget
+from lkstream.broker.wakeups import run_on_loop
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOfRangeError
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
@@ -196,23 +197,40 @@ class Partition:
 
     async def wait_for_offset(self, offset: int, timeout: float | None = None) -> bool:
         """Wait until ``offset`` is readable (below the high watermark); False on timeout."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        waiter = (offset, loop, future)
-        with self._lock:
-            self._check_open()
-            if self.log.high_watermark > offset:
-                return True
-            self._async_waiters.append(waiter)
+        arrival = self.arrival(offset)
+        if arrival is None:
+            return True
         try:
-            await asyncio.wait_for(future, timeout)
+            await asyncio.wait_for(arrival, timeout)
             return True
         except TimeoutError:
             return False
         finally:
-            with self._lock:
-                if waiter in self._async_waiters:
-                    self._async_waiters.remove(waiter)
+            self.forget_arrival(arrival)
+
+    def arrival(self, offset: int) -> asyncio.Future[None] | None:
+        """A future of the running loop, resolved once ``offset`` is readable; None if it already is.
+
+        For callers that wait for it beside something else (the daemon's shutdown) without a
+        task each. It fails with :class:`BrokerClosedError` if the partition closes. Hand it
+        back to :meth:`forget_arrival` once done with it (resolved, cancelled or given up).
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._check_open()
+            if self.log.high_watermark > offset:
+                return None
+            self._async_waiters.append((offset, loop, future))
+        return future
+
+    def forget_arrival(self, future: asyncio.Future[None]) -> None:
+        """Stop waking ``future`` (a no-op once the append that resolved it removed it)."""
+        with self._lock:
+            for index, waiter in enumerate(self._async_waiters):
+                if waiter[2] is future:
+                    del self._async_waiters[index]
+                    return
 
     def wait_for_offset_sync(self, offset: int, timeout: float | None = None) -> bool:
         """Blocking twin of :meth:`wait_for_offset`."""
@@ -237,8 +255,7 @@ class Partition:
             return
         self._async_waiters = [w for w in self._async_waiters if w[0] >= high_watermark]
         for _, loop, future in ready:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(_resolve, future, None)
+            run_on_loop(loop, _resolve, future, None)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -262,5 +279,4 @@ class Partition:
                 self._data_arrived.notify()
             closed = BrokerClosedError(f"{self.topic}[{self.pid}] was closed (topic deleted or broker closed)")
             for _, loop, future in waiters:
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(_resolve, future, closed)
+                run_on_loop(loop, _resolve, future, closed)

@@ -246,7 +246,14 @@ class _AdmittedRequests:
         self._wait_s = wait_s
         self._idle_s = idle_s
         self._held: deque[Admission] = deque()  # of the requests read and not yet answered, oldest first
-        self._idle: asyncio.Timeout | None = None  # the wait for the next request, while there is one
+        # The idle watchdog: one timer per stream, re-armed only when it fires (a timer per request
+        # cost a Timeout, a TimerHandle and its cancellation on every message).
+        self._task: asyncio.Task[Any] | None = None  # the task reading (known at the first request)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reader: asyncio.Task[Any] | None = None  # that task, while it waits for a request
+        self._idle_since: float | None = None  # loop time since which nothing is answered nor read
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._expired = False
         #: Why the stream stopped reading early (it ends with this status once the rest is answered).
         self.refused: LkstreamError | None = None
 
@@ -260,44 +267,80 @@ class _AdmittedRequests:
         client sent meanwhile was never read, and the client sends it again on a new stream.
         """
         messages = aiter(self._raw)
-        while True:
-            try:
-                async with asyncio.timeout(None) as self._idle:
-                    self._arm_idle()
-                    raw = await anext(messages, None)
-            except TimeoutError:
-                return
-            finally:
-                self._idle = None
-            if raw is None:
-                return
-            try:
-                admission = await self._budget.admit(len(raw), LISTENER, self._wait_s)
-            except OverloadedError as exc:
-                self.refused = exc
-                return
-            self._held.append(admission)
-            try:
-                request = self._decode(raw) if self._decode is not None else raw
-            except DecodeError as exc:
-                self._held.pop().release()
-                self.refused = InvalidArgumentError(f"the request does not decode: {exc}")
-                return
-            del raw  # only the decoded request lives on while it waits for its answer
-            yield request
+        try:
+            while True:
+                raw = await self._next_message(messages)
+                if raw is None:
+                    return
+                admission = self._budget.admit_now(len(raw))  # no coroutine while there is room
+                if admission is None:
+                    try:
+                        admission = await self._budget.admit(len(raw), LISTENER, self._wait_s)
+                    except OverloadedError as exc:
+                        self.refused = exc
+                        return
+                self._held.append(admission)
+                try:
+                    request = self._decode(raw) if self._decode is not None else raw
+                except DecodeError as exc:
+                    self._held.pop().release()
+                    self.refused = InvalidArgumentError(f"the request does not decode: {exc}")
+                    return
+                del raw  # only the decoded request lives on while it waits for its answer
+                yield request
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+
+    async def _next_message(self, messages: AsyncIterator[bytes]) -> bytes | None:
+        """The next raw message, or None at the half-close or once the stream was idle ``idle_s``."""
+        task = self._task
+        if task is None:  # the stream's reading task, the same for every request
+            task = self._task = asyncio.current_task()
+            assert task is not None  # always inside the stream's reading task
+            self._loop = task.get_loop()
+        cancelling = task.cancelling()
+        self._reader = task
+        self._start_idle()
+        try:
+            return await anext(messages, None)
+        except asyncio.CancelledError:
+            # The watchdog's cancellation, and no other: the stream ends idle (OK).
+            if self._expired and task.uncancel() <= cancelling:
+                return None
+            raise
+        finally:
+            self._reader = None
+            self._idle_since = None
 
     def answered(self) -> None:
         """The oldest request was answered: its bytes go back (and the idle time starts with the last one)."""
         if self._held:
             self._held.popleft().release()
-        self._arm_idle()
+        self._start_idle()
 
-    def _arm_idle(self) -> None:
-        # A timer on the pending read (no task per request), set only while nothing waits for an answer:
-        # a long-poll fetch or an fsync in progress is not idleness.
-        idle = self._idle
-        if idle is not None and not self._held and idle.when() is None:  # once per wait (never when expiring)
-            idle.reschedule(asyncio.get_running_loop().time() + self._idle_s)
+    def _start_idle(self) -> None:
+        # Idle: waiting for a request with nothing waiting for an answer (a long-poll fetch or an
+        # fsync in progress is not idleness).
+        loop = self._loop
+        if self._reader is None or self._held or self._idle_since is not None or loop is None:
+            return
+        self._idle_since = loop.time()
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(self._idle_since + self._idle_s, self._check_idle)
+
+    def _check_idle(self) -> None:
+        """The watchdog fired: end the stream if it has been idle ``idle_s``, else look again when it could be."""
+        self._watchdog = None
+        if self._idle_since is None or self._reader is None:
+            return  # busy now; the next idle spell arms it again
+        due = self._idle_since + self._idle_s
+        loop = self._reader.get_loop()
+        if loop.time() < due:
+            self._watchdog = loop.call_at(due, self._check_idle)
+            return
+        self._expired = True
+        self._reader.cancel()
 
     def release(self) -> None:
         """The stream ended: whatever it still holds goes back (requests read and never answered)."""

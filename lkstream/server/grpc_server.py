@@ -25,6 +25,7 @@ signal handling, the ready line, HTTP start/stop and shutdown order) is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -36,7 +37,7 @@ import grpc
 from lkstream.broker.acks import Acknowledgement
 from lkstream.broker.broker import Broker, TopicDescription
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.broker.partition import DEFAULT_FETCH_BYTES
+from lkstream.broker.partition import DEFAULT_FETCH_BYTES, Partition
 from lkstream.broker.partitioner import StickyPartitioner
 from lkstream.errors import (
     BrokerClosedError,
@@ -52,6 +53,7 @@ from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.group_rpcs import GroupRpcs
 from lkstream.server.grpc_access import call_principal
 from lkstream.server.guard import guard
+from lkstream.server.stop_signal import StopSignal
 from lkstream.server.stream_rpcs import STREAMS, StreamRpcs
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
@@ -130,7 +132,7 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         #: Asked only to filter listings; the access interceptor checks every call before it gets here.
         self.access = access or Access.disabled()
         self.max_fetch_bytes = max_fetch_bytes
-        self.stopping = asyncio.Event()
+        self.stopping = StopSignal()
         self._sticky = StickyPartitioner()
 
     # -- produce ---------------------------------------------------------------------------------
@@ -210,7 +212,8 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         if request.max_wait_ms and result.high_watermark <= offset and not self.stopping.is_set():
             # Long poll: woken by the append (or shutdown), never by polling.
             wait_s = min(request.max_wait_ms, MAX_FETCH_WAIT_MS) / 1000.0
-            await self._wait(self.broker.partition(topic, pid).wait_for_offset(offset, wait_s))
+            with contextlib.suppress(BrokerClosedError):  # deleted meanwhile: the fetch below says how
+                await self._arrival(self.broker.partition(topic, pid), offset, wait_s)
             result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
         response = pb.FetchResponse(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset)
         if request.raw_batches:
@@ -296,17 +299,32 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
                         self.metrics.record_consumed(topic, group, pid, records)
                     offset = next_offset
                     continue
-            await self._wait(partition.wait_for_offset(offset))
+            await self._arrival(partition, offset)
 
-    async def _wait(self, arrival: Any) -> None:
-        """Wait for ``arrival`` (a wait_for_offset coroutine) or for shutdown, whichever comes first."""
-        data = asyncio.ensure_future(arrival)
-        stop = asyncio.ensure_future(self.stopping.wait())
+    async def _arrival(self, partition: Partition, offset: int, timeout: float | None = None) -> None:
+        """Wait until ``offset`` is readable, the daemon stops, or ``timeout`` passes, whichever comes first.
+
+        No task per wait: the append resolves the future of :meth:`Partition.arrival`, and so
+        does shutdown (a :class:`StopSignal` callback). A partition closed meanwhile ends the
+        wait too; the caller's next read says why.
+        """
+        arrival = partition.arrival(offset)
+        if arrival is None:
+            return
+
+        def stop() -> None:
+            if not arrival.done():
+                arrival.set_result(None)
+
+        self.stopping.listeners.add(stop)
         try:
-            await asyncio.wait({data, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not self.stopping.is_set():
+                await asyncio.wait_for(arrival, timeout)
+        except (TimeoutError, BrokerClosedError):
+            pass
         finally:
-            data.cancel()
-            stop.cancel()
+            self.stopping.listeners.discard(stop)
+            partition.forget_arrival(arrival)
 
     # -- offsets, admin, handshake ---------------------------------------------------------------
 

@@ -37,7 +37,6 @@ answer what they read, then end with UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections import deque
@@ -55,6 +54,7 @@ from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.grpc_access import bearer_header
 from lkstream.server.guard import guard
 from lkstream.server.rpc_permissions import RPC_NEEDS
+from lkstream.server.stop_signal import StopSignal
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.contract import status_for
 from lkstream.wire.streams import error_status
@@ -80,7 +80,7 @@ class StreamRpcs:
     broker: Broker
     metrics: BrokerMetrics
     access: Access
-    stopping: asyncio.Event
+    stopping: StopSignal
     append_batch: Callable[[pb.ProduceRequest, int | None, int], tuple[pb.ProduceResponse, Acknowledgement]]
     _fetch: Callable[[pb.FetchRequest], Any]
 
@@ -229,7 +229,7 @@ class StreamRpcs:
                 if request is None:
                     return
                 taken = take(request, credentials)
-                if inspect.isawaitable(taken):  # it waits for admin work: the next request waits behind it
+                if not isinstance(taken, tuple):  # it waits for admin work: the next request waits behind it
                     taken = await taken
                 pipe.put(taken)
         finally:

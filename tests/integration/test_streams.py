@@ -244,6 +244,25 @@ def test_streams_the_daemon_ends_as_idle_while_the_client_writes_lose_and_duplic
     assert [int(r.value or b"") for r in records] == list(range(count))
 
 
+def test_a_stream_busy_for_several_idle_timeouts_is_not_ended(start_daemon: DaemonFactory) -> None:
+    # The idle watchdog fires once per timeout; a stream that got a request meanwhile is looked at again, not ended.
+    idle_s = 0.5
+    daemon = start_daemon(grpc_idle_timeout_s=idle_s)
+    with lkstream.connect(daemon.address) as rb:
+        rb.create_topic("s.busy", 1)
+    with grpc.insecure_channel(daemon.address) as channel:
+        stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+
+        def paced() -> Iterator[pb.ProduceRequest]:
+            for n in range(12):  # 12 x 0.3 s: over seven idle timeouts, never one of them without a request
+                yield pb.ProduceRequest(topic="s.busy", partition=0, record_batch=_batch(str(n).encode()))
+                time.sleep(idle_s * 0.6)
+
+        answers = list(stub.ProduceStream(paced(), timeout=60))
+    assert [a.base_offset for a in answers] == list(range(12)), "the stream ended before the client was done"
+    assert not any(a.HasField("error") for a in answers)
+
+
 # -- a daemon without the streams (an older one) ----------------------------------------------------
 
 

@@ -147,3 +147,13 @@ def test_the_size_estimate_jumps_up_and_creeps_down() -> None:
     assert estimate.value == 4096
     estimate.observe(10_000)
     assert estimate.value == 10_000
+
+
+def test_admit_now_takes_what_fits_and_returns_none_without_counting_a_refusal() -> None:
+    budget = AdmissionBudget(8 * MiB, reserve_bytes=MiB)
+    first = budget.admit_now(7 * MiB)
+    assert first is not None and budget.held == 7 * MiB
+    assert budget.admit_now(MiB) is None  # beyond the data ceiling: the caller waits (admit) or refuses
+    assert budget.refused == {} and budget.held == 7 * MiB
+    first.release()
+    assert budget.held == 0
