@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from lkstream.errors import InvalidArgumentError
+from lkstream.format.varint import uvarint
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 
@@ -27,15 +28,6 @@ _BATCH_TAG: Final = b"\x2a"
 _UINT32_LIMIT: Final = 1 << 32
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def produce_request(topic: str, partition: int | None, batch: bytes | bytearray | memoryview) -> bytes:
     """The serialised ``ProduceRequest(topic, partition, record_batch=batch)``, with one copy of ``batch``."""
     if partition is not None and not 0 <= partition < _UINT32_LIMIT:
@@ -43,11 +35,11 @@ def produce_request(topic: str, partition: int | None, batch: bytes | bytearray 
     name = topic.encode()
     parts: list[Any] = []
     if name:  # proto3 leaves empty strings and bytes out
-        parts += [_TOPIC_TAG, _varint(len(name)), name]
+        parts += [_TOPIC_TAG, uvarint(len(name)), name]
     if partition is not None:  # optional: present even when 0
-        parts += [_PARTITION_TAG, _varint(partition)]
+        parts += [_PARTITION_TAG, uvarint(partition)]
     if len(batch):
-        parts += [_BATCH_TAG, _varint(len(batch)), batch]
+        parts += [_BATCH_TAG, uvarint(len(batch)), batch]
     return b"".join(parts)
 
 

@@ -34,6 +34,7 @@ from itertools import repeat
 from typing import Any, Final
 
 from lkstream.format.batch import ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT, HEADER, HEADER_SIZE, MAGIC, compute_crc
+from lkstream.format.varint import uvarint
 
 
 def _compressor(compression: int) -> Callable[[Any], bytes]:
@@ -68,13 +69,7 @@ Routed = tuple[list[tuple[int, bytearray, int]], bytes]  # [(partition, batch, l
 
 
 def _zigzag_varint(value: int) -> bytes:
-    raw = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    return uvarint((value << 1) ^ (value >> 63))
 
 
 def _field(obj: object, what: str, index: int, *, bytes_only: bool = False) -> bytes | None:

@@ -30,6 +30,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from lkstream.format.varint import uvarint
 from lkstream.kafka.protocol import FrameError, read_uvarint, skip_tagged_fields
 
 _I16: Final = struct.Struct(">h")
@@ -186,15 +187,6 @@ def _nullable_string(value: str | None) -> bytes:
     return _I16.pack(-1) if value is None else _string(value)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class _Layout:
     """Kafka's two encodings of lengths: int16/int32 (classic) or unsigned varint of length + 1
     (flexible versions, which also end every struct with a tagged-field section, empty here)."""
@@ -208,7 +200,7 @@ class _Layout:
         if not self.flexible:
             return _string(value)
         raw = value.encode()
-        return _uvarint(len(raw) + 1) + raw
+        return uvarint(len(raw) + 1) + raw
 
     def nullable_string(self, value: str | None) -> bytes:
         if value is None:
@@ -216,13 +208,13 @@ class _Layout:
         return self.string(value)
 
     def array(self, count: int) -> bytes:
-        return _uvarint(count + 1) if self.flexible else _I32.pack(count)
+        return uvarint(count + 1) if self.flexible else _I32.pack(count)
 
     def null_array(self) -> bytes:
         return _NULL_COMPACT if self.flexible else _I32.pack(-1)
 
     def bytes_length(self, size: int) -> bytes:
-        return _uvarint(size + 1) if self.flexible else _I32.pack(size)
+        return uvarint(size + 1) if self.flexible else _I32.pack(size)
 
     def null_bytes(self) -> bytes:
         return _NULL_COMPACT if self.flexible else _NO_RECORDS
