@@ -127,6 +127,10 @@ class RemoteCalls:
                 limit = max(0.001, min(limit, deadline - time.monotonic()))
             try:
                 response = method(request, timeout=limit, metadata=self._metadata)
+            except ValueError:
+                if self._closed:  # close() in another thread after the check above; gRPC: "closed channel"
+                    raise InvalidArgumentError("this RemoteBroker is closed") from None
+                raise
             except grpc.RpcError as exc:
                 delay = attempts.delay(exc)
                 if delay is None or delay <= 0 or self._closed:

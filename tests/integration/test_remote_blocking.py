@@ -18,6 +18,7 @@ import pytest
 import lkstream
 from lkstream.errors import InvalidArgumentError, UnknownTopicError
 from lkstream.format.codec import encode_batch
+from lkstream.wire._proto import messaging_pb2 as pb
 from tests.integration.conftest import DaemonProcess, RestartDaemon
 
 pytestmark = pytest.mark.timeout(180)
@@ -194,3 +195,18 @@ def test_batches_started_without_waiting_are_appended_in_order_and_each_result_s
             refused.result()
         assert after.result() == (120, 120)
         assert _values(rb, "b.start", 0) == [b"%d" % n for n in range(40) for _ in range(3)] + [b"after"]
+
+
+def test_a_call_racing_close_raises_the_closed_client_error_not_grpcs(daemon: DaemonProcess) -> None:
+    # A consumer's heartbeat thread checked the client was open, then close() (another thread)
+    # closed the channel before its call started: gRPC raised a bare ValueError ("Cannot invoke
+    # RPC on closed channel!") in that thread instead of the error the thread handles.
+    rb = lkstream.connect(daemon.address)
+    rb.create_topic("racing-close", partitions=1)
+
+    def close_then_call(request: object, **options: object) -> object:
+        rb.close()  # lands between _call's check and the call itself
+        return rb._stub.Admin(request, **options)
+
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        rb._call(close_then_call, pb.AdminRequest())
