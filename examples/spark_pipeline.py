@@ -270,10 +270,9 @@ def main() -> None:
         daemon, address = start_daemon(Path(args.persist_dir), workdir)
         print(f"[daemon] started on {address} over {args.persist_dir}", flush=True)
     try:
-        with lkstream.connect(address) as client:
-            for topic, partitions in (("market.ticks", 4), ("market.bars", 1)):
-                if topic not in client.list_topics():
-                    client.create_topic(topic, partitions)
+        # Spark before the first gRPC call of this process: PySpark starts its JVM with fork() and a
+        # preexec_fn, and a fork after gRPC calls can hang the child in gRPC's post-fork handler
+        # (seen once in CI; docs/spark.md, "The driver process and fork").
         spark = (
             SparkSession.builder.master("local[2]")
             .appName("lkstream-market-bars")
@@ -283,9 +282,13 @@ def main() -> None:
             .config("spark.sql.session.timeZone", "UTC")
             .getOrCreate()
         )
-        spark.sparkContext.setLogLevel("ERROR")
-        lkstream.spark.register(spark)
         try:
+            spark.sparkContext.setLogLevel("ERROR")
+            with lkstream.connect(address) as client:
+                for topic, partitions in (("market.ticks", 4), ("market.bars", 1)):
+                    if topic not in client.list_topics():
+                        client.create_topic(topic, partitions)
+            lkstream.spark.register(spark)
             run(spark, address, args, checkpoints)
         finally:
             spark.stop()
