@@ -14,6 +14,7 @@ Every benchmark script:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime as dt
 import hashlib
@@ -21,14 +22,15 @@ import importlib.metadata
 import json
 import os
 import platform
+import selectors
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -69,6 +71,69 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--no-save", action="store_true", help="print JSON only; do not write benchmarks/results/")
     parser.add_argument("--seed", type=int, default=20240601, help="seed of payloads and choices")
     return parser
+
+
+# -- the open-model pacer's clock -----------------------------------------------------------------
+
+#: How the open-model pacers (``bench_latency.open_model``, ``daemon_latency.paced``) wait for a tick:
+#:
+#: ``precise`` (default)
+#:     the event loop uses ``select()``, whose timeout is in microseconds: the pacer sleeps in the
+#:     loop until :data:`PRECISE_LEAD_S` before the tick, then yields to the loop until it is due.
+#: ``spin``
+#:     the default ``epoll`` loop, whose timeout is in whole milliseconds (a timer fires up to 1 ms
+#:     late): the pacer sleeps until :data:`SPIN_LEAD_S` before the tick and yields from there. With
+#:     1 ms ticks that is always, so the benchmark process keeps one of this machine's two cores
+#:     busy and the processes under test share the other (docs/benchmarks.md, "The pacer's core").
+#:
+#: Either way a tick never starts early and the loop keeps running acks while it waits.
+PACER_MODES = ("precise", "spin")
+PRECISE_LEAD_S = 0.0002
+SPIN_LEAD_S = 0.0015
+_pacer_mode = ["precise"]
+
+_T = TypeVar("_T")
+
+
+def add_pacer_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pacer", choices=PACER_MODES, default="precise", help="how the open-model pacer waits (see _common.py)"
+    )
+
+
+def set_pacer(mode: str) -> None:
+    if mode not in PACER_MODES:
+        raise ValueError(f"pacer mode {mode!r}: one of {PACER_MODES}")
+    _pacer_mode[0] = mode
+
+
+def pacer_mode() -> str:
+    return _pacer_mode[0]
+
+
+def run_paced(coro: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(coro)`` on the loop the pacer mode waits with.
+
+    ``select()`` handles descriptors below 1,024 only; the harness's loop holds a handful (the
+    clients under test run their own loops or threads).
+    """
+    if pacer_mode() == "spin":
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selectors.SelectSelector())) as runner:
+        return runner.run(coro)
+
+
+async def wait_until(scheduled: float) -> float:
+    """Wait in the running loop until ``time.perf_counter()`` reaches ``scheduled``; return that reading."""
+    lead = SPIN_LEAD_S if pacer_mode() == "spin" else PRECISE_LEAD_S
+    now = time.perf_counter()
+    if scheduled - now > lead:
+        await asyncio.sleep(scheduled - now - lead)
+        now = time.perf_counter()
+    while scheduled > now:  # never send early: a latency must not start before its send
+        await asyncio.sleep(0)
+        now = time.perf_counter()
+    return now
 
 
 # -- statistics ------------------------------------------------------------------------------------

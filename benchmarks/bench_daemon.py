@@ -52,6 +52,7 @@ from _common import (
     MB,
     REPO,
     RESULTS_DIR,
+    add_pacer_argument,
     base_parser,
     bench_dir,
     check_free_space,
@@ -60,6 +61,7 @@ from _common import (
     machine_facts,
     percentile,
     rss_bytes,
+    set_pacer,
     summary,
     utc_stamp,
     verdict,
@@ -496,7 +498,9 @@ def main() -> None:
     parser.add_argument("--py-spy", choices=PHASES, help="record the daemon and the client with py-spy in this phase")
     parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: native frames, every thread")
     parser.add_argument("--py-spy-binary", type=Path, default=PY_SPY, help=f"py-spy to use (default {PY_SPY})")
+    add_pacer_argument(parser)
     args = parser.parse_args()
+    set_pacer(args.pacer)
     args.only = set(PHASES if not args.only else args.only.split(","))
     if args.only - set(PHASES):
         parser.error(f"unknown phases {sorted(args.only - set(PHASES))}")
@@ -533,6 +537,7 @@ def main() -> None:
             "ack_load_fraction": LOAD_FRACTION,
             "e2e": f"{E2E_BATCH} records every {1000 * E2E_BATCH / E2E_RATE:.0f} ms",
             "py_spy_phase": args.py_spy,
+            "pacer": args.pacer,
         },
         "targets": build_targets(results),
         "results": results,

@@ -56,13 +56,24 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from _common import base_parser, bench_dir, emit, log, machine_facts, percentile, summary
+from _common import (
+    add_pacer_argument,
+    base_parser,
+    bench_dir,
+    emit,
+    log,
+    machine_facts,
+    percentile,
+    run_paced,
+    set_pacer,
+    summary,
+    wait_until,
+)
 
 from lkstream import Broker, Producer
 
 TOPIC = "bench.latency"
 TICK_S = 0.0001  # one record per tick at 10,000 msg/s: every record has its own scheduled time
-LOOP_SLEEP_S = 0.0015  # longer gaps are slept in the event loop (epoll: millisecond resolution)
 WARMUP_FRACTION = 0.1
 TARGET_P99_MS = 0.5
 SCENARIOS = ("pacer", "producer_send", "produce_many_1")
@@ -125,13 +136,11 @@ class GcWatch:
 async def open_model(rate: float, seconds: float, send: Sender) -> tuple[int, list[float]]:
     """Call ``send(scheduled, count)`` once per tick at its scheduled time; return (sent, lags in s).
 
-    asyncio's timers wake up to a millisecond late (epoll's timeout is in whole milliseconds),
-    and a short ``time.sleep`` in this VM wakes 0.03-1 ms late; either would put the pacer's own
-    jitter into every latency. So the pacer sleeps in the loop only until :data:`LOOP_SLEEP_S`
-    before a tick and then yields to the loop (``sleep(0)``) until the tick is due: the loop
-    keeps running every ready callback and task (the acks), and a loop blocked by the code
-    under test still delays the next tick, which then counts as latency (no coordinated
-    omission). The price is one busy core while a scenario runs; the ``pacer`` scenario
+    The pacer waits with :func:`_common.wait_until` (``--pacer``: ``precise`` by default, a
+    ``select()`` loop with microsecond timers; ``spin``, the epoll loop that yields from 1.5 ms
+    before each tick and so keeps a core busy). The loop keeps running every ready callback and
+    task (the acks) while it waits, and a loop blocked by the code under test still delays the
+    next tick, which then counts as latency (no coordinated omission). The ``pacer`` scenario
     measures this harness's own floor side by side. An awaitable returned by ``send`` becomes
     a task: the schedule never waits for acks.
     """
@@ -141,14 +150,7 @@ async def open_model(rate: float, seconds: float, send: Sender) -> tuple[int, li
     sent = 0
     for tick in range(int(seconds / TICK_S)):
         scheduled = start + tick * TICK_S
-        now = time.perf_counter()
-        if scheduled - now > LOOP_SLEEP_S:
-            await asyncio.sleep(scheduled - now - LOOP_SLEEP_S)
-            now = time.perf_counter()
-        while scheduled > now:  # never send early: a latency must not start before its send
-            await asyncio.sleep(0)
-            now = time.perf_counter()
-        lags.append(now - scheduled)
+        lags.append(await wait_until(scheduled) - scheduled)
         due = round(rate * (tick + 1) * TICK_S)
         if due > sent:
             result = send(scheduled, due - sent)
@@ -249,7 +251,7 @@ def run_once(
     try:
         with GcWatch() as watch:
             started, waits, (on_cpu, runqueue) = time.perf_counter(), thread_waits(), thread_times_ns()
-            sent, lags = asyncio.run(RUNNERS[name](broker, bytes(value_size), rate, seconds, lat))
+            sent, lags = run_paced(RUNNERS[name](broker, bytes(value_size), rate, seconds, lat))
             wall, waits = time.perf_counter() - started, thread_waits() - waits
             on_cpu_end, runqueue_end = thread_times_ns()
             on_cpu, runqueue = on_cpu_end - on_cpu, runqueue_end - runqueue
@@ -282,7 +284,9 @@ def main() -> None:
     parser.add_argument("--value-size", type=int, default=200, help="bytes per value (default 200)")
     parser.add_argument("--only", help="comma-separated scenarios: " + ",".join(SCENARIOS))
     parser.add_argument("--stalls", action="store_true", help="sort slow produce calls by cause (see above)")
+    add_pacer_argument(parser)
     args = parser.parse_args()
+    set_pacer(args.pacer)
     only = [s for s in SCENARIOS if not args.only or s in args.only.split(",")]
     seconds = args.seconds or (2.0 if args.quick else 10.0)
     raw: dict[str, list[dict[str, Any]]] = {}
@@ -310,6 +314,7 @@ def main() -> None:
             "fsync_interval_ms": 100,
             "rate_msg_per_s": args.rate,
             "tick_ms": TICK_S * 1000,
+            "pacer": args.pacer,
             "seconds_per_run": seconds,
             "value_bytes": args.value_size,
             "warmup_fraction_dropped": WARMUP_FRACTION,

@@ -4,12 +4,13 @@ The schedule is the peer suite's (``benchmarks/suite``): 10 records every 1 ms, 
 tick's records sent at the tick's scheduled time, never earlier, and every latency runs
 from that scheduled time (no coordinated omission). The first 10% of samples are dropped.
 
-The pacer is :mod:`bench_latency`'s: asyncio's timers wake up to a millisecond late
-(epoll's timeout is in whole milliseconds), which alone would put up to 1 ms into every
-sample, so it sleeps in the loop until 1.5 ms before a tick and then yields to the loop
-(``sleep(0)``) until the tick is due. The loop keeps running the acks meanwhile, and a
-loop held up by the code under test delays the next tick, which counts as latency. The
-price is one busy client core; the ``pacer`` variant measures the harness alone.
+The pacer waits with :func:`_common.wait_until`, as :mod:`bench_latency`'s does (``--pacer``):
+``precise`` by default, a ``select()`` loop with microsecond timers that yields to the loop
+only for the last 0.2 ms before a tick; ``spin``, the epoll loop (timers up to 1 ms late)
+that yields from 1.5 ms before each tick, which with 1 ms ticks keeps one of the machine's
+two cores busy. The loop keeps running the acks meanwhile, and a loop held up by the code
+under test delays the next tick, which counts as latency. The ``pacer`` variant measures
+the harness alone.
 
 Ack variants (issue 14, row 6):
 
@@ -39,14 +40,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from _common import percentile
+from _common import percentile, run_paced, wait_until
 
 from lkstream import Producer
 
 RATE = 10_000
 TICK_S = 0.001
 PER_TICK = int(RATE * TICK_S)
-LOOP_SLEEP_S = 0.0015
 WARMUP_FRACTION = 0.1
 ACK_VARIANTS = ("pacer", "linger0", "one_call", "linger1")
 STAMP = struct.Struct(">qd")  # sequence number, scheduled perf_counter time
@@ -62,14 +62,7 @@ async def paced(seconds: float, send: Send) -> tuple[int, list[float]]:
     ticks = int(seconds / TICK_S)
     for tick in range(ticks):
         scheduled = start + tick * TICK_S
-        now = time.perf_counter()
-        if scheduled - now > LOOP_SLEEP_S:
-            await asyncio.sleep(scheduled - now - LOOP_SLEEP_S)
-            now = time.perf_counter()
-        while scheduled > now:  # never send early: a latency must not start before its send
-            await asyncio.sleep(0)
-            now = time.perf_counter()
-        lags.append(now - scheduled)
+        lags.append(await wait_until(scheduled) - scheduled)
         result = send(scheduled, tick * PER_TICK, PER_TICK)
         if result is not None:
             task = asyncio.ensure_future(result)
@@ -99,7 +92,7 @@ def ack_10k(rb: Any, topic: str, variant: str, seconds: float, value_size: int) 
     rb.create_topic(topic, 1)
     value = bytes(value_size)
     runner = {"pacer": _pacer, "linger0": _producer, "one_call": _one_call, "linger1": _producer}[variant]
-    lat, sent, lags = asyncio.run(runner(rb, topic, value, seconds, 1.0 if variant == "linger1" else 0.0))
+    lat, sent, lags = run_paced(runner(rb, topic, value, seconds, 1.0 if variant == "linger1" else 0.0))
     if len(lat) != sent:
         raise SystemExit(f"ack_10k {variant}: {len(lat)} acks for {sent} sends")
     return {"rate_msg_per_s": float(RATE), **stats(lat), **stats(lags, "pacer_lag_")}
@@ -170,7 +163,7 @@ def e2e(rb: Any, topic: str, seconds: float, value_size: int, *, reader: str, se
             records = [(None, STAMP.pack(first + i, scheduled) + pad) for i in range(count)]
             return rb.produce_many(topic, records)  # type: ignore[no-any-return]
 
-        asyncio.run(paced(seconds, send))
+        run_paced(paced(seconds, send))
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
