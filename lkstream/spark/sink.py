@@ -252,8 +252,12 @@ class _ArrowProducer:
 
 
 class _Window:
-    """At most ``size`` batches in flight (``produce_batch_start`` handles, answers read in this thread);
-    the first failure is raised by the next add or drain."""
+    """At most ``size`` batches in flight (``produce_batch_start`` handles, answers read in this thread).
+
+    :meth:`add` takes a batch already sent, so ``size`` are in flight while it waits for the
+    oldest answer, and ``size - 1`` while the caller encodes the next batch. The first failure
+    is raised by the next add or drain.
+    """
 
     def __init__(self, size: int) -> None:
         self._size = size
