@@ -7,6 +7,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+# Before anything starts gRPC in this process. A test worker makes gRPC calls, then may start a
+# SparkSession, whose JVM launch forks (subprocess with a preexec_fn): gRPC's fork handlers then
+# run in the child and once hung it (grpc/grpc#22624; docs/spark.md, "The driver process and
+# fork"). The suite's forks either exec at once (the JVM, daemons, tools) or come from a process
+# that never used gRPC (PySpark's worker daemon), so the handlers are not needed: switch them off.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import pytest
 from hypothesis import settings
 
