@@ -26,8 +26,9 @@ half-close), but the handler runs before the message is read, so it can:
    room, else refuse it unread (RESOURCE_EXHAUSTED,
    :class:`~lkstream.errors.OverloadedError` with ``retry_after_ms``). With BDP
    probing off (:func:`server_options`) gRPC core holds at most one flow-control
-   window of a message nobody asked for, so a burst of 256 large produces is read a
-   budget's worth at a time instead of all at once;
+   window (:data:`STREAM_WINDOW_BYTES`) per connection of messages nobody asked for,
+   so a burst of 256 large produces is read a budget's worth at a time instead of
+   all at once;
 2. read the raw message and hold its real size (other methods: reserve it now,
    refused at once if it does not fit), all *before* decoding it;
 3. decode it, run the unary servicer method, and release the bytes once the answer
@@ -74,6 +75,10 @@ BROKER_PREFIX: Final = "/lkstream.Broker/"
 DATA_METHODS: Final = frozenset({"/lkstream.Broker/Produce"})
 #: Concurrent calls one connection may carry (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
 MAX_CONCURRENT_STREAMS: Final = 256
+#: A connection's flow-control window of bytes no handler asked for yet (HTTP/2 initial window;
+#: gRPC's default is 64 KiB). With BDP probing off, core keeps each connection's window at this
+#: plus what waiting reads asked for, so at most this much unadmitted data is held per connection.
+STREAM_WINDOW_BYTES: Final = 256 * 1024
 LISTENER: Final = "grpc"
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -96,6 +101,10 @@ def server_options(settings: ServerSettings, message_limit: int) -> list[tuple[s
         # Without BDP probing gRPC core reads a call's message only when the handler asks for it (it
         # otherwise grows every stream's window and buffers whole messages nobody admitted yet).
         ("grpc.http2.bdp_probe", 0),
+        # With gRPC's 64 KiB a 200 KB produce stops mid-message until a window update has gone back
+        # to the client (one more wake-up of both processes per call); 256 KiB lets it arrive in one
+        # go (issue 14 row 5, docs/benchmarks.md "Row 5: the stream window").
+        ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
     ]
 
 

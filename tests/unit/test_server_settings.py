@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lkstream.errors import InvalidArgumentError
+from lkstream.server.grpc_limits import server_options
 from lkstream.server.settings import ServerSettings, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,3 +79,14 @@ def test_a_disabled_kafka_listener_needs_no_descriptors_and_max_open_files_count
 def test_limit_settings_out_of_range_are_refused(key: str, value: int) -> None:
     with pytest.raises(InvalidArgumentError, match=f"server.{key}"):
         load_settings(None, {f"server.{key}": value}, env={})
+
+
+def test_grpc_core_buffers_less_unasked_data_than_the_admission_budget_at_defaults() -> None:
+    """What gRPC core reads ahead of the handlers (one window per connection) is not admitted, so it must stay
+    a fraction of ``max_admitted_bytes`` at the default connection cap, or raising the window undoes issue 12."""
+    settings, broker = load_settings(None, env={})
+    options = dict(server_options(settings, message_limit=64 * 1024 * 1024))
+    assert options["grpc.http2.bdp_probe"] == 0, "BDP probing grows windows past the admission budget"
+    window = options["grpc.http2.lookahead_bytes"]
+    assert window >= 256 * 1024, "a 1,000-record produce of 200 B values should arrive without a window update"
+    assert window * settings.grpc_max_connections <= broker.max_admitted_bytes // 2
