@@ -591,8 +591,9 @@ done:
 
 /* (pid, offset) as a tuple the garbage collector does not track (it holds two ints; CPython
  * untracks such tuples itself at their first collection). Thousands are made per produce call
- * and live until the caller drops them: tracked, they fill generation 0 and every collection
- * walks them. Steals the reference to offset. */
+ * and live until the caller drops them: made tracked, the next collection walks them all before it
+ * untracks them; made untracked, none does (their allocation still counts towards the next young
+ * collection). Steals the reference to offset. */
 static PyObject *untracked_pair(PyObject *pid, PyObject *offset) {
     PyObject *pair = PyTuple_New(2);
     if (pair == NULL) {

@@ -233,8 +233,9 @@ _encode_routed_raw: Final[Callable[[Sequence[Any], dict[Any, int], int, int], Ro
     _NATIVE.encode_routed if NATIVE else encode_routed_py
 )
 #: ``[(pid, base), ..., (pid, base + count - 1)]``: the results of a call that went to one batch.
-#: The C version's tuples are not tracked by the garbage collector (they hold two ints), so the
-#: thousands a call returns never fill generation 0.
+#: The C version's tuples are not tracked by the garbage collector (they hold two ints): their
+#: allocation still counts towards a young collection, but no collection walks the thousands a
+#: call returns.
 offsets: Final[Callable[[int, int, int], list[tuple[int, int]]]] = _NATIVE.offsets if NATIVE else offsets_py
 #: ``(partition, offset)`` per record from :func:`encode_routed`'s slots and each batch's base offset
 #: (untracked tuples, as :data:`offsets`).
