@@ -45,11 +45,22 @@ needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
 (from ``connect`` already), a missing permission
 :class:`~lkstream.errors.AuthorizationError` naming it.
 
+The produce lane (:mod:`lkstream.client.produce_lane`): when the daemon's Kafka
+listener needs neither TLS nor SASL and this client sends neither (``tls=`` and
+``token=`` unset), ``produce_many`` and ``produce_many_sync`` send their batches to
+that listener as Kafka Produce requests, with fewer thread hand-offs per call than
+gRPC (docs/adr/0005-produce-lane.md). Anything the lane cannot carry (a listener gone, a batch
+refused) goes through gRPC, whose errors and retries stay the contract.
+``produce_transport="grpc"`` turns the lane off; :attr:`RemoteBroker.produce_lane`
+says where produce calls go.
+
 Thread-safety: the blocking methods may be called from any thread. A blocking
-produce runs in the caller's thread on the synchronous gRPC channel (its
-``ProduceStream`` shared by every thread, :mod:`lkstream.client.remote_sync`); the
-async methods and a blocking fetch use ``grpc.aio`` streams kept on the client's own
-event-loop thread. ``close()`` ends both and their threads.
+produce runs in the caller's thread, on the lane's sockets (at most four, one per
+call at a time) or on the synchronous gRPC channel (its ``ProduceStream`` shared by
+every thread, :mod:`lkstream.client.remote_sync`); the async produce runs on the
+caller's event loop (one lane connection per loop); the other async methods and a
+blocking fetch use ``grpc.aio`` streams kept on the client's own event-loop thread.
+``close()`` ends them all and their threads.
 
 Split by role: this module is produce, fetch, admin and the connection's life;
 :mod:`lkstream.client.remote_calls` the call plumbing (retries, errors),
@@ -69,6 +80,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from lkstream.broker.partitioner import StickyPartitioner
+from lkstream.client.produce_lane import AsyncLane, BlockingLane, LaneState
 from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
 from lkstream.client.remote_produce import RemoteProduce
@@ -105,6 +117,7 @@ DEFAULT_BATCH_BYTES = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: The first backoff of a call failing with UNAVAILABLE (doubling, capped at ``retry_backoff_max_ms``).
 DEFAULT_RETRY_BACKOFF_MS = 100
+_CLIENT_NAME = "lkstream-python"
 # gRPC's own reconnect backoff (default 1 s growing to 120 s) would outlast our retries after a restart.
 _RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -139,7 +152,10 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         protocol_version: int = PROTOCOL_VERSION,
         token: str | None = None,
         tls: bool | str | ClientTls | None = None,
+        produce_transport: str = "auto",
     ) -> None:
+        if produce_transport not in ("auto", "grpc"):
+            raise InvalidArgumentError(f"produce_transport is 'auto' or 'grpc', not {produce_transport!r}")
         if (retries is not None and retries < 0) or retry_backoff_ms < 0 or retry_backoff_max_ms < 0:
             raise InvalidArgumentError("retries, retry_backoff_ms and retry_backoff_max_ms must be non-negative")
         if retry_timeout_s is not None and retry_timeout_s < 0:
@@ -190,6 +206,10 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._sync_streams = SyncStreams(self._open_sync_stream, f"lkstream-client-{address}")
         self._closed = False
         self.max_message_bytes: int | None = None
+        # The produce lane (lkstream.client.produce_lane): only where gRPC would carry neither a token
+        # nor TLS, since the listener offered is an open one.
+        self._lane_wanted = produce_transport == "auto" and token is None and self._tls is None
+        self._lane_state, self._lane = self._lanes()
         try:
             self.server_protocol_version = self._handshake(protocol_version, self.connect_timeout)
         except BaseException:
@@ -200,15 +220,54 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         return getattr(self._stub, rpc)(requests, metadata=self._metadata)
 
     def _handshake(self, version: int, timeout: float) -> int:
-        request = pb.HandshakeRequest(client_protocol_version=version, client_name="lkstream-python")
+        request = pb.HandshakeRequest(client_protocol_version=version, client_name=_CLIENT_NAME)
         response: pb.HandshakeResponse = self._call(
             self._stub.Handshake, request, timeout=timeout, retry=Retry.SAFE, deadline=time.monotonic() + timeout
         )
         self.max_message_bytes = int(response.max_message_bytes) or None
         # An older daemon names no streams: its unary twins are used instead.
         self._unstreamed = set(STREAM_RPCS) - set(response.streams)
+        self._learn_lane(response)
         self._reached = True
         return int(response.server_protocol_version)
+
+    @property
+    def produce_lane(self) -> str | None:
+        """``host:port`` of the daemon's Kafka listener that ``produce_many`` calls go to, or None (gRPC).
+
+        Learned at connect (and again after a lost lane connection); see ``produce_transport``.
+        """
+        return self._lane_state.address or None
+
+    def _lanes(self) -> tuple[LaneState, BlockingLane]:
+        state = LaneState("")
+        self._async_lanes: dict[asyncio.AbstractEventLoop, AsyncLane] = {}
+        return state, BlockingLane(state, connect_timeout=self.connect_timeout, timeout=self.timeout)
+
+    def _learn_lane(self, response: pb.HandshakeResponse) -> None:
+        address = response.kafka_produce_address if self._lane_wanted else ""
+        self._lane_state.confirmed(address, int(response.max_batch_bytes) or self._lane_state.request_bytes)
+
+    def _confirm_lane(self) -> None:
+        """Ask the daemon again where its Kafka listener is (after a lane connection was lost)."""
+        request = pb.HandshakeRequest(client_protocol_version=self.server_protocol_version, client_name=_CLIENT_NAME)
+        self._learn_lane(self._call(self._stub.Handshake, request, retry=Retry.SAFE))
+
+    async def _aconfirm_lane(self) -> None:
+        request = pb.HandshakeRequest(client_protocol_version=self.server_protocol_version, client_name=_CLIENT_NAME)
+        self._learn_lane(await self._acall("Handshake", request, retry=Retry.SAFE))
+
+    def _async_lane(self) -> AsyncLane:
+        loop = asyncio.get_running_loop()
+        lane = self._async_lanes.get(loop)
+        if lane is None:
+            # Each asyncio.run() is a new loop: close and forget the lanes of closed ones.
+            for old in [old for old in self._async_lanes if old.is_closed()]:
+                self._async_lanes.pop(old).close_now()
+            lane = self._async_lanes[loop] = AsyncLane(
+                self._lane_state, connect_timeout=self.connect_timeout, timeout=self.timeout
+            )
+        return lane
 
     # -- fetch -----------------------------------------------------------------------------------
 
@@ -350,6 +409,13 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._closed = True
         self._sync_streams.close()
         self._close_streams()
+        self._lane.close()
+        for loop, lane in list(self._async_lanes.items()):
+            if loop.is_closed():
+                lane.close_now()
+            else:
+                loop.call_soon_threadsafe(lane.close)  # a transport is closed on its own loop
+        self._async_lanes.clear()
         self._channel.close()
         for loop, (channel, _) in list(self._aio.items()):
             if not loop.is_closed():

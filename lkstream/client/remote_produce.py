@@ -31,18 +31,25 @@ from typing import Any
 
 from lkstream.broker.encoder import encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
+from lkstream.client.produce_lane import AsyncLane, BlockingLane, LaneState, LaneUnavailable
 from lkstream.client.remote_sync import SentRequest, SyncStreamedCalls
 from lkstream.client.remote_wire import produce_request
 from lkstream.client.retry import Retry
-from lkstream.errors import RecordTooLargeError
+from lkstream.errors import LkstreamError, RecordTooLargeError
 from lkstream.format.codec import Compression, Headers, KeyValue, encode_batch
 from lkstream.format.encode import offsets
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
 from lkstream.wire._proto import messaging_pb2 as pb
+from lkstream.wire.kafka_produce import PartitionAnswer
 
 _first = itemgetter(0)
 Results = list[tuple[int, int]]
 Batches = Sequence[tuple[int | None, bytes | bytearray]]
+LaneBatches = list[tuple[int, bytearray]]
+#: A batch's answer, from gRPC or from the produce lane: what results are built from.
+Answer = pb.ProduceResponse | PartitionAnswer
+#: The Kafka listener's answer for a partition that does not exist (Kafka's UNKNOWN_TOPIC_OR_PARTITION).
+_UNKNOWN_PARTITION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +57,7 @@ class _Plan:
     """A call's batches, ``(partition or None for "the daemon picks", batch)``, and how answers become results."""
 
     batches: list[tuple[int | None, bytearray]]
-    results: Callable[[list[pb.ProduceResponse]], Results]
+    results: Callable[[Sequence[Answer]], Results]
 
 
 class RemoteProduce(SyncStreamedCalls):
@@ -61,6 +68,18 @@ class RemoteProduce(SyncStreamedCalls):
     max_message_bytes: int | None
     _partitions: dict[str, int]
     _sticky: StickyPartitioner
+    _lane_state: LaneState
+    _lane: BlockingLane
+    _async_lanes: dict[Any, AsyncLane]
+
+    def _confirm_lane(self) -> None:
+        raise NotImplementedError  # RemoteBroker's
+
+    async def _aconfirm_lane(self) -> None:
+        raise NotImplementedError  # RemoteBroker's
+
+    def _async_lane(self) -> AsyncLane:
+        raise NotImplementedError  # RemoteBroker's
 
     async def _adescribe_count(self, topic: str) -> int:
         raise NotImplementedError  # RemoteBroker's
@@ -80,6 +99,20 @@ class RemoteProduce(SyncStreamedCalls):
         plan = self._plan(topic, records, partition, compression)
         if plan is None:
             plan = self._counted_plan(topic, records, partition, compression, await self._adescribe_count(topic))
+        if self._lane_state.address:
+            if self._lane_state.stale:
+                await self._aconfirm_lane()
+            count = self._partitions.get(topic)
+            if count is None and self._lane_state.usable():
+                count = await self._adescribe_count(topic)
+            batches = self._lane_batches(plan, count)
+            if batches is not None:
+                try:
+                    answers = await self._async_lane().produce(topic, batches)
+                except LaneUnavailable:
+                    pass  # sent through gRPC below
+                else:
+                    return plan.results(await self._settle(topic, plan, batches, answers))
         return plan.results(await self._send_batches(topic, plan.batches))
 
     def produce_many_sync(
@@ -94,6 +127,20 @@ class RemoteProduce(SyncStreamedCalls):
         plan = self._plan(topic, records, partition, compression)
         if plan is None:
             plan = self._counted_plan(topic, records, partition, compression, self._describe_count(topic))
+        if self._lane_state.address:
+            if self._lane_state.stale:
+                self._confirm_lane()
+            count = self._partitions.get(topic)
+            if count is None and self._lane_state.usable():
+                count = self._describe_count(topic)
+            batches = self._lane_batches(plan, count)
+            if batches is not None:
+                try:
+                    answers = self._lane.produce(topic, batches)
+                except LaneUnavailable:
+                    pass  # sent through gRPC below
+                else:
+                    return plan.results(self._settle_sync(topic, plan, batches, answers))
         return plan.results(self._send_batches_sync(topic, plan.batches))
 
     async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
@@ -130,6 +177,63 @@ class RemoteProduce(SyncStreamedCalls):
         if _independent(batches):
             return self._streamed_sync("ProduceStream", requests, Retry.RESEND)
         return [self._streamed_sync("ProduceStream", [r], Retry.RESEND)[0] for r in requests]
+
+    # -- the produce lane (lkstream.client.produce_lane) -----------------------------------------
+
+    def _lane_batches(self, plan: _Plan, count: int | None) -> LaneBatches | None:
+        """The plan's batches with every partition chosen, or None when the call goes through gRPC.
+
+        The lane carries one batch per partition (one Kafka request, one answer each) to
+        partitions the client knows exist; a batch the daemon would place goes to the client's
+        sticky partition, as the keyless records of a keyed call already do.
+        """
+        if count is None or not plan.batches or not self._lane_state.usable():
+            return None
+        batches = [(self._sticky.next(count) if pid is None else pid, batch) for pid, batch in plan.batches]
+        targets = {pid for pid, _ in batches}
+        if len(targets) != len(batches) or not all(0 <= pid < count for pid in targets):
+            return None
+        return batches
+
+    def _refused(self, topic: str, batches: LaneBatches, answers: dict[int, PartitionAnswer]) -> list[int]:
+        """Indexes of the batches the listener refused: they go again through gRPC.
+
+        A refused batch was not appended (the one exception, an fsync failing in ``sync`` mode,
+        makes the resend at-least-once, as a gRPC resend is), and gRPC's answer is the client's
+        contract: the error's class and fields (``limit``, ``size``...), or its retries of an
+        overloaded or stopping daemon. A partition the client thought existed and does not (a
+        topic deleted or re-created smaller) drops the cached partition count as well.
+        """
+        missing = [pid for pid, _ in batches if pid not in answers]
+        if missing:  # a daemon bug: what was appended is unknown, so nothing is sent again
+            raise LkstreamError(f"the daemon's Kafka listener answered no result for {topic} partitions {missing}")
+        again = []
+        for index, (pid, _) in enumerate(batches):
+            code = answers[pid].error_code
+            if code == _UNKNOWN_PARTITION:
+                self._partitions.pop(topic, None)
+            if code:
+                again.append(index)
+        return again
+
+    async def _settle(
+        self, topic: str, plan: _Plan, batches: LaneBatches, answers: dict[int, PartitionAnswer]
+    ) -> list[Answer]:
+        """Each batch's answer: the lane's, or for a refused one, gRPC's to the plan's batch (partition as planned)."""
+        again = self._refused(topic, batches, answers)
+        settled: list[Answer] = [answers[pid] for pid, _ in batches]
+        for index in again:
+            (settled[index],) = await self._send_batches(topic, [plan.batches[index]])
+        return settled
+
+    def _settle_sync(
+        self, topic: str, plan: _Plan, batches: LaneBatches, answers: dict[int, PartitionAnswer]
+    ) -> list[Answer]:
+        again = self._refused(topic, batches, answers)
+        settled: list[Answer] = [answers[pid] for pid, _ in batches]
+        for index in again:
+            (settled[index],) = self._send_batches_sync(topic, [plan.batches[index]])
+        return settled
 
     def _counted_plan(
         self,
@@ -230,7 +334,7 @@ class RemoteProduce(SyncStreamedCalls):
                 batches.append((pid, batch))
                 placed.append(chunk)
 
-        def results(answers: list[pb.ProduceResponse]) -> Results:
+        def results(answers: Sequence[Answer]) -> Results:
             out: Results = [(0, 0)] * len(pairs)
             for indices, answer in zip(placed, answers, strict=True):
                 pid, base = int(answer.partition), int(answer.base_offset)
@@ -268,7 +372,7 @@ def _independent(batches: Batches) -> bool:
     return len(targets) <= 1 or (None not in targets and len(set(targets)) == len(targets))
 
 
-def _consecutive(answer: pb.ProduceResponse, count: int) -> Results:
+def _consecutive(answer: Answer, count: int) -> Results:
     # The C encoder's pairs, as the embedded broker's: untracked by the GC, so the young collections
     # their allocation still sets off (every ~700 objects) do not walk a call's 1,000 results.
     return offsets(int(answer.partition), int(answer.base_offset), count)

@@ -37,6 +37,7 @@ import collections
 import contextlib
 import logging
 import struct
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
@@ -151,6 +152,8 @@ class Connection:
         """Run the request: its answer when known at once (a Produce outside ``sync`` mode), else its task."""
         creates_topics = False
         if produce and is_supported(header.api_key, header.api_version, self._state.versions):
+            started = time.perf_counter()
+            observe = self._state.settings.observe_produce
             try:
                 outcome = produce_start(self.ctx, header, frame)
             except FrameError:
@@ -161,8 +164,12 @@ class Connection:
             if isinstance(outcome, AfterTopicCreation):
                 creates_topics, outcome = True, outcome.answer
             if not isinstance(outcome, Awaitable):
+                if observe is not None:
+                    observe(time.perf_counter() - started)
                 return _Ready(outcome)
             task = asyncio.ensure_future(_guarded(self.ctx, header, frame, outcome))
+            if observe is not None:
+                task.add_done_callback(lambda _: observe(time.perf_counter() - started))
         else:
             task = asyncio.ensure_future(dispatch(self.ctx, header, frame))
         self._unfinished.add(task)

@@ -57,6 +57,8 @@ class ListenerSettings:
     ssl_context: ssl.SSLContext | None = None
     #: A number that moves when the authorizer's answers may change (cached Metadata answers depend on it).
     acl_version: Callable[[], int] = lambda: 0
+    #: Told each Produce's seconds from its frame read to its answer made (the daemon's lk_produce_latency_seconds).
+    observe_produce: Callable[[float], None] | None = None
 
 
 @dataclass

@@ -146,6 +146,7 @@ class Daemon:
             sasl=self.access.sasl(mechanisms) if self.access.enabled else None,
             ssl_context=None if self.certificates is None else self.certificates.ssl_context(),
             acl_version=self.access.acl_version,
+            observe_produce=self.metrics.observe_produce,
         )
 
     @property
@@ -180,9 +181,7 @@ class Daemon:
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
-        await self.server.start()
-        self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
-        keep_heap_for_requests()
+        # The Kafka listener before gRPC: a client's first Handshake must find its address (the produce lane).
         if self.kafka is not None:
             try:
                 await self.kafka.start()
@@ -190,6 +189,13 @@ class Daemon:
                 where = f"{self.settings.kafka_host}:{self.settings.kafka_port}"
                 message = f"cannot listen on {where} for Kafka: {exc.strerror or exc}"
                 raise InvalidArgumentError(message) from None
+            if self.kafka.settings.sasl is None and self.kafka.settings.ssl_context is None:
+                # Only an open listener: a client with a token or TLS keeps its produce on gRPC, whose
+                # channel carries them (SASL OAUTHBEARER for tokens is not offered yet).
+                self.service.kafka_produce_address = self.kafka.bootstrap
+        await self.server.start()
+        self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
+        keep_heap_for_requests()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if self.certificates is not None:

@@ -20,6 +20,7 @@ from lkstream.errors import InvalidArgumentError, UnknownTopicError
 from lkstream.format.codec import encode_batch
 from lkstream.wire._proto import messaging_pb2 as pb
 from tests.integration.conftest import DaemonProcess, RestartDaemon
+from tests.integration.raw_sockets import established_connections
 
 pytestmark = pytest.mark.timeout(180)
 DEADLINE_S = 60.0
@@ -54,9 +55,10 @@ def test_blocking_produce_runs_in_the_callers_thread_not_on_the_clients_loop_thr
         assert rb.fetch("b.thread", 0, 0).high_watermark >= 1
 
 
-def test_close_leaves_no_thread_of_the_client_behind(daemon: DaemonProcess) -> None:
+@pytest.mark.parametrize("transport", ["grpc", "auto"])
+def test_close_leaves_no_thread_of_the_client_behind(daemon: DaemonProcess, transport: str) -> None:
     before = set(threading.enumerate())
-    rb = lkstream.connect(daemon.address)
+    rb = lkstream.connect(daemon.address, produce_transport=transport)
     rb.create_topic("b.close", 2)
 
     def produce(worker: int) -> None:
@@ -68,9 +70,13 @@ def test_close_leaves_no_thread_of_the_client_behind(daemon: DaemonProcess) -> N
         worker.start()
     for worker in workers:
         worker.join(DEADLINE_S)
-    assert len(set(threading.enumerate()) - before) >= 2  # gRPC's sending threads, the watchdog
+    if transport == "grpc":
+        assert len(set(threading.enumerate()) - before) >= 2  # gRPC's sending threads, the watchdog
+    else:  # the produce lane: the callers' own threads on plain sockets
+        assert established_connections(daemon.kafka_address) >= 1
     rb.close()
     _wait_for("the client's threads to end", lambda: set(threading.enumerate()) <= before, 20)
+    _wait_for("the lane's connections to close", lambda: established_connections(daemon.kafka_address) == 0, 20)
     with pytest.raises(InvalidArgumentError, match="closed"):
         rb.produce_many_sync("b.close", [(None, b"late")])
     with pytest.raises(InvalidArgumentError, match="closed"):

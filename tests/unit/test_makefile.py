@@ -53,7 +53,10 @@ def test_installed_stamps_mean_no_reinstall_and_make_run_just_runs_the_daemon(tm
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").touch()
-    later = (REPO / "pyproject.toml").stat().st_mtime + 10
+    # Later than every build input (the Makefile's BUILD_INPUTS): a working tree's C sources may be newer than
+    # pyproject.toml (in a fresh clone they are all the clone's time).
+    inputs = [REPO / "pyproject.toml", *REPO.glob("lkstream/format/*.[ch]"), *REPO.glob("lkstream/storage/*.c")]
+    later = max(path.stat().st_mtime for path in inputs) + 10
     for stamp in (".installed-run", ".installed-spark", ".installed"):
         (venv / stamp).touch()
         os.utime(venv / stamp, (later, later))

@@ -1,0 +1,375 @@
+"""The produce lane: a call's batches sent to the daemon's Kafka listener as one Produce request.
+
+A gRPC call crosses several threads on each side (gRPC core's reading threads, the
+``grpc.aio`` poller, the event loop), and on two cores those hand-offs, not the
+append, are most of a small call's time (docs/benchmarks.md, "The produce lane").
+The daemon's Kafka listener reads a request on its event loop straight from the
+socket, so when the daemon offers it (Handshake's ``kafka_produce_address``: a
+listener with neither TLS nor SASL) the remote client sends ``produce_many``'s
+batches there: the blocking methods from the caller's thread on a plain socket
+(:class:`BlockingLane`), the async ones on the caller's event loop
+(:class:`AsyncLane`, one connection per loop). Everything else stays on gRPC.
+
+The lane never decides what a failure means. A connection that cannot be made, is
+lost, times out or answers something unreadable raises :class:`LaneUnavailable`,
+and the caller sends the call again through gRPC, whose retries and errors are the
+client's contract (a batch whose answer was lost may be appended twice: the same
+at-least-once as a gRPC resend). A listener that stays unreachable is not tried
+again for :data:`RETRY_LANE_AFTER_S`. The daemon's own refusals (a record too
+large, a missing topic) come back as the :class:`~lkstream.errors.LkstreamError`
+the gRPC answer would have raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from lkstream.wire.kafka_produce import (
+    AnswerError,
+    PartitionAnswer,
+    answer_size,
+    correlation_of,
+    parse_answer,
+    produce_request,
+)
+
+#: After the listener could not be reached, calls go through gRPC for this long before it is tried again.
+RETRY_LANE_AFTER_S: Final = 1.0
+#: Connections the blocking lane opens for the caller threads at most (kept open between calls).
+CONNECTIONS: Final = 4
+#: Bytes written and not yet taken by the kernel past which an async call waits before writing.
+WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
+
+Answers = dict[int, PartitionAnswer]
+Batches = Sequence[tuple[int, bytes | bytearray]]
+
+
+class LaneUnavailable(Exception):
+    """The lane could not carry the call (not sent, or its answer lost): send it through gRPC."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class LaneState:
+    """Where a client's lanes connect, and whether they may now; shared by its lanes.
+
+    ``stale`` is set when a connection is lost: before the next connection the client asks the
+    daemon again (Handshake) where its listener is, so that a restarted daemon's listener on
+    another port, or a port now held by something else, is never written to.
+    """
+
+    def __init__(self, address: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.address = address
+        #: Batch bytes one request may carry (the daemon's ``max_batch_bytes``; its frame limit adds headroom).
+        self.request_bytes = 1024 * 1024
+        self.stale = False
+        self._clock = clock
+        self._until = 0.0
+
+    def usable(self) -> bool:
+        return bool(self.address) and not self.stale and self._clock() >= self._until
+
+    def unreachable(self) -> None:
+        self._until = self._clock() + RETRY_LANE_AFTER_S
+        self.stale = True
+
+    def lost(self) -> None:
+        self.stale = True
+
+    def confirmed(self, address: str, request_bytes: int) -> None:
+        self.address, self.request_bytes, self.stale = address, request_bytes, False
+
+
+def requests_of(batches: Batches, limit: int) -> list[Batches]:
+    """``batches`` cut into requests of at most ``limit`` batch bytes (a larger batch alone)."""
+    requests: list[Batches] = []
+    current: list[tuple[int, bytes | bytearray]] = []
+    size = 0
+    for item in batches:
+        if current and size + len(item[1]) > limit:
+            requests.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += len(item[1])
+    if current:
+        requests.append(current)
+    return requests
+
+
+class BlockingLane:
+    """Produce from any thread on plain sockets: a call takes an idle connection, or opens one (at most
+    :data:`CONNECTIONS`; a call that finds them all busy goes through gRPC)."""
+
+    def __init__(self, state: LaneState, *, connect_timeout: float, timeout: float) -> None:
+        self.state = state
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+        self._idle: list[socket.socket] = []
+        self._open = 0
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def produce(self, topic: str, batches: Batches) -> Answers:
+        """Send ``batches`` of ``topic`` (one request, or several past the request size); the answers by
+        partition. Raises :class:`LaneUnavailable`."""
+        sock = self._take()
+        answers: Answers = {}
+        try:
+            for request in requests_of(batches, self.state.request_bytes):
+                correlation = next(self._ids)
+                _send_all(sock, produce_request(correlation, topic, request, int(self.timeout * 1000)))
+                frame = _read_frame(sock)
+                if correlation_of(frame) != correlation:
+                    raise AnswerError("an answer to another request")
+                answers.update(parse_answer(frame, topic))
+        except (OSError, AnswerError) as exc:
+            self._discard(sock)
+            self.state.lost()
+            raise LaneUnavailable(f"Kafka listener at {self.state.address}: {exc}") from exc
+        except BaseException:
+            self._discard(sock)  # interrupted mid-exchange: the connection's state is unknown
+            raise
+        self._give_back(sock)
+        return answers
+
+    def _take(self) -> socket.socket:
+        with self._lock:
+            if self._closed:
+                raise LaneUnavailable("the client is closed")
+            if self._pid != os.getpid():  # a forked child: its parent's connections are not its own
+                self._idle, self._open, self._pid = [], 0, os.getpid()
+            if self._idle:
+                return self._idle.pop()
+            if self._open >= CONNECTIONS:
+                raise LaneUnavailable("every produce lane connection is busy")
+            if not self.state.usable():
+                raise LaneUnavailable("the Kafka listener is not known to be reachable now")
+            self._open += 1
+            address = self.state.address
+        try:
+            sock = socket.create_connection(split_address(address), timeout=self.connect_timeout)
+        except OSError as exc:
+            with self._lock:
+                self._open -= 1
+            self.state.unreachable()
+            raise LaneUnavailable(f"cannot connect to the Kafka listener at {address}: {exc}") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.timeout)
+        return sock
+
+    def _give_back(self, sock: socket.socket) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(sock)
+                return
+        self._discard(sock)
+
+    def _discard(self, sock: socket.socket) -> None:
+        sock.close()
+        with self._lock:
+            self._open -= 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for sock in idle:
+            self._discard(sock)
+
+
+def _send_all(sock: socket.socket, chunks: list[bytes | bytearray]) -> None:
+    views = [memoryview(chunk) for chunk in chunks]
+    while views:
+        sent = sock.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytearray:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionResetError("the Kafka listener closed the connection")
+        got += n
+    return buf
+
+
+def _read_frame(sock: socket.socket) -> bytearray:
+    return _read_exactly(sock, answer_size(_read_exactly(sock, 4)))
+
+
+class _LaneProtocol(asyncio.Protocol):
+    """One connection of an :class:`AsyncLane`: answers matched to requests by correlation id."""
+
+    def __init__(self, state: LaneState) -> None:
+        self.state = state
+        self.transport: asyncio.Transport | None = None
+        self.waiting: dict[int, asyncio.Future[bytearray]] = {}
+        self.lost: BaseException | None = None
+        self._buffer = bytearray()
+        self._writable: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        try:
+            while len(self._buffer) >= 4:
+                size = answer_size(self._buffer)
+                if len(self._buffer) < 4 + size:
+                    return
+                frame = self._buffer[4 : 4 + size]
+                del self._buffer[: 4 + size]
+                answer = self.waiting.pop(correlation_of(frame), None)
+                if answer is None:
+                    raise AnswerError("an answer to no request")
+                if not answer.done():
+                    answer.set_result(frame)
+        except AnswerError as exc:
+            self._fail(exc)
+            assert self.transport is not None
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionResetError("the Kafka listener closed the connection"))
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    async def writable(self) -> None:
+        while self._writable is not None:
+            await asyncio.shield(self._writable)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.lost = self.lost or exc
+        self.state.lost()
+        waiting, self.waiting = self.waiting, {}
+        for answer in waiting.values():
+            if not answer.done():
+                answer.set_exception(LaneUnavailable(f"connection to the Kafka listener lost: {exc}"))
+        self.resume_writing()
+
+
+class AsyncLane:
+    """Produce from one event loop on one connection; requests are pipelined, answers matched by id."""
+
+    def __init__(self, state: LaneState, *, connect_timeout: float, timeout: float) -> None:
+        self.state = state
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+        self._connection: _LaneProtocol | None = None
+        self._socket: socket.socket | None = None
+        self._connecting: asyncio.Future[_LaneProtocol] | None = None
+
+    async def produce(self, topic: str, batches: Batches) -> Answers:
+        """Send ``batches`` of ``topic`` (one request, or several past the request size, all written
+        before the first answer is awaited); the answers by partition. Raises :class:`LaneUnavailable`."""
+        connection = await self._connected()
+        await connection.writable()
+        if connection.lost is not None or connection.transport is None:
+            raise LaneUnavailable(f"connection to the Kafka listener lost: {connection.lost}")
+        loop = asyncio.get_running_loop()
+        sent: list[asyncio.Future[bytearray]] = []
+        for request in requests_of(batches, self.state.request_bytes):
+            correlation = next(self._ids)
+            connection.waiting[correlation] = answer = loop.create_future()
+            connection.transport.writelines(produce_request(correlation, topic, request, int(self.timeout * 1000)))
+            sent.append(answer)
+        answers: Answers = {}
+        try:
+            async with asyncio.timeout(self.timeout):
+                for answer in sent:
+                    answers.update(parse_answer(await answer, topic))
+        except TimeoutError:
+            self._drop(connection)
+            raise LaneUnavailable(f"no answer from the Kafka listener in {self.timeout} s") from None
+        except AnswerError as exc:
+            self._drop(connection)
+            raise LaneUnavailable(str(exc)) from exc
+        return answers
+
+    async def _connected(self) -> _LaneProtocol:
+        connection = self._connection
+        if connection is not None and connection.lost is None:
+            return connection
+        if self._connecting is None:
+            if not self.state.usable():
+                raise LaneUnavailable("the Kafka listener is not known to be reachable now")
+            self._connecting = asyncio.ensure_future(self._connect())
+        try:
+            return await asyncio.shield(self._connecting)
+        finally:
+            if self._connecting is not None and self._connecting.done():
+                self._connecting = None
+
+    async def _connect(self) -> _LaneProtocol:
+        address = self.state.address
+        host, port = split_address(address)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                family, kind, proto, _, target = (await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
+                # The socket is ours, not only the transport's: a lane whose loop was closed (each
+                # asyncio.run() ends its own) can still close it (close_now).
+                sock = socket.socket(family, kind, proto)
+                try:
+                    sock.setblocking(False)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    await loop.sock_connect(sock, target)
+                    _, connection = await loop.create_connection(lambda: _LaneProtocol(self.state), sock=sock)
+                except BaseException:
+                    sock.close()
+                    raise
+        except (OSError, TimeoutError) as exc:
+            self.state.unreachable()
+            raise LaneUnavailable(f"cannot connect to the Kafka listener at {address}: {exc}") from exc
+        self._connection, self._socket = connection, sock
+        return connection
+
+    def _drop(self, connection: _LaneProtocol) -> None:
+        self.state.lost()
+        if self._connection is connection:
+            self._connection = None
+        if connection.transport is not None:
+            connection.transport.abort()
+
+    def close(self) -> None:
+        """Close the connection, on the lane's loop (from another thread: ``loop.call_soon_threadsafe``)."""
+        connection, self._connection = self._connection, None
+        if connection is not None and connection.transport is not None:
+            connection.transport.abort()
+
+    def close_now(self) -> None:
+        """Close the socket of a lane whose loop is closed (its transport can no longer close it)."""
+        self._connection = None
+        if self._socket is not None:
+            self._socket.close()

@@ -1,0 +1,169 @@
+"""The produce lane against a real daemon: produce_many through its Kafka listener, gRPC for the rest.
+
+Which path a call took is read from the outside: the client's TCP connections to the
+listener's port (/proc/net/tcp), and the records read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import lkstream
+from lkstream.errors import InvalidArgumentError, RecordTooLargeError
+from tests.integration.conftest import DaemonFactory, DaemonProcess, RestartDaemon
+from tests.integration.raw_sockets import established_connections
+
+DEADLINE_S = 60.0
+
+
+def values(broker: lkstream.RemoteBroker, topic: str) -> dict[int, list[bytes]]:
+    out: dict[int, list[bytes]] = {}
+    for pid in range(broker.partitions_for(topic)):
+        out[pid] = [r.value for r in broker.read_from(topic, pid, 0, max_bytes=64 * 1024 * 1024)]
+    return out
+
+
+def produce_latency_count(daemon: DaemonProcess) -> float:
+    with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return float(re.findall(r"^lk_produce_latency_seconds_count (\S+)$", text, re.MULTILINE)[0])
+
+
+def test_produce_many_goes_to_the_kafka_listener_and_reads_back(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        assert broker.produce_lane == daemon.kafka_address
+        broker.create_topic("lane.t", 3)
+        before = produce_latency_count(daemon)
+        keyless = broker.produce_many_sync("lane.t", [(None, f"a{i}".encode()) for i in range(50)])
+        assert established_connections(daemon.kafka_address) >= 1
+        keyed = broker.produce_many_sync("lane.t", [(f"k{i % 7}", f"b{i}".encode()) for i in range(70)])
+        explicit = broker.produce_many_sync("lane.t", [(b"x", b"c")], partition=2)
+
+        async def produce_async() -> list[tuple[int, int]]:
+            return await broker.produce_many("lane.t", [(f"k{i % 7}", f"d{i}".encode()) for i in range(70)])
+
+        keyed_async = asyncio.run(produce_async())
+        # Four calls, each one Kafka Produce: the daemon's produce latency counts the listener's too.
+        assert produce_latency_count(daemon) == before + 4
+        stored = values(broker, "lane.t")
+        for results, prefix in ((keyless, "a"), (keyed, "b"), (explicit, "c"), (keyed_async, "d")):
+            got = [stored[pid][offset] for pid, offset in results]
+            assert got == ([b"c"] if prefix == "c" else [f"{prefix}{i}".encode() for i in range(len(results))])
+        assert len({pid for pid, _ in keyless}) == 1  # one sticky partition per keyless call
+        assert explicit[0][0] == 2
+    # The same keys land on the same partitions as through gRPC (one partitioner, client-side).
+    with lkstream.connect(daemon.address, produce_transport="grpc") as broker:
+        assert broker.produce_lane is None
+        through_grpc = broker.produce_many_sync("lane.t", [(f"k{i % 7}", b"e") for i in range(70)])
+        assert [pid for pid, _ in through_grpc] == [pid for pid, _ in keyed]
+
+
+def test_a_refused_batch_raises_what_grpc_raises(start_daemon: DaemonFactory) -> None:
+    # 1,000 records of 200 B make a 210 KB batch: within the client's limits (each record is below
+    # max_message_bytes), above the daemon's max_batch_bytes. The listener refuses it, and the client
+    # sends it again through gRPC, whose error carries its class and fields.
+    daemon = start_daemon(max_batch_bytes=64 * 1024, max_message_bytes=64 * 1024)
+    records = [(None, b"x" * 200)] * 1000
+    raised = []
+    for transport in ("auto", "grpc"):
+        with lkstream.connect(daemon.address, produce_transport=transport) as broker:
+            assert (broker.produce_lane is not None) == (transport == "auto")
+            with pytest.raises(RecordTooLargeError) as refused:
+                broker.produce_many_sync("lane.big", records)
+            raised.append((str(refused.value), refused.value.size, refused.value.limit))
+            assert broker.produce_many_sync("lane.big", records[:100])[-1][1] >= 99  # smaller calls go on
+    assert raised[0] == raised[1]
+    assert raised[0][2] == 64 * 1024
+
+
+def test_a_topic_recreated_smaller_is_written_through_grpc_and_the_count_learned_again(
+    daemon: DaemonProcess,
+) -> None:
+    with lkstream.connect(daemon.address) as writer, lkstream.connect(daemon.address) as admin:
+        admin.create_topic("lane.shrink", 4)
+        writer.produce_many_sync("lane.shrink", [(None, b"first")], partition=3)
+        admin.delete_topic("lane.shrink")
+        admin.create_topic("lane.shrink", 1)
+        # The writer still believes in 4 partitions: partition 3 is refused by the listener, and the call
+        # goes through gRPC as a gRPC call would (an error naming the partition).
+        with pytest.raises(InvalidArgumentError):
+            writer.produce_many_sync("lane.shrink", [(None, b"lost?")], partition=3)
+        for _ in range(20):  # keyless calls now pick among the one partition left
+            assert writer.produce_many_sync("lane.shrink", [(None, b"ok")])[0][0] == 0
+        assert values(admin, "lane.shrink") == {0: [b"ok"] * 20}
+
+
+def test_without_a_kafka_listener_or_with_grpc_asked_for_produce_stays_on_grpc(start_daemon: DaemonFactory) -> None:
+    daemon = start_daemon(kafka_port=-1)
+    with lkstream.connect(daemon.address) as broker:
+        assert broker.produce_lane is None
+        assert broker.produce_many_sync("lane.off", [(None, b"v")]) == [(0, 0)]
+    with pytest.raises(InvalidArgumentError, match="produce_transport"):
+        lkstream.connect(daemon.address, produce_transport="kafka")
+
+
+def test_each_event_loop_has_its_connection_and_closed_loops_are_forgotten(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        for run in range(5):
+            results = asyncio.run(broker.produce_many("lane.loops", [(None, f"{run}".encode())]))
+            assert results == [(0, run)]
+        assert len(broker._async_lanes) == 1  # the four closed loops' lanes were dropped
+    deadline = time.monotonic() + 10
+    while established_connections(daemon.kafka_address) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert established_connections(daemon.kafka_address) == 0, "close() leaves no lane connection open"
+
+
+def test_nothing_acknowledged_is_lost_when_the_daemon_is_killed_and_restarted_on_another_kafka_port(
+    daemon: DaemonProcess, restart_daemon: RestartDaemon
+) -> None:
+    acknowledged: list[bytes] = []
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    broker = lkstream.connect(daemon.address, retry_timeout_s=DEADLINE_S)
+    first_lane = broker.produce_lane
+    assert first_lane == daemon.kafka_address
+
+    def produce() -> None:
+        n = 0
+        try:
+            while not stop.is_set():
+                batch = [(None, f"v{n + i}".encode()) for i in range(100)]
+                broker.produce_many_sync("lane.kill", batch)
+                acknowledged.extend(value for _, value in batch)
+                n += 100
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(acknowledged) < 5_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert daemon.process is not None
+        os.kill(daemon.process.pid, signal.SIGKILL)
+        daemon.process.wait()
+        before_kill = len(acknowledged)
+        restarted = restart_daemon(daemon)
+        assert restarted.kafka_address != first_lane
+        while len(acknowledged) < before_kill + 5_000 and time.monotonic() < deadline and not failures:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(DEADLINE_S)
+    assert not failures, failures
+    assert broker.produce_lane == restarted.kafka_address  # asked again after the lost connection
+    assert established_connections(restarted.kafka_address) >= 1
+    stored = set(values(broker, "lane.kill")[0])
+    missing = [v for v in acknowledged if v not in stored]
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
+    broker.close()
