@@ -45,18 +45,18 @@ needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
 (from ``connect`` already), a missing permission
 :class:`~lkstream.errors.AuthorizationError` naming it.
 
-The produce lane (:mod:`lkstream.client.produce_lane`): when the daemon's Kafka
+The Kafka lane (:mod:`lkstream.client.kafka_lane`): when the daemon's Kafka
 listener needs neither TLS nor SASL and this client sends neither (``tls=`` and
 ``token=`` unset), ``produce_many`` and ``produce_many_sync`` send their batches to
-that listener as Kafka Produce requests, with fewer thread hand-offs per call than
-gRPC (docs/adr/0005-produce-lane.md). Anything the lane cannot carry (a listener gone, a batch
-refused) goes through gRPC, whose errors and retries stay the contract.
-``produce_transport="grpc"`` turns the lane off; :attr:`RemoteBroker.produce_lane`
-says where produce calls go.
+that listener as Kafka Produce requests, and ``fetch`` reads there with a Kafka
+Fetch, with fewer thread hand-offs per call than gRPC (docs/adr/0005-kafka-lane.md).
+Anything the lane cannot carry (a listener gone, a batch or a read refused) goes
+through gRPC, whose errors and retries stay the contract. ``kafka_lane=False`` turns
+the lane off; :attr:`RemoteBroker.kafka_lane` says where it goes.
 
 Thread-safety: the blocking methods may be called from any thread. A blocking
-produce runs in the caller's thread, on the lane's sockets (at most four, one per
-call at a time) or on the synchronous gRPC channel (its ``ProduceStream`` shared by
+produce or fetch runs in the caller's thread, on the lane's sockets (at most four,
+one per call at a time) or, for a produce, on the synchronous gRPC channel (its ``ProduceStream`` shared by
 every thread, :mod:`lkstream.client.remote_sync`); the async produce runs on the
 caller's event loop (one lane connection per loop); the other async methods and a
 blocking fetch use ``grpc.aio`` streams kept on the client's own event-loop thread.
@@ -80,7 +80,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from lkstream.broker.partitioner import StickyPartitioner
-from lkstream.client.produce_lane import AsyncLane, BlockingLane, LaneState
+from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneState, LaneUnavailable
 from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
 from lkstream.client.remote_produce import RemoteProduce
@@ -152,10 +152,8 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         protocol_version: int = PROTOCOL_VERSION,
         token: str | None = None,
         tls: bool | str | ClientTls | None = None,
-        produce_transport: str = "auto",
+        kafka_lane: bool = True,
     ) -> None:
-        if produce_transport not in ("auto", "grpc"):
-            raise InvalidArgumentError(f"produce_transport is 'auto' or 'grpc', not {produce_transport!r}")
         if (retries is not None and retries < 0) or retry_backoff_ms < 0 or retry_backoff_max_ms < 0:
             raise InvalidArgumentError("retries, retry_backoff_ms and retry_backoff_max_ms must be non-negative")
         if retry_timeout_s is not None and retry_timeout_s < 0:
@@ -206,9 +204,9 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._sync_streams = SyncStreams(self._open_sync_stream, f"lkstream-client-{address}")
         self._closed = False
         self.max_message_bytes: int | None = None
-        # The produce lane (lkstream.client.produce_lane): only where gRPC would carry neither a token
+        # The Kafka lane (lkstream.client.kafka_lane): only where gRPC would carry neither a token
         # nor TLS, since the listener offered is an open one.
-        self._lane_wanted = produce_transport == "auto" and token is None and self._tls is None
+        self._lane_wanted = kafka_lane and token is None and self._tls is None
         self._lane_state, self._lane = self._lanes()
         try:
             self.server_protocol_version = self._handshake(protocol_version, self.connect_timeout)
@@ -232,10 +230,12 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         return int(response.server_protocol_version)
 
     @property
-    def produce_lane(self) -> str | None:
-        """``host:port`` of the daemon's Kafka listener that ``produce_many`` calls go to, or None (gRPC).
+    def kafka_lane(self) -> str | None:
+        """``host:port`` of the daemon's Kafka listener that produce calls and blocking fetches go to, or
+        None (all on gRPC).
 
-        Learned at connect (and again after a lost lane connection); see ``produce_transport``.
+        Learned at connect (and again after a lost lane connection); ``connect(..., kafka_lane=False)``
+        keeps everything on gRPC.
         """
         return self._lane_state.address or None
 
@@ -245,7 +245,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         return state, BlockingLane(state, connect_timeout=self.connect_timeout, timeout=self.timeout)
 
     def _learn_lane(self, response: pb.HandshakeResponse) -> None:
-        address = response.kafka_produce_address if self._lane_wanted else ""
+        address = response.kafka_lane_address if self._lane_wanted else ""
         self._lane_state.confirmed(address, int(response.max_batch_bytes) or self._lane_state.request_bytes)
 
     def _confirm_lane(self) -> None:
@@ -274,18 +274,37 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES) -> ReadResult:
         """Raw record batches of ``topic[partition]`` from ``offset``, with log bounds (as ``Broker.fetch``).
 
-        Asked on the daemon's FetchStream (from the client's loop thread, where a 1 MiB
-        answer costs less than on the synchronous channel); an older daemon gets a unary Fetch.
+        Read through the Kafka lane when the daemon offers one (from the caller's thread, a
+        plain socket); else, and for every read the listener refuses, asked on the daemon's
+        FetchStream (from the client's loop thread, where a 1 MiB answer costs less than on the
+        synchronous channel); an older daemon gets a unary Fetch.
         """
         parked = self._parked_read(topic, partition, offset, max_bytes)
         if parked is not None:
             return parked
+        if self._lane_state.address:
+            read = self._lane_fetch(topic, partition, offset, max_bytes)
+            if read is not None:
+                return read
         request = fetch_request(topic, partition, offset, max_bytes)
         if "FetchStream" in self._unstreamed:
             response = self._call(self._stub.Fetch, request, retry=Retry.SAFE)
         else:
             (response,) = self._blocking(self._astreamed("FetchStream", [request], Retry.SAFE))
         return _read_result(response)
+
+    def _lane_fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult | None:
+        """The read through the Kafka lane, or None: it could not carry it, or the daemon refused it (then
+        the gRPC fetch raises the error with its class and fields)."""
+        if self._lane_state.stale:
+            self._confirm_lane()
+        try:
+            answer = self._lane.fetch(topic, partition, offset, max_bytes)
+        except LaneUnavailable:
+            return None
+        if answer.error_code:
+            return None
+        return ReadResult(answer.records, answer.log_start_offset, answer.high_watermark)
 
     async def fetch_async(
         self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES

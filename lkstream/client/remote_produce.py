@@ -31,7 +31,7 @@ from typing import Any
 
 from lkstream.broker.encoder import encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
-from lkstream.client.produce_lane import AsyncLane, BlockingLane, LaneState, LaneUnavailable
+from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneState, LaneUnavailable
 from lkstream.client.remote_sync import SentRequest, SyncStreamedCalls
 from lkstream.client.remote_wire import produce_request
 from lkstream.client.retry import Retry
@@ -40,13 +40,13 @@ from lkstream.format.codec import Compression, Headers, KeyValue, encode_batch
 from lkstream.format.encode import offsets
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
 from lkstream.wire._proto import messaging_pb2 as pb
-from lkstream.wire.kafka_produce import PartitionAnswer
+from lkstream.wire.kafka_lane import PartitionAnswer
 
 _first = itemgetter(0)
 Results = list[tuple[int, int]]
 Batches = Sequence[tuple[int | None, bytes | bytearray]]
 LaneBatches = list[tuple[int, bytearray]]
-#: A batch's answer, from gRPC or from the produce lane: what results are built from.
+#: A batch's answer, from gRPC or from the Kafka lane: what results are built from.
 Answer = pb.ProduceResponse | PartitionAnswer
 #: The Kafka listener's answer for a partition that does not exist (Kafka's UNKNOWN_TOPIC_OR_PARTITION).
 _UNKNOWN_PARTITION = 3
@@ -178,7 +178,7 @@ class RemoteProduce(SyncStreamedCalls):
             return self._streamed_sync("ProduceStream", requests, Retry.RESEND)
         return [self._streamed_sync("ProduceStream", [r], Retry.RESEND)[0] for r in requests]
 
-    # -- the produce lane (lkstream.client.produce_lane) -----------------------------------------
+    # -- the Kafka lane (lkstream.client.kafka_lane) -------------------------------------------
 
     def _lane_batches(self, plan: _Plan, count: int | None) -> LaneBatches | None:
         """The plan's batches with every partition chosen, or None when the call goes through gRPC.

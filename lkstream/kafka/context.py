@@ -59,6 +59,9 @@ class ListenerSettings:
     acl_version: Callable[[], int] = lambda: 0
     #: Told each Produce's seconds from its frame read to its answer made (the daemon's lk_produce_latency_seconds).
     observe_produce: Callable[[float], None] | None = None
+    #: Told each Fetch's seconds from its frame read to its answer made, its wait included
+    #: (the daemon's lk_fetch_latency_seconds).
+    observe_fetch: Callable[[float], None] | None = None
 
 
 @dataclass

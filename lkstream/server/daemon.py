@@ -147,6 +147,7 @@ class Daemon:
             ssl_context=None if self.certificates is None else self.certificates.ssl_context(),
             acl_version=self.access.acl_version,
             observe_produce=self.metrics.observe_produce,
+            observe_fetch=self.metrics.observe_fetch,
         )
 
     @property
@@ -181,7 +182,7 @@ class Daemon:
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
-        # The Kafka listener before gRPC: a client's first Handshake must find its address (the produce lane).
+        # The Kafka listener before gRPC: a client's first Handshake must find its address (the Kafka lane).
         if self.kafka is not None:
             try:
                 await self.kafka.start()
@@ -192,7 +193,7 @@ class Daemon:
             if self.kafka.settings.sasl is None and self.kafka.settings.ssl_context is None:
                 # Only an open listener: a client with a token or TLS keeps its produce on gRPC, whose
                 # channel carries them (SASL OAUTHBEARER for tokens is not offered yet).
-                self.service.kafka_produce_address = self.kafka.bootstrap
+                self.service.kafka_lane_address = self.kafka.bootstrap
         await self.server.start()
         self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
         keep_heap_for_requests()

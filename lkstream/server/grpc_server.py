@@ -135,7 +135,7 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         self.stopping = StopSignal()
         self._sticky = StickyPartitioner()
         #: Told to clients in Handshake: the Kafka listener they may produce through (set once it listens).
-        self.kafka_produce_address = ""
+        self.kafka_lane_address = ""
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -418,6 +418,6 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
                 max_message_bytes=self.broker.config.max_message_bytes,
                 max_batch_bytes=self.broker.config.max_batch_bytes,
                 streams=STREAMS,
-                kafka_produce_address=self.kafka_produce_address,
+                kafka_lane_address=self.kafka_lane_address,
             )
         raise AssertionError("unreachable")  # pragma: no cover

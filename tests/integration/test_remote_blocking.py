@@ -58,7 +58,7 @@ def test_blocking_produce_runs_in_the_callers_thread_not_on_the_clients_loop_thr
 @pytest.mark.parametrize("transport", ["grpc", "auto"])
 def test_close_leaves_no_thread_of_the_client_behind(daemon: DaemonProcess, transport: str) -> None:
     before = set(threading.enumerate())
-    rb = lkstream.connect(daemon.address, produce_transport=transport)
+    rb = lkstream.connect(daemon.address, kafka_lane=transport == "auto")
     rb.create_topic("b.close", 2)
 
     def produce(worker: int) -> None:

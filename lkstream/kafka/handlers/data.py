@@ -289,6 +289,7 @@ def fetch_failure(header: RequestHeader, frame: bytes, code: int) -> bytes:
 
 
 async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> ResponseChunks:
+    started = time.perf_counter()
     request = kio_codec.decode_request(ApiKey.FETCH, header.api_version, frame, header.body_offset)
     wanted = [
         (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, ctx.allowed("read", "topic", t.topic))
@@ -307,7 +308,11 @@ async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> Res
     grouped: dict[str, list[FetchPartitionResult]] = {}
     for topic, answer in answers:
         grouped.setdefault(topic, []).append(answer)
-    return fetch_response_chunks(header.api_version, list(grouped.items()))
+    chunks = fetch_response_chunks(header.api_version, list(grouped.items()))
+    observe = ctx.server.settings.observe_fetch
+    if observe is not None:
+        observe(time.perf_counter() - started)
+    return chunks
 
 
 def _read_all(

@@ -259,22 +259,22 @@ class HandshakeRequest(_message.Message):
     def __init__(self, client_protocol_version: _Optional[int] = ..., client_name: _Optional[str] = ...) -> None: ...
 
 class HandshakeResponse(_message.Message):
-    __slots__ = ("server_protocol_version", "min_client_protocol_version", "server_version", "max_message_bytes", "max_batch_bytes", "streams", "kafka_produce_address")
+    __slots__ = ("server_protocol_version", "min_client_protocol_version", "server_version", "max_message_bytes", "max_batch_bytes", "streams", "kafka_lane_address")
     SERVER_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MIN_CLIENT_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
-    KAFKA_PRODUCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_LANE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     server_protocol_version: int
     min_client_protocol_version: int
     server_version: str
     max_message_bytes: int
     max_batch_bytes: int
     streams: _containers.RepeatedScalarFieldContainer[str]
-    kafka_produce_address: str
-    def __init__(self, server_protocol_version: _Optional[int] = ..., min_client_protocol_version: _Optional[int] = ..., server_version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ..., kafka_produce_address: _Optional[str] = ...) -> None: ...
+    kafka_lane_address: str
+    def __init__(self, server_protocol_version: _Optional[int] = ..., min_client_protocol_version: _Optional[int] = ..., server_version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ..., kafka_lane_address: _Optional[str] = ...) -> None: ...
 
 class TopicPartitions(_message.Message):
     __slots__ = ("topic", "partitions")

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 import lkstream
-from lkstream.errors import InvalidArgumentError, RecordTooLargeError
+from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError, RecordTooLargeError, UnknownTopicError
 from tests.integration.conftest import DaemonFactory, DaemonProcess, RestartDaemon
 from tests.integration.raw_sockets import established_connections
 
@@ -31,17 +31,18 @@ def values(broker: lkstream.RemoteBroker, topic: str) -> dict[int, list[bytes]]:
     return out
 
 
-def produce_latency_count(daemon: DaemonProcess) -> float:
+def latency_count(daemon: DaemonProcess, what: str) -> float:
+    """How many calls the daemon's ``lk_{what}_latency_seconds`` histogram counted."""
     with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=10) as response:
         text = response.read().decode()
-    return float(re.findall(r"^lk_produce_latency_seconds_count (\S+)$", text, re.MULTILINE)[0])
+    return float(re.findall(rf"^lk_{what}_latency_seconds_count (\S+)$", text, re.MULTILINE)[0])
 
 
 def test_produce_many_goes_to_the_kafka_listener_and_reads_back(daemon: DaemonProcess) -> None:
     with lkstream.connect(daemon.address) as broker:
-        assert broker.produce_lane == daemon.kafka_address
+        assert broker.kafka_lane == daemon.kafka_address
         broker.create_topic("lane.t", 3)
-        before = produce_latency_count(daemon)
+        before = latency_count(daemon, "produce")
         keyless = broker.produce_many_sync("lane.t", [(None, f"a{i}".encode()) for i in range(50)])
         assert established_connections(daemon.kafka_address) >= 1
         keyed = broker.produce_many_sync("lane.t", [(f"k{i % 7}", f"b{i}".encode()) for i in range(70)])
@@ -52,7 +53,7 @@ def test_produce_many_goes_to_the_kafka_listener_and_reads_back(daemon: DaemonPr
 
         keyed_async = asyncio.run(produce_async())
         # Four calls, each one Kafka Produce: the daemon's produce latency counts the listener's too.
-        assert produce_latency_count(daemon) == before + 4
+        assert latency_count(daemon, "produce") == before + 4
         stored = values(broker, "lane.t")
         for results, prefix in ((keyless, "a"), (keyed, "b"), (explicit, "c"), (keyed_async, "d")):
             got = [stored[pid][offset] for pid, offset in results]
@@ -60,8 +61,8 @@ def test_produce_many_goes_to_the_kafka_listener_and_reads_back(daemon: DaemonPr
         assert len({pid for pid, _ in keyless}) == 1  # one sticky partition per keyless call
         assert explicit[0][0] == 2
     # The same keys land on the same partitions as through gRPC (one partitioner, client-side).
-    with lkstream.connect(daemon.address, produce_transport="grpc") as broker:
-        assert broker.produce_lane is None
+    with lkstream.connect(daemon.address, kafka_lane=False) as broker:
+        assert broker.kafka_lane is None
         through_grpc = broker.produce_many_sync("lane.t", [(f"k{i % 7}", b"e") for i in range(70)])
         assert [pid for pid, _ in through_grpc] == [pid for pid, _ in keyed]
 
@@ -74,8 +75,8 @@ def test_a_refused_batch_raises_what_grpc_raises(start_daemon: DaemonFactory) ->
     records = [(None, b"x" * 200)] * 1000
     raised = []
     for transport in ("auto", "grpc"):
-        with lkstream.connect(daemon.address, produce_transport=transport) as broker:
-            assert (broker.produce_lane is not None) == (transport == "auto")
+        with lkstream.connect(daemon.address, kafka_lane=transport == "auto") as broker:
+            assert (broker.kafka_lane is not None) == (transport == "auto")
             with pytest.raises(RecordTooLargeError) as refused:
                 broker.produce_many_sync("lane.big", records)
             raised.append((str(refused.value), refused.value.size, refused.value.limit))
@@ -104,10 +105,8 @@ def test_a_topic_recreated_smaller_is_written_through_grpc_and_the_count_learned
 def test_without_a_kafka_listener_or_with_grpc_asked_for_produce_stays_on_grpc(start_daemon: DaemonFactory) -> None:
     daemon = start_daemon(kafka_port=-1)
     with lkstream.connect(daemon.address) as broker:
-        assert broker.produce_lane is None
+        assert broker.kafka_lane is None
         assert broker.produce_many_sync("lane.off", [(None, b"v")]) == [(0, 0)]
-    with pytest.raises(InvalidArgumentError, match="produce_transport"):
-        lkstream.connect(daemon.address, produce_transport="kafka")
 
 
 def test_each_event_loop_has_its_connection_and_closed_loops_are_forgotten(daemon: DaemonProcess) -> None:
@@ -129,7 +128,7 @@ def test_nothing_acknowledged_is_lost_when_the_daemon_is_killed_and_restarted_on
     stop = threading.Event()
     failures: list[BaseException] = []
     broker = lkstream.connect(daemon.address, retry_timeout_s=DEADLINE_S)
-    first_lane = broker.produce_lane
+    first_lane = broker.kafka_lane
     assert first_lane == daemon.kafka_address
 
     def produce() -> None:
@@ -161,9 +160,44 @@ def test_nothing_acknowledged_is_lost_when_the_daemon_is_killed_and_restarted_on
         stop.set()
         thread.join(DEADLINE_S)
     assert not failures, failures
-    assert broker.produce_lane == restarted.kafka_address  # asked again after the lost connection
+    assert broker.kafka_lane == restarted.kafka_address  # asked again after the lost connection
     assert established_connections(restarted.kafka_address) >= 1
     stored = set(values(broker, "lane.kill")[0])
     missing = [v for v in acknowledged if v not in stored]
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
     broker.close()
+
+
+def test_a_blocking_fetch_reads_through_the_lane_what_grpc_reads(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as lane, lkstream.connect(daemon.address, kafka_lane=False) as grpc:
+        lane.create_topic("lane.read", 2)
+        for n in range(40):  # 40 batches of 1,000 records of 200 B: about 8 MB
+            lane.produce_many_sync(
+                "lane.read", [(None, f"{n}:{i}".encode().ljust(200)) for i in range(1000)], partition=0
+            )
+        high = lane.bounds("lane.read", 0)[1]
+        for offset in (0, 1, 999, 1000, 17_345, high - 1, high):
+            for max_bytes in (1, 64 * 1024, 4 * 1024 * 1024):
+                got, want = lane.fetch("lane.read", 0, offset, max_bytes), grpc.fetch("lane.read", 0, offset, max_bytes)
+                assert (got.data, got.log_start_offset, got.high_watermark) == (
+                    want.data,
+                    want.log_start_offset,
+                    want.high_watermark,
+                )
+        assert lane.fetch("lane.read", 1, 0).data == b""
+        fetches = latency_count(daemon, "fetch")
+        direct = lane._lane.fetch("lane.read", 0, 0, 1024)  # the lane itself answered, not the gRPC fallback
+        assert direct.error_code == 0 and direct.records == grpc.fetch("lane.read", 0, 0, 1024).data
+        assert latency_count(daemon, "fetch") == fetches + 2  # the listener's read and gRPC's
+        assert established_connections(daemon.kafka_address) >= 1
+        # What the listener refuses is asked again through gRPC, which raises the error with its fields.
+        errors = []
+        for client in (lane, grpc):
+            with pytest.raises(OffsetOutOfRangeError) as beyond:
+                client.fetch("lane.read", 0, high + 5)
+            errors.append((str(beyond.value), beyond.value.earliest, beyond.value.latest))
+            with pytest.raises(UnknownTopicError):
+                client.fetch("lane.missing", 0, 0)
+        assert errors[0] == errors[1]
+        records = lane.read_from("lane.read", 0, 5, max_msgs=3)
+        assert [r.offset for r in records] == [5, 6, 7] and records[0].value.startswith(b"0:5")

@@ -1,14 +1,15 @@
-"""The produce lane: a call's batches sent to the daemon's Kafka listener as one Produce request.
+"""The Kafka lane: produce calls and blocking fetches sent to the daemon's Kafka listener.
 
 A gRPC call crosses several threads on each side (gRPC core's reading threads, the
 ``grpc.aio`` poller, the event loop), and on two cores those hand-offs, not the
 append, are most of a small call's time (docs/benchmarks.md, "The produce lane").
 The daemon's Kafka listener reads a request on its event loop straight from the
-socket, so when the daemon offers it (Handshake's ``kafka_produce_address``: a
+socket, so when the daemon offers it (Handshake's ``kafka_lane_address``: a
 listener with neither TLS nor SASL) the remote client sends ``produce_many``'s
-batches there: the blocking methods from the caller's thread on a plain socket
-(:class:`BlockingLane`), the async ones on the caller's event loop
-(:class:`AsyncLane`, one connection per loop). Everything else stays on gRPC.
+batches there as one Produce request, and reads a blocking ``fetch`` there: the
+blocking methods from the caller's thread on a plain socket (:class:`BlockingLane`),
+the async produce on the caller's event loop (:class:`AsyncLane`, one connection per
+loop). Everything else stays on gRPC.
 
 The lane never decides what a failure means. A connection that cannot be made, is
 lost, times out or answers something unreadable raises :class:`LaneUnavailable`,
@@ -16,8 +17,8 @@ and the caller sends the call again through gRPC, whose retries and errors are t
 client's contract (a batch whose answer was lost may be appended twice: the same
 at-least-once as a gRPC resend). A listener that stays unreachable is not tried
 again for :data:`RETRY_LANE_AFTER_S`. The daemon's own refusals (a record too
-large, a missing topic) come back as the :class:`~lkstream.errors.LkstreamError`
-the gRPC answer would have raised.
+large, a missing topic, an offset out of range) are left to the caller, which asks
+gRPC again for the error with its class and fields.
 """
 
 from __future__ import annotations
@@ -29,14 +30,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
-from lkstream.wire.kafka_produce import (
+from lkstream.wire.kafka_lane import (
+    FETCH_ANSWER_OVERHEAD,
+    MAX_ANSWER_BYTES,
     AnswerError,
+    FetchAnswer,
     PartitionAnswer,
     answer_size,
     correlation_of,
+    fetch_request,
     parse_answer,
+    parse_fetch_answer,
     produce_request,
 )
 
@@ -48,6 +54,8 @@ CONNECTIONS: Final = 4
 WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
 
 Answers = dict[int, PartitionAnswer]
+T = TypeVar("T")
+_QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 Batches = Sequence[tuple[int, bytes | bytearray]]
 
 
@@ -124,16 +132,34 @@ class BlockingLane:
     def produce(self, topic: str, batches: Batches) -> Answers:
         """Send ``batches`` of ``topic`` (one request, or several past the request size); the answers by
         partition. Raises :class:`LaneUnavailable`."""
-        sock = self._take()
-        answers: Answers = {}
-        try:
+
+        def exchange(sock: socket.socket) -> Answers:
+            answers: Answers = {}
             for request in requests_of(batches, self.state.request_bytes):
                 correlation = next(self._ids)
                 _send_all(sock, produce_request(correlation, topic, request, int(self.timeout * 1000)))
-                frame = _read_frame(sock)
-                if correlation_of(frame) != correlation:
-                    raise AnswerError("an answer to another request")
-                answers.update(parse_answer(frame, topic))
+                answers.update(parse_answer(_read_answer(sock, correlation, MAX_ANSWER_BYTES), topic))
+            return answers
+
+        return self._exchange(exchange)
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchAnswer:
+        """Read ``topic[partition]`` from ``offset`` (answered at once, as gRPC's Fetch without a wait).
+        Raises :class:`LaneUnavailable`."""
+
+        def exchange(sock: socket.socket) -> FetchAnswer:
+            correlation = next(self._ids)
+            sock.sendall(fetch_request(correlation, topic, partition, offset, max_bytes))
+            # At least one whole batch comes back, which may be larger than max_bytes.
+            limit = max(max_bytes, self.state.request_bytes) + FETCH_ANSWER_OVERHEAD
+            return parse_fetch_answer(_read_answer(sock, correlation, limit, quick_acks=True), topic, partition)
+
+        return self._exchange(exchange)
+
+    def _exchange(self, exchange: Callable[[socket.socket], T]) -> T:
+        sock = self._take()
+        try:
+            result = exchange(sock)
         except (OSError, AnswerError) as exc:
             self._discard(sock)
             self.state.lost()
@@ -142,7 +168,7 @@ class BlockingLane:
             self._discard(sock)  # interrupted mid-exchange: the connection's state is unknown
             raise
         self._give_back(sock)
-        return answers
+        return result
 
     def _take(self) -> socket.socket:
         with self._lock:
@@ -153,7 +179,7 @@ class BlockingLane:
             if self._idle:
                 return self._idle.pop()
             if self._open >= CONNECTIONS:
-                raise LaneUnavailable("every produce lane connection is busy")
+                raise LaneUnavailable("every lane connection is busy")
             if not self.state.usable():
                 raise LaneUnavailable("the Kafka listener is not known to be reachable now")
             self._open += 1
@@ -201,11 +227,17 @@ def _send_all(sock: socket.socket, chunks: list[bytes | bytearray]) -> None:
                 sent = 0
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytearray:
+def _read_exactly(sock: socket.socket, size: int, *, quick_acks: bool = False) -> bytearray:
     buf = bytearray(size)
     view = memoryview(buf)
     got = 0
     while got < size:
+        if quick_acks and _QUICKACK is not None:
+            # Linux holds the ACKs of a connection that answers each read with a write (request,
+            # answer, request...) up to 40 ms; a megabyte answer outgrows the sender's window and
+            # then waits for them: 41 ms per 1 MiB fetch without this, 0.2 ms with it. Re-armed
+            # before every read, as the kernel drops it.
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
         n = sock.recv_into(view[got:])
         if n == 0:
             raise ConnectionResetError("the Kafka listener closed the connection")
@@ -213,8 +245,11 @@ def _read_exactly(sock: socket.socket, size: int) -> bytearray:
     return buf
 
 
-def _read_frame(sock: socket.socket) -> bytearray:
-    return _read_exactly(sock, answer_size(_read_exactly(sock, 4)))
+def _read_answer(sock: socket.socket, correlation: int, limit: int, *, quick_acks: bool = False) -> bytearray:
+    frame = _read_exactly(sock, answer_size(_read_exactly(sock, 4), limit), quick_acks=quick_acks)
+    if correlation_of(frame) != correlation:
+        raise AnswerError("an answer to another request")
+    return frame
 
 
 class _LaneProtocol(asyncio.Protocol):

@@ -1,0 +1,205 @@
+"""The client's half of the Kafka exchanges of the lane: Produce v8 and Fetch v5 requests, and their answers.
+
+The remote client's lane (:mod:`lkstream.client.kafka_lane`) sends the batches of
+a produce call to the daemon's Kafka listener as one Produce request, and reads a
+blocking fetch there. Only these exchanges are needed, so they are written here by
+hand (``kio`` builds a request in pure Python and copies the records; this costs one
+``struct`` pack per partition and no copy of a batch). The listener's own codecs
+(:mod:`lkstream.kafka.hot`) and ``kio`` check them in the tests.
+
+Layouts (Kafka's ``RequestHeader.json`` v1, ``ProduceRequest.json`` and
+``ProduceResponse.json`` v8, ``FetchRequest.json`` and ``FetchResponse.json`` v5, classic
+encodings: int16-length strings, int32-length arrays and bytes; every frame starts with
+its size, int32)::
+
+    produce request:  api_key int16 (0), api_version int16 (8), correlation_id int32,
+                      client_id string?, transactional_id string? (null), acks int16 (-1),
+                      timeout_ms int32, [topic string, [partition int32, records bytes]]
+    produce answer:   correlation_id int32,
+                      [topic string, [partition int32, error_code int16, base_offset int64,
+                      log_append_time_ms int64, log_start_offset int64,
+                      [batch_index int32, batch_index_error_message string?], error_message string?]],
+                      throttle_time_ms int32
+    fetch request:    api_key int16 (1), api_version int16 (5), correlation_id int32, client_id string?,
+                      replica_id int32 (-1), max_wait_ms int32 (0), min_bytes int32 (0),
+                      max_bytes int32, isolation_level int8 (0),
+                      [topic string, [partition int32, fetch_offset int64, log_start_offset int64 (-1),
+                      partition_max_bytes int32]]
+    fetch answer:     correlation_id int32, throttle_time_ms int32,
+                      [topic string, [partition int32, error_code int16, high_watermark int64,
+                      last_stable_offset int64, log_start_offset int64,
+                      [producer_id int64, first_offset int64]?, records bytes?]]
+
+Produce v8 is the first version whose answer carries the broker's ``error_message``; Fetch
+v5 the first with ``log_start_offset``. The client raises from neither: a refused batch or
+a failed fetch goes again through gRPC, whose answer carries the error's class and fields.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+PRODUCE_API_KEY: Final = 0
+PRODUCE_VERSION: Final = 8
+FETCH_API_KEY: Final = 1
+FETCH_VERSION: Final = 5
+CLIENT_ID: Final = "lkstream-python"
+#: A Produce answer is a few dozen bytes a partition; a frame announcing more is not one.
+MAX_ANSWER_BYTES: Final = 1024 * 1024
+#: A Fetch answer's bytes beyond its records (headers, topic name, partition fields).
+FETCH_ANSWER_OVERHEAD: Final = 64 * 1024
+
+_HEADER: Final = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
+_BODY_START: Final = struct.Struct(">hhii")  # transactional_id (-1: null), acks, timeout_ms, topic count
+_PARTITION: Final = struct.Struct(">ii")  # partition, records length
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_ANSWER_PART: Final = struct.Struct(">ihqqq")  # partition, error_code, base_offset, log_append_time, log_start
+_FETCH_BODY: Final = struct.Struct(">iiiibi")  # replica_id, max_wait_ms, min_bytes, max_bytes, isolation, topics
+_FETCH_PART: Final = struct.Struct(">iiqqi")  # partition count (1), partition, fetch_offset, log_start, max bytes
+_FETCHED_PART: Final = struct.Struct(">ihqqq")  # partition, error_code, high_watermark, last_stable, log_start
+
+
+class AnswerError(Exception):
+    """The listener's answer cannot be read as the answer asked for (a bug, or not our daemon)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAnswer:
+    partition: int
+    error_code: int
+    base_offset: int
+    error_message: str | None
+
+
+def produce_request(
+    correlation_id: int, topic: str, batches: Sequence[tuple[int, bytes | bytearray]], timeout_ms: int
+) -> list[bytes | bytearray]:
+    """The request's frame as chunks to write in order: the fields, and each batch as it is (not copied).
+
+    ``batches`` are ``(partition, v2 batch)``, each partition at most once (Kafka answers one
+    result per partition of a request).
+    """
+    client_id = CLIENT_ID.encode()
+    name = topic.encode()
+    body = _BODY_START.pack(-1, -1, timeout_ms, 1) + _I16.pack(len(name)) + name + _I32.pack(len(batches))
+    chunks: list[bytes | bytearray] = []
+    size = _HEADER.size - 4 + len(client_id) + len(body)  # the size field counts the bytes after it
+    for partition, batch in batches:
+        chunks.append(_PARTITION.pack(partition, len(batch)))
+        chunks.append(batch)
+        size += _PARTITION.size + len(batch)
+    head = _HEADER.pack(size, PRODUCE_API_KEY, PRODUCE_VERSION, correlation_id, len(client_id)) + client_id + body
+    return [head, *chunks]
+
+
+def answer_size(prefix: bytes | bytearray | memoryview, limit: int = MAX_ANSWER_BYTES) -> int:
+    """The size of the answer frame whose first four bytes are ``prefix`` (checked against ``limit``)."""
+    (size,) = _I32.unpack_from(prefix)
+    if not 4 <= size <= limit:
+        raise AnswerError(f"an answer of {size} bytes (at most {limit})")
+    return int(size)
+
+
+def correlation_of(frame: bytes | bytearray | memoryview) -> int:
+    """The correlation id an answer frame (without its size field) starts with."""
+    return int(_I32.unpack_from(frame)[0])
+
+
+def parse_answer(frame: bytes | bytearray | memoryview, topic: str) -> dict[int, PartitionAnswer]:
+    """The per-partition results of an answer frame (without its size field) to a request for ``topic``."""
+    view = memoryview(frame)
+    try:
+        pos = 4  # the correlation id
+        answers: dict[int, PartitionAnswer] = {}
+        (topics,) = _I32.unpack_from(view, pos)
+        pos += 4
+        for _ in range(topics):
+            name, pos = _string(view, pos)
+            (parts,) = _I32.unpack_from(view, pos)
+            pos += 4
+            for _ in range(parts):
+                partition, code, base, _append_time, _log_start = _ANSWER_PART.unpack_from(view, pos)
+                pos += _ANSWER_PART.size
+                (record_errors,) = _I32.unpack_from(view, pos)
+                pos += 4
+                for _ in range(max(record_errors, 0)):
+                    _, pos = _string(view, pos + 4)  # batch_index, its message
+                message, pos = _string(view, pos)
+                if name == topic:
+                    answers[partition] = PartitionAnswer(partition, code, base, message)
+        _I32.unpack_from(view, pos)  # throttle_time_ms, the last field
+        if pos + 4 != len(view):
+            raise AnswerError(f"a Produce answer of {len(view)} bytes has {len(view) - pos - 4} bytes past its end")
+        return answers
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise AnswerError(f"a Produce answer cut short or malformed: {exc}") from None
+
+
+def _string(view: memoryview, pos: int) -> tuple[str | None, int]:
+    (size,) = _I16.unpack_from(view, pos)
+    pos += 2
+    if size < 0:
+        return None, pos
+    if pos + size > len(view):
+        raise struct.error("string past the end of the frame")
+    return bytes(view[pos : pos + size]).decode(), pos + size
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
+    """One partition's Fetch from ``offset``, answered at once (``max_wait_ms`` 0, ``min_bytes`` 0)."""
+    client_id = CLIENT_ID.encode()
+    name = topic.encode()
+    body = (
+        _FETCH_BODY.pack(-1, 0, 0, max_bytes, 0, 1)
+        + _I16.pack(len(name))
+        + name
+        + _FETCH_PART.pack(1, partition, offset, -1, max_bytes)
+    )
+    size = _HEADER.size - 4 + len(client_id) + len(body)
+    return _HEADER.pack(size, FETCH_API_KEY, FETCH_VERSION, correlation_id, len(client_id)) + client_id + body
+
+
+def parse_fetch_answer(frame: bytes | bytearray | memoryview, topic: str, partition: int) -> FetchAnswer:
+    """The answer for ``topic[partition]`` in a Fetch answer frame (without its size field)."""
+    view = memoryview(frame)
+    try:
+        pos = 8  # the correlation id, throttle_time_ms
+        found: FetchAnswer | None = None
+        (topics,) = _I32.unpack_from(view, pos)
+        pos += 4
+        for _ in range(topics):
+            name, pos = _string(view, pos)
+            (parts,) = _I32.unpack_from(view, pos)
+            pos += 4
+            for _ in range(parts):
+                pid, code, high_watermark, _stable, log_start = _FETCHED_PART.unpack_from(view, pos)
+                pos += _FETCHED_PART.size
+                (aborted,) = _I32.unpack_from(view, pos)
+                pos += 4 + 16 * max(aborted, 0)
+                (size,) = _I32.unpack_from(view, pos)
+                pos += 4
+                if size > len(view) - pos:
+                    raise struct.error("records past the end of the frame")
+                records = bytes(view[pos : pos + max(size, 0)])
+                pos += max(size, 0)
+                if name == topic and pid == partition:
+                    found = FetchAnswer(code, high_watermark, log_start, records)
+        if pos != len(view):
+            raise AnswerError(f"a Fetch answer of {len(view)} bytes has {len(view) - pos} bytes past its end")
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise AnswerError(f"a Fetch answer cut short or malformed: {exc}") from None
+    if found is None:
+        raise AnswerError(f"a Fetch answer without {topic}[{partition}]")
+    return found
