@@ -191,9 +191,14 @@ class Daemon:
                 message = f"cannot listen on {where} for Kafka: {exc.strerror or exc}"
                 raise InvalidArgumentError(message) from None
             if self.kafka.settings.sasl is None and self.kafka.settings.ssl_context is None:
-                # Only an open listener: a client with a token or TLS keeps its produce on gRPC, whose
-                # channel carries them (SASL OAUTHBEARER for tokens is not offered yet).
-                self.service.kafka_lane_address = self.kafka.bootstrap
+                # Only an open listener: a client with a token or TLS keeps its calls on gRPC, whose
+                # channel carries them (SASL OAUTHBEARER for tokens is not offered yet). An open
+                # listener binds loopback only (check_exposure), so the bound address is the one a
+                # client of this open daemon reaches; the advertised host is for Kafka clients.
+                host = self.settings.kafka_host
+                self.service.kafka_lane_address = (
+                    f"[{host}]:{self.kafka.port}" if ":" in host else f"{host}:{self.kafka.port}"
+                )
         await self.server.start()
         self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
         keep_heap_for_requests()

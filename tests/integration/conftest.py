@@ -27,7 +27,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"lkstream daemon ready: grpc=(\S+) http=(\S+)")
 SERVER_KEYS = frozenset(
-    {"grpc_host", "grpc_port", "http_host", "http_port", "max_request_bytes", "shutdown_grace_s", "kafka_port"}
+    {
+        "grpc_host",
+        "grpc_port",
+        "http_host",
+        "http_port",
+        "max_request_bytes",
+        "shutdown_grace_s",
+        "kafka_port",
+        "kafka_advertised_host",
+    }
 ) | frozenset(  # connection limits and timeouts (issue 12, finding 7)
     {
         "grpc_max_connections",

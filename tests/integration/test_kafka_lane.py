@@ -109,6 +109,15 @@ def test_without_a_kafka_listener_or_with_grpc_asked_for_produce_stays_on_grpc(s
         assert broker.produce_many_sync("lane.off", [(None, b"v")]) == [(0, 0)]
 
 
+def test_the_lane_goes_to_the_bound_loopback_address_not_the_advertised_host(start_daemon: DaemonFactory) -> None:
+    daemon = start_daemon(kafka_advertised_host="kafka.invalid")  # for Kafka clients elsewhere; resolves nowhere
+    bound = "127.0.0.1:" + daemon.kafka_address.rsplit(":", 1)[1]
+    with lkstream.connect(daemon.address) as broker:
+        assert broker.kafka_lane == bound
+        assert broker.produce_many_sync("lane.adv", [(None, b"v")]) == [(0, 0)]
+        assert established_connections(bound) >= 1
+
+
 def test_each_event_loop_has_its_connection_and_closed_loops_are_forgotten(daemon: DaemonProcess) -> None:
     with lkstream.connect(daemon.address) as broker:
         for run in range(5):
