@@ -109,6 +109,33 @@ def test_without_a_kafka_listener_or_with_grpc_asked_for_produce_stays_on_grpc(s
         assert broker.produce_many_sync("lane.off", [(None, b"v")]) == [(0, 0)]
 
 
+def test_many_threads_share_at_most_four_lane_connections_and_lose_nothing(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("lane.threads", 3)
+        peak: list[int] = []
+        errors: list[BaseException] = []
+
+        def produce(worker: int) -> None:
+            try:
+                for n in range(40):
+                    broker.produce_many_sync("lane.threads", [(f"k{worker}", f"{worker}:{n}".encode())] * 20)
+                    peak.append(broker._lane._open)  # the client's own count (/proc/net/tcp is not read atomically)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=produce, args=(w,)) for w in range(10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DEADLINE_S)
+        assert not errors, errors
+        assert 1 <= max(peak) <= 4, peak  # the calls beyond four at once went through gRPC
+        assert established_connections(daemon.kafka_address) >= 1
+        stored = sorted(v for part in values(broker, "lane.threads").values() for v in part)
+        wanted = sorted(f"{w}:{n}".encode() for w in range(10) for n in range(40) for _ in range(20))
+        assert stored == wanted, f"{len(stored)} records stored, {len(wanted)} produced"
+
+
 def test_the_lane_goes_to_the_bound_loopback_address_not_the_advertised_host(start_daemon: DaemonFactory) -> None:
     daemon = start_daemon(kafka_advertised_host="kafka.invalid")  # for Kafka clients elsewhere; resolves nowhere
     bound = "127.0.0.1:" + daemon.kafka_address.rsplit(":", 1)[1]
