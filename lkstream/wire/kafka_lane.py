@@ -38,9 +38,11 @@ a failed fetch goes again through gRPC, whose answer carries the error's class a
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
+
+_Item = TypeVar("_Item")
 
 PRODUCE_API_KEY: Final = 0
 PRODUCE_VERSION: Final = 8
@@ -113,30 +115,45 @@ def parse_answer(frame: bytes | bytearray | memoryview, topic: str) -> dict[int,
     """The per-partition results of an answer frame (without its size field) to a request for ``topic``."""
     view = memoryview(frame)
     try:
-        pos = 4  # the correlation id
-        answers: dict[int, PartitionAnswer] = {}
-        (topics,) = _I32.unpack_from(view, pos)
-        pos += 4
-        for _ in range(topics):
-            name, pos = _string(view, pos)
-            (parts,) = _I32.unpack_from(view, pos)
-            pos += 4
-            for _ in range(parts):
-                partition, code, base, _append_time, _log_start = _ANSWER_PART.unpack_from(view, pos)
-                pos += _ANSWER_PART.size
-                (record_errors,) = _I32.unpack_from(view, pos)
-                pos += 4
-                for _ in range(max(record_errors, 0)):
-                    _, pos = _string(view, pos + 4)  # batch_index, its message
-                message, pos = _string(view, pos)
-                if name == topic:
-                    answers[partition] = PartitionAnswer(partition, code, base, message)
+        found, pos = _topic_partitions(view, 4, _produced_partition)  # after the correlation id
         _I32.unpack_from(view, pos)  # throttle_time_ms, the last field
-        if pos + 4 != len(view):
-            raise AnswerError(f"a Produce answer of {len(view)} bytes has {len(view) - pos - 4} bytes past its end")
-        return answers
+        _check_end(view, pos + 4, "Produce")
     except (struct.error, UnicodeDecodeError) as exc:
         raise AnswerError(f"a Produce answer cut short or malformed: {exc}") from None
+    return {answer.partition: answer for name, answer in found if name == topic}
+
+
+def _produced_partition(view: memoryview, pos: int) -> tuple[PartitionAnswer, int]:
+    partition, code, base, _append_time, _log_start = _ANSWER_PART.unpack_from(view, pos)
+    pos += _ANSWER_PART.size
+    (record_errors,) = _I32.unpack_from(view, pos)
+    pos += 4
+    for _ in range(max(record_errors, 0)):
+        _, pos = _string(view, pos + 4)  # batch_index, its message
+    message, pos = _string(view, pos)
+    return PartitionAnswer(partition, code, base, message), pos
+
+
+def _topic_partitions(
+    view: memoryview, pos: int, read_partition: Callable[[memoryview, int], tuple[_Item, int]]
+) -> tuple[list[tuple[str | None, _Item]], int]:
+    """``[topic string, [partition]]`` at ``pos``: each partition read by ``read_partition``, with its topic."""
+    found: list[tuple[str | None, _Item]] = []
+    (topics,) = _I32.unpack_from(view, pos)
+    pos += 4
+    for _ in range(topics):
+        name, pos = _string(view, pos)
+        (parts,) = _I32.unpack_from(view, pos)
+        pos += 4
+        for _ in range(parts):
+            item, pos = read_partition(view, pos)
+            found.append((name, item))
+    return found, pos
+
+
+def _check_end(view: memoryview, end: int, what: str) -> None:
+    if end != len(view):
+        raise AnswerError(f"a {what} answer of {len(view)} bytes has {len(view) - end} bytes past its end")
 
 
 def _string(view: memoryview, pos: int) -> tuple[str | None, int]:
@@ -175,31 +192,24 @@ def parse_fetch_answer(frame: bytes | bytearray | memoryview, topic: str, partit
     """The answer for ``topic[partition]`` in a Fetch answer frame (without its size field)."""
     view = memoryview(frame)
     try:
-        pos = 8  # the correlation id, throttle_time_ms
-        found: FetchAnswer | None = None
-        (topics,) = _I32.unpack_from(view, pos)
-        pos += 4
-        for _ in range(topics):
-            name, pos = _string(view, pos)
-            (parts,) = _I32.unpack_from(view, pos)
-            pos += 4
-            for _ in range(parts):
-                pid, code, high_watermark, _stable, log_start = _FETCHED_PART.unpack_from(view, pos)
-                pos += _FETCHED_PART.size
-                (aborted,) = _I32.unpack_from(view, pos)
-                pos += 4 + 16 * max(aborted, 0)
-                (size,) = _I32.unpack_from(view, pos)
-                pos += 4
-                if size > len(view) - pos:
-                    raise struct.error("records past the end of the frame")
-                records = bytes(view[pos : pos + max(size, 0)])
-                pos += max(size, 0)
-                if name == topic and pid == partition:
-                    found = FetchAnswer(code, high_watermark, log_start, records)
-        if pos != len(view):
-            raise AnswerError(f"a Fetch answer of {len(view)} bytes has {len(view) - pos} bytes past its end")
+        found, pos = _topic_partitions(view, 8, _fetched_partition)  # after the correlation id, throttle_time_ms
+        _check_end(view, pos, "Fetch")
     except (struct.error, UnicodeDecodeError) as exc:
         raise AnswerError(f"a Fetch answer cut short or malformed: {exc}") from None
-    if found is None:
-        raise AnswerError(f"a Fetch answer without {topic}[{partition}]")
-    return found
+    for name, (pid, answer) in found:
+        if name == topic and pid == partition:
+            return answer
+    raise AnswerError(f"a Fetch answer without {topic}[{partition}]")
+
+
+def _fetched_partition(view: memoryview, pos: int) -> tuple[tuple[int, FetchAnswer], int]:
+    pid, code, high_watermark, _stable, log_start = _FETCHED_PART.unpack_from(view, pos)
+    pos += _FETCHED_PART.size
+    (aborted,) = _I32.unpack_from(view, pos)
+    pos += 4 + 16 * max(aborted, 0)  # producer_id, first_offset: none here (no transactions)
+    (size,) = _I32.unpack_from(view, pos)
+    pos += 4
+    if size > len(view) - pos:
+        raise struct.error("records past the end of the frame")
+    records = bytes(view[pos : pos + max(size, 0)])
+    return (pid, FetchAnswer(code, high_watermark, log_start, records)), pos + max(size, 0)
