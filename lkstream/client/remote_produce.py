@@ -70,7 +70,6 @@ class RemoteProduce(SyncStreamedCalls):
     _sticky: StickyPartitioner
     _lane_state: LaneState
     _lane: BlockingLane
-    _async_lanes: dict[Any, AsyncLane]
 
     def _confirm_lane(self) -> None:
         raise NotImplementedError  # RemoteBroker's
