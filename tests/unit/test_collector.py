@@ -26,7 +26,9 @@ class _Node:
 def test_objects_alive_at_start_up_leave_the_walks_and_later_ones_stay_in_them() -> None:
     before = _Node()
     frozen = freeze_start_up_heap()
-    assert frozen == gc.get_freeze_count() > 0
+    # At most what it froze: a frozen object freed meanwhile (by another thread of the test process,
+    # such as a client's left over from an earlier test) leaves the permanent generation.
+    assert 0 < gc.get_freeze_count() <= frozen
     after = _Node()
     walked = {id(o) for o in gc.get_objects()}
     assert id(before) not in walked, "an object alive at start-up must not be walked again"
