@@ -121,6 +121,9 @@ from lkstream.wire.contract import status_for
 
 log = logging.getLogger("lkstream.server.http")
 
+# One produce entry's records as runs bound for one partition each (see ``produce_runs``).
+_Runs = list[tuple[int | None, list[tuple[Any, ...]]]]
+
 # Names other modules and the tests import from here, where they lived before the split by role.
 __all__ = [
     "ConsumeResponse",
@@ -273,12 +276,23 @@ class HttpApi:
             outcomes: list[list[tuple[int, int]] | BaseException]
             if len(entries) == 1:
                 try:
-                    outcomes = [await self._produce_entry(entries[0])]
+                    outcomes = [await self._append_entry(entries[0], await self._prepare_entry(entries[0]))]
                 except LkstreamError as exc:
                     outcomes = [exc]
             else:
-                # Each coroutine appends before its first await, in order; then the acks are awaited together.
-                outcomes = await asyncio.gather(*(self._produce_entry(e) for e in entries), return_exceptions=True)
+                # Every await that is not an append (auto-creating a topic runs in a worker thread)
+                # comes first, entry by entry. Then the appends run in the request's order, each
+                # before its coroutine's first await, and the acks are awaited together. A creation
+                # awaited between appends would let a later entry append first, or only after an
+                # earlier entry's fsync.
+                prepared: list[_Runs | LkstreamError] = []
+                for entry in entries:
+                    try:
+                        prepared.append(await self._prepare_entry(entry))
+                    except LkstreamError as exc:
+                        prepared.append(exc)
+                appends = (self._append_entry(e, runs) for e, runs in zip(entries, prepared, strict=True))
+                outcomes = list(await asyncio.gather(*appends, return_exceptions=True))
         finally:
             self.metrics.observe_produce(time.perf_counter() - started)
         results: list[dict[str, Any]] = []
@@ -299,11 +313,17 @@ class HttpApi:
             return error_response(http_status(first_error), error_info(first_error), results=results)
         return json_response({"results": results})
 
-    async def _produce_entry(self, entry: ProduceEntry) -> list[tuple[int, int]]:
+    async def _prepare_entry(self, entry: ProduceEntry) -> _Runs:
+        """Check ``entry`` and create its topic if it is missing and may be auto-created."""
         runs = produce_runs(entry.records, entry.partition)
         self._refuse_before_creating(entry.topic, runs)
         with contextlib.suppress(UnknownTopicError):  # auto-creation is off: the produce says unknown_topic
             await ensure_topic(self.broker, entry.topic)  # an auto-create, in a worker thread
+        return runs
+
+    async def _append_entry(self, entry: ProduceEntry, runs: _Runs | LkstreamError) -> list[tuple[int, int]]:
+        if isinstance(runs, LkstreamError):
+            raise runs
         if len(runs) == 1:
             return await self.broker.produce_many(entry.topic, runs[0][1], partition=runs[0][0])
         results: list[tuple[int, int]] = []

@@ -155,6 +155,19 @@ def test_several_topic_partitions_in_one_request(api: Api, topic: str) -> None:
     assert [[r["value"] for r in p["records"]] for p in got.body["partitions"]] == [["a", "b"], ["c"], ["d"]]
 
 
+def test_entries_append_in_request_order_while_their_topics_are_created(api: Api, topic: str) -> None:
+    # Each new topic is created in a worker thread; the appends wait until every creation is done,
+    # so no entry can overtake an earlier one to the same partition.
+    entries = [{"topic": f"{topic}-{i % 3}", "partition": 0, "records": [str(i)]} for i in range(12)]
+    reply = api.post("/produce", {"topic_partitions": entries})
+    assert reply.status == 200, reply.body
+    assert [r["offsets"] for r in reply.body["results"]] == [[{"partition": 0, "offset": i // 3}] for i in range(12)]
+    got = api.consume(*({"topic": f"{topic}-{n}", "partition": 0, "fetch_offset": 0} for n in range(3)))
+    assert [[r["value"] for r in p["records"]] for p in got.body["partitions"]] == [
+        [str(i) for i in range(n, 12, 3)] for n in range(3)
+    ]
+
+
 def test_max_bytes_bounds_a_consume(api: Api, topic: str) -> None:
     # Ten produce calls: ten batches of ~1 KiB each.
     for i in range(10):
