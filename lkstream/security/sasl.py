@@ -1,4 +1,5 @@
-"""Sans-io SASL servers: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677).
+"""Sans-io SASL servers: PLAIN (RFC 4616), SCRAM-SHA-256/512 (RFC 5802, RFC 7677) and
+OAUTHBEARER (RFC 7628) over LKSTREAM's own bearer tokens.
 
 No sockets here: a surface (the Kafka listener's SaslHandshake/SaslAuthenticate, or any
 other) creates one server per connection with :meth:`SaslServerFactory.new` and feeds
@@ -14,7 +15,9 @@ Failures raise :class:`~lkstream.errors.AuthenticationError` with one message fo
 wrong password, an unknown user and a bad proof alike. For an unknown user SCRAM goes
 through the whole exchange with a decoy salt (stable per name) and fails at the
 proof, as RFC 5802 section 5.1 suggests, so the first message does not reveal which
-names exist. PLAIN sends the password itself: offer it only over TLS.
+names exist. PLAIN sends the password itself: offer it only over TLS. OAUTHBEARER sends a
+token the way gRPC's ``authorization: Bearer`` metadata does, so it follows the clients'
+rule for tokens: in plaintext only on loopback (the daemon decides what it offers).
 
 The SCRAM state machine, nonce handling, username escaping and constant-time proof
 check are ``scramp``'s; this module adds the credential lookup, the refusals
@@ -37,8 +40,9 @@ from lkstream.security.credentials import DEFAULT_ITERATIONS, SCRAM_MECHANISMS, 
 from lkstream.security.principal import Principal
 
 PLAIN: Final = "PLAIN"
+OAUTHBEARER: Final = "OAUTHBEARER"
 #: Every mechanism this module serves.
-MECHANISMS: Final = (PLAIN, *SCRAM_MECHANISMS)
+MECHANISMS: Final = (PLAIN, OAUTHBEARER, *SCRAM_MECHANISMS)
 _FAILED: Final = "authentication failed: unknown user or wrong password"
 _MAX_MESSAGE_BYTES: Final = 4096
 
@@ -106,6 +110,51 @@ class PlainServer(_Exchange):
         principal = self._users().verify_password(user, password)
         if principal is None:
             raise AuthenticationError(_FAILED)
+        self._principal = principal
+        return b""
+
+
+class OAuthBearerServer(_Exchange):
+    """SASL OAUTHBEARER: one client message carrying ``auth=Bearer <token>``, an LKSTREAM token.
+
+    The message is a GS2 header (``n,,`` or ``n,a=<authzid>,``) and then ``key=value``
+    pairs, each ended by ``\x01``, and one more ``\x01`` (RFC 7628 section 3.1). Kafka
+    clients may add their own pairs (SASL extensions); no extension changes who the client
+    is, so they are ignored. A refused token ends the exchange at once with an error, not
+    with RFC 7628's error challenge: Kafka's clients report a failed SaslAuthenticate either way.
+    """
+
+    mechanism = OAUTHBEARER
+
+    def __init__(self, users: Callable[[], UserDirectory]) -> None:
+        self._users = users
+        self._done = False
+
+    def step(self, client_bytes: bytes) -> bytes:
+        if self._done:
+            raise AuthenticationError("authentication failed: the OAUTHBEARER exchange is over")
+        self._done = True
+        header, separator, pairs = _text(client_bytes).partition("\x01")
+        gs2 = header.split(",")
+        if not separator or len(gs2) != 3 or gs2[0] not in ("n", "y") or gs2[2]:
+            raise AuthenticationError("authentication failed: malformed OAUTHBEARER message (expected n,,)")
+        if not pairs.endswith("\x01\x01") and pairs != "\x01":
+            raise AuthenticationError("authentication failed: malformed OAUTHBEARER message (unterminated)")
+        auth = ""
+        for pair in pairs[:-2].split("\x01"):
+            key, _, value = pair.partition("=")
+            if key == "auth":
+                auth = value
+        scheme, _, token = auth.partition(" ")
+        token = token.lstrip(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise AuthenticationError("authentication failed: OAUTHBEARER needs auth=Bearer <token>")
+        principal = self._users().verify_token(token)
+        if principal is None:
+            raise AuthenticationError("authentication failed: unknown or revoked token")
+        authzid = gs2[1]
+        if authzid and authzid != f"a={principal.name}":
+            raise AuthenticationError("authentication failed: acting as another user is not supported")
         self._principal = principal
         return b""
 
@@ -191,4 +240,6 @@ class SaslServerFactory:
             )
         if mechanism == PLAIN:
             return PlainServer(self._users)
+        if mechanism == OAUTHBEARER:
+            return OAuthBearerServer(self._users)
         return ScramServer(mechanism, self._users, self._decoy_key)

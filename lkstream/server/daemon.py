@@ -52,7 +52,7 @@ from lkstream.listeners import raise_descriptor_limit
 from lkstream.security.access import Access
 from lkstream.security.certificates import ServerCertificates
 from lkstream.security.credentials import SCRAM_MECHANISMS
-from lkstream.security.sasl import MECHANISMS
+from lkstream.security.sasl import MECHANISMS, OAUTHBEARER
 from lkstream.server.collector import freeze_start_up_heap
 from lkstream.server.grpc_access import AccessInterceptor, AuthenticationInterceptor, server_credentials
 from lkstream.server.grpc_limits import AdmissionInterceptor, server_options
@@ -132,8 +132,10 @@ class Daemon:
     def _kafka_settings(self) -> ListenerSettings:
         """The Kafka listener: TLS with the certificates, SASL and the ACLs with authentication."""
         settings = self.settings
-        # PLAIN sends the password itself: offered only over TLS.
-        mechanisms = MECHANISMS if self.certificates is not None else SCRAM_MECHANISMS
+        # PLAIN sends the password itself: offered only over TLS. OAUTHBEARER sends a token as a
+        # gRPC call's metadata does, which clients send in plaintext only to loopback, and a
+        # listener without TLS binds loopback only (check_exposure).
+        mechanisms = MECHANISMS if self.certificates is not None else (OAUTHBEARER, *SCRAM_MECHANISMS)
         return ListenerSettings(
             host=settings.kafka_host,
             port=settings.kafka_port,
@@ -192,7 +194,7 @@ class Daemon:
                 raise InvalidArgumentError(message) from None
             if self.kafka.settings.sasl is None and self.kafka.settings.ssl_context is None:
                 # Only an open listener: a client with a token or TLS keeps its calls on gRPC, whose
-                # channel carries them (SASL OAUTHBEARER for tokens is not offered yet). An open
+                # channel carries them (the lane speaks neither TLS nor OAUTHBEARER yet). An open
                 # listener binds loopback only (check_exposure), so the bound address is the one a
                 # client of this open daemon reaches; the advertised host is for Kafka clients.
                 host = self.settings.kafka_host

@@ -1,9 +1,10 @@
 """The Kafka listener with TLS and SASL, driven by real clients against a real daemon.
 
 librdkafka (confluent-kafka) with SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 over SSL,
-aiokafka and kafka-python with SCRAM over SSL, kcat; then what must fail: a wrong
-password, a plaintext client on the TLS port, PLAIN without TLS, a topic without the
-permission, and a principal using another principal's member id.
+and OAUTHBEARER with an LKSTREAM token over SSL and on plaintext loopback, aiokafka and
+kafka-python with SCRAM over SSL, kcat; then what must fail: a wrong password or token,
+a plaintext client on the TLS port, PLAIN without TLS, a topic without the permission,
+and a principal using another principal's member id.
 """
 
 from __future__ import annotations
@@ -125,6 +126,47 @@ def test_librdkafka_gets_topic_authorization_failed_without_write(tls_daemon: Se
     assert [f.code() for f in failures] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
 
 
+def oauthbearer(bootstrap: str, token: str, **extra: Any) -> dict[str, Any]:
+    """librdkafka with an LKSTREAM token as its OAUTHBEARER token (handed over by ``oauth_cb``)."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "OAUTHBEARER",
+        "oauth_cb": lambda _config: (token, time.time() + 3600),
+        **extra,
+    }
+
+
+def test_librdkafka_produces_and_consumes_with_a_token_over_ssl(tls_daemon: SecureDaemon) -> None:
+    assert tls_daemon.pki is not None
+    config = oauthbearer(
+        tls_daemon.kafka_address,
+        tls_daemon.token(USER),
+        **{"security.protocol": "SASL_SSL", "ssl.ca.location": str(tls_daemon.pki.ca)},
+    )
+    values = [f"token-{i}".encode() for i in range(20)]
+    assert produce(config, "orders", values) == []
+    assert sorted(consume(config, "orders", "billing", 20)) == sorted(values)
+
+
+def test_librdkafka_with_a_token_on_plaintext_loopback_and_a_revoked_one(secure_daemon: SecureFactory) -> None:
+    daemon = secure_daemon()  # auth on, plaintext, loopback
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        admin.create_topic("orders", 1)
+    daemon.set_acls(*grants(USER, "orders", "billing"))
+    token = daemon.token(USER)
+    assert produce(oauthbearer(daemon.kafka_address, token), "orders", [b"first"]) == []
+    errors: list[KafkaError] = []
+    producer = Producer(
+        {**oauthbearer(daemon.kafka_address, token + "0"), "error_cb": errors.append, "message.timeout.ms": 3000}
+    )
+    producer.produce("orders", value=b"never")
+    producer.flush(10)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    assert "unknown or revoked token" in " ".join(str(e) for e in errors)
+    assert consume(oauthbearer(daemon.kafka_address, token), "orders", "billing", 1) == [b"first"]
+
+
 async def test_aiokafka_produces_and_consumes_with_scram_over_ssl(tls_daemon: SecureDaemon) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.helpers import create_ssl_context
@@ -241,7 +283,7 @@ def test_without_tls_scram_works_and_plain_is_not_offered(secure_daemon: SecureF
     with RawKafka(daemon.kafka_address) as kafka:
         refused = kafka.handshake("PLAIN")
         assert refused.error_code == ErrorCode.unsupported_sasl_mechanism
-        assert set(refused.mechanisms) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+        assert set(refused.mechanisms) == {"OAUTHBEARER", "SCRAM-SHA-256", "SCRAM-SHA-512"}
     with RawKafka(daemon.kafka_address) as kafka:
         assert kafka.login_scram("SCRAM-SHA-512", USER, PASSWORD).error_code == 0
         assert kafka.call(ApiKey.METADATA, 9, topics=None).brokers  # authenticated: served (topics filtered)

@@ -1,6 +1,7 @@
 """SASL servers: RFC 7677's SCRAM-SHA-256 exchange byte for byte, and real Kafka clients' SASL code.
 
-aiokafka's own authenticators (``SaslPlainAuthenticator``, ``ScramAuthenticator``; the
+aiokafka's own authenticators (``SaslPlainAuthenticator``, ``ScramAuthenticator``,
+``OAuthAuthenticator``; the
 code aiokafka runs against a Kafka broker) drive our sans-io servers message by
 message, and scramp's client checks the server's final signature for SHA-512.
 """
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 import scramp
-from aiokafka.conn import SaslPlainAuthenticator, ScramAuthenticator
+from aiokafka.conn import OAuthAuthenticator, SaslPlainAuthenticator, ScramAuthenticator
 
 from lkstream.errors import AuthenticationError, InvalidArgumentError
 from lkstream.security.credentials import DEFAULT_ITERATIONS, ScramCredential, UserDirectory, UsersDocument
@@ -209,7 +210,7 @@ def test_factory_offers_only_its_mechanisms() -> None:
         factory.new("PLAIN")
     with pytest.raises(InvalidArgumentError, match="unknown SASL"):
         SaslServerFactory(lambda: users, ["GSSAPI"])
-    assert set(MECHANISMS) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+    assert set(MECHANISMS) == {"PLAIN", "OAUTHBEARER", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 
 
 def test_a_new_password_takes_effect_for_the_next_exchange() -> None:
@@ -219,3 +220,82 @@ def test_a_new_password_takes_effect_for_the_next_exchange() -> None:
     with pytest.raises(AuthenticationError):
         factory.new("PLAIN").step(b"\0alice\0old")
     factory.new("PLAIN").step(b"\0alice\0new")
+
+
+# -- OAUTHBEARER ------------------------------------------------------------------------------------
+
+
+class _TokenProvider:
+    def __init__(self, token: str, extensions: dict[str, str] | None = None) -> None:
+        self._token = token
+        self._extensions = extensions or {}
+
+    async def token(self) -> str:
+        return self._token
+
+    def extensions(self) -> dict[str, str]:
+        return self._extensions
+
+
+def token_directory() -> tuple[UserDirectory, str]:
+    doc = UsersDocument.empty()
+    token = doc.add_token("alice")
+    return UserDirectory(UsersDocument.parse(doc.serialize())), token
+
+
+@pytest.mark.parametrize("extensions", [{}, {"traceId": "abc", "logicalCluster": "lkc-1"}])
+async def test_oauthbearer_accepts_aiokafkas_message_with_a_token(extensions: dict[str, str]) -> None:
+    users, token = token_directory()
+    client = OAuthAuthenticator(sasl_oauth_token_provider=_TokenProvider(token, extensions))
+    message, _ = await client.step(None)
+    server = SaslServerFactory(lambda: users).new("OAUTHBEARER")
+    assert server.step(message) == b""
+    assert server.complete and server.principal is not None
+    assert (server.principal.name, server.principal.mechanism) == ("alice", "token")
+    with pytest.raises(AuthenticationError, match="exchange is over"):
+        server.step(message)
+
+
+def test_oauthbearer_takes_an_authorization_id_only_of_the_tokens_owner() -> None:
+    users, token = token_directory()
+    own = SaslServerFactory(lambda: users).new("OAUTHBEARER")
+    own.step(f"n,a=alice,\x01auth=Bearer {token}\x01\x01".encode())
+    assert own.principal is not None and own.principal.name == "alice"
+    with pytest.raises(AuthenticationError, match="another user"):
+        SaslServerFactory(lambda: users).new("OAUTHBEARER").step(f"n,a=bob,\x01auth=Bearer {token}\x01\x01".encode())
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("n,,\x01auth=Bearer {token}x\x01\x01", "unknown or revoked"),  # a token that is not stored
+        ("n,,\x01auth=Bearer lk_abc\x01\x01", "unknown or revoked"),  # malformed token
+        ("n,,\x01auth=Basic {token}\x01\x01", "auth=Bearer"),
+        ("n,,\x01auth=Bearer \x01\x01", "auth=Bearer"),
+        ("n,,\x01\x01", "auth=Bearer"),  # no pairs at all
+        ("n,,\x01traceId=1\x01\x01", "auth=Bearer"),
+        ("n,,\x01auth=Bearer {token}\x01", "unterminated"),
+        ("n,,auth=Bearer {token}\x01\x01", "malformed"),  # no separator after the GS2 header
+        ("p=tls-unique,,\x01auth=Bearer {token}\x01\x01", "malformed"),  # channel binding
+        ("\x01", "malformed"),  # RFC 7628's answer to an error challenge, sent first
+        ("n,,\x01auth=Bearer " + "x" * 5000 + "\x01\x01", "too long"),
+    ],
+)
+def test_oauthbearer_refuses_malformed_or_unknown_tokens(message: str, reason: str) -> None:
+    users, token = token_directory()
+    server = SaslServerFactory(lambda: users).new("OAUTHBEARER")
+    with pytest.raises(AuthenticationError, match=reason):
+        server.step(message.format(token=token).encode())
+    assert not server.complete and server.principal is None
+
+
+def test_a_revoked_token_is_refused_at_the_next_exchange() -> None:
+    doc = UsersDocument.empty()
+    token = doc.add_token("alice")
+    current = {"users": UserDirectory(UsersDocument.parse(doc.serialize()))}
+    factory = SaslServerFactory(lambda: current["users"])
+    message = f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+    factory.new("OAUTHBEARER").step(message)
+    current["users"] = directory()  # the token is gone from the users file
+    with pytest.raises(AuthenticationError, match="unknown or revoked"):
+        factory.new("OAUTHBEARER").step(message)
