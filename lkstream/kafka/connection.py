@@ -131,6 +131,9 @@ class Connection:
                 header = parse_request_header(frame, self._state.versions)
                 if settings.sasl is not None and not self._authenticated() and header.api_key not in _SASL_APIS:
                     raise FrameError(f"API {header.api_key} before SASL authentication completed")
+                if self.ctx.sasl is not None and self.ctx.sasl.revoked():
+                    # A token taken out of the users file stops its connections too, not only new logins.
+                    raise FrameError("the token this connection authenticated with was revoked")
                 produce = header.api_key == ApiKey.PRODUCE
                 if self._unfinished and not (produce and self._produce_only):
                     await asyncio.wait(set(self._unfinished))  # keep side effects in request order

@@ -64,6 +64,11 @@ class SaslServer(Protocol):
     @property
     def principal(self) -> Principal | None: ...
 
+    def revoked(self) -> bool:
+        """True once the credential this exchange authenticated may no longer be used (a token taken
+        out of the users file): the connection it authenticated ends. Cheap: asked before each request."""
+        ...
+
 
 def _text(client_bytes: bytes) -> str:
     if len(client_bytes) > _MAX_MESSAGE_BYTES:
@@ -86,6 +91,11 @@ class _Exchange:
     @property
     def principal(self) -> Principal | None:
         return self._principal
+
+    def revoked(self) -> bool:
+        # A session authenticated by password lasts as long as its connection, as in Kafka
+        # without re-authentication (KIP-368): the password itself cannot be asked again.
+        return False
 
 
 class PlainServer(_Exchange):
@@ -129,6 +139,19 @@ class OAuthBearerServer(_Exchange):
     def __init__(self, users: Callable[[], UserDirectory]) -> None:
         self._users = users
         self._done = False
+        self._token = ""
+        self._checked: UserDirectory | None = None  # the users file the token was last found in
+
+    def revoked(self) -> bool:
+        """The token was taken out of the users file (checked again only when the file changed)."""
+        if self._principal is None:
+            return False
+        users = self._users()
+        if users is not self._checked:
+            if users.verify_token(self._token) != self._principal:
+                return True
+            self._checked = users
+        return False
 
     def step(self, client_bytes: bytes) -> bytes:
         if self._done:
@@ -149,13 +172,14 @@ class OAuthBearerServer(_Exchange):
         token = token.lstrip(" ")
         if scheme.lower() != "bearer" or not token:
             raise AuthenticationError("authentication failed: OAUTHBEARER needs auth=Bearer <token>")
-        principal = self._users().verify_token(token)
+        users = self._users()
+        principal = users.verify_token(token)
         if principal is None:
             raise AuthenticationError("authentication failed: unknown or revoked token")
         authzid = gs2[1]
         if authzid and authzid != f"a={principal.name}":
             raise AuthenticationError("authentication failed: acting as another user is not supported")
-        self._principal = principal
+        self._principal, self._token, self._checked = principal, token, users
         return b""
 
 

@@ -25,7 +25,9 @@ import lkstream
 from lkstream.format.codec import encode_batch
 from lkstream.kafka.protocol import ApiKey
 from lkstream.security.acl import AclEntry
+from lkstream.security.credentials import UsersDocument
 from lkstream.security.tls import ClientTls
+from lkstream.security.watched import edit_file
 from tests.security.conftest import SecureDaemon, SecureFactory
 from tests.security.kafka_raw import RawKafka
 
@@ -165,6 +167,25 @@ def test_librdkafka_with_a_token_on_plaintext_loopback_and_a_revoked_one(secure_
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
     assert "unknown or revoked token" in " ".join(str(e) for e in errors)
     assert consume(oauthbearer(daemon.kafka_address, token), "orders", "billing", 1) == [b"first"]
+
+
+def test_a_revoked_token_ends_the_connections_it_authenticated(secure_daemon: SecureFactory) -> None:
+    daemon = secure_daemon()  # the users file is read again on every call (reload interval 0)
+    token = daemon.token(USER)
+    with RawKafka(daemon.kafka_address) as kafka:
+        assert kafka.handshake("OAUTHBEARER").error_code == 0
+        assert kafka.authenticate(f"n,,\x01auth=Bearer {token}\x01\x01".encode()).error_code == 0
+        assert kafka.call(ApiKey.METADATA, 9, topics=None).brokers
+        token_id = token.split("_")[1]
+        edit_file(
+            str(daemon.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.remove_token(USER, token_id),
+        )
+        with pytest.raises(ConnectionError):
+            kafka.call(ApiKey.METADATA, 9, topics=None)
 
 
 async def test_aiokafka_produces_and_consumes_with_scram_over_ssl(tls_daemon: SecureDaemon) -> None:

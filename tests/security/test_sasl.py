@@ -299,3 +299,27 @@ def test_a_revoked_token_is_refused_at_the_next_exchange() -> None:
     current["users"] = directory()  # the token is gone from the users file
     with pytest.raises(AuthenticationError, match="unknown or revoked"):
         factory.new("OAUTHBEARER").step(message)
+
+
+def test_an_oauthbearer_session_is_revoked_with_its_token_and_only_then() -> None:
+    doc = UsersDocument.empty()
+    token = doc.add_token("alice")
+    other = doc.add_token("alice")
+    current = {"users": UserDirectory(UsersDocument.parse(doc.serialize()))}
+    server = SaslServerFactory(lambda: current["users"]).new("OAUTHBEARER")
+    assert not server.revoked()  # nothing authenticated yet
+    server.step(f"n,,\x01auth=Bearer {token}\x01\x01".encode())
+    assert not server.revoked()
+    doc.remove_token("alice", other.split("_")[1])  # another token of the same user goes
+    current["users"] = UserDirectory(UsersDocument.parse(doc.serialize()))
+    assert not server.revoked()
+    doc.remove_token("alice", token.split("_")[1])
+    current["users"] = UserDirectory(UsersDocument.parse(doc.serialize()))
+    assert server.revoked()
+
+
+def test_password_sessions_are_never_revoked_by_the_server() -> None:
+    users = directory(alice="s3cret")
+    server = SaslServerFactory(lambda: users).new("PLAIN")
+    server.step(b"\0alice\0s3cret")
+    assert not server.revoked()
