@@ -4,12 +4,17 @@ A gRPC call crosses several threads on each side (gRPC core's reading threads, t
 ``grpc.aio`` poller, the event loop), and on two cores those hand-offs, not the
 append, are most of a small call's time (docs/benchmarks.md, "The produce lane").
 The daemon's Kafka listener reads a request on its event loop straight from the
-socket, so when the daemon offers it (Handshake's ``kafka_lane_address``: a
-listener with neither TLS nor SASL) the remote client sends ``produce_many``'s
-batches there as one Produce request, and reads a blocking ``fetch`` there: the
-blocking methods from the caller's thread on a plain socket (:class:`BlockingLane`),
-the async produce on the caller's event loop (:class:`AsyncLane`, one connection per
-loop). Everything else stays on gRPC.
+socket, so when the daemon offers it (Handshake's ``kafka_lane_address``) the
+remote client sends ``produce_many``'s batches there as one Produce request, and
+reads a blocking ``fetch`` there: the blocking methods from the caller's thread on a
+socket of their own (:class:`BlockingLane`), the async produce on the caller's event
+loop (:class:`AsyncLane`, one connection per loop). Everything else stays on gRPC.
+
+A listener with TLS is reached with the client's own TLS settings (the CA, the
+client certificate and the expected server name of its gRPC channel), and one with
+SASL with the client's token, sent with SASL OAUTHBEARER when a connection opens
+(:class:`LaneSecurity`). The client decides which listeners fit (``RemoteBroker``):
+never one without TLS when its gRPC channel has TLS, never one with SASL without a token.
 
 The lane never decides what a failure means. A connection that cannot be made, is
 lost, times out or answers something unreadable raises :class:`LaneUnavailable`,
@@ -27,9 +32,11 @@ import asyncio
 import itertools
 import os
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from lkstream.wire.kafka_lane import (
@@ -41,9 +48,12 @@ from lkstream.wire.kafka_lane import (
     answer_size,
     correlation_of,
     fetch_request,
+    oauthbearer_request,
     parse_answer,
     parse_fetch_answer,
     produce_request,
+    sasl_handshake_request,
+    sasl_refusal,
 )
 
 #: After the listener could not be reached, calls go through gRPC for this long before it is tried again.
@@ -68,6 +78,31 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+@dataclass(frozen=True)
+class LaneSecurity:
+    """How a lane connection proves itself: TLS (``tls``, expecting ``server_name`` in the certificate,
+    or else the listener's host) and, for a listener with SASL, ``token`` sent with OAUTHBEARER."""
+
+    tls: ssl.SSLContext | None = None
+    server_name: str | None = None
+    token: str | None = None
+
+    def opening(self, ids: Iterator[int]) -> list[tuple[int, bytes, bool]]:
+        """The SASL requests a new connection sends first: correlation id, frame, and whether it is the
+        SaslAuthenticate (whose answer :func:`sasl_refusal` reads differently)."""
+        if self.token is None:
+            return []
+        handshake, authenticate = next(ids), next(ids)
+        return [
+            (handshake, sasl_handshake_request(handshake), False),
+            (authenticate, oauthbearer_request(authenticate, self.token), True),
+        ]
+
+
+#: No security: a listener with neither TLS nor SASL.
+OPEN: Final = LaneSecurity()
+
+
 class LaneState:
     """Where a client's lanes connect, and whether they may now; shared by its lanes.
 
@@ -78,6 +113,7 @@ class LaneState:
 
     def __init__(self, address: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.address = address
+        self.security = OPEN
         #: Batch bytes one request may carry (the daemon's ``max_batch_bytes``; its frame limit adds headroom).
         self.request_bytes = 1024 * 1024
         self.stale = False
@@ -94,8 +130,8 @@ class LaneState:
     def lost(self) -> None:
         self.stale = True
 
-    def confirmed(self, address: str, request_bytes: int) -> None:
-        self.address, self.request_bytes, self.stale = address, request_bytes, False
+    def confirmed(self, address: str, request_bytes: int, security: LaneSecurity = OPEN) -> None:
+        self.address, self.request_bytes, self.security, self.stale = address, request_bytes, security, False
 
 
 def requests_of(batches: Batches, limit: int) -> list[Batches]:
@@ -184,15 +220,33 @@ class BlockingLane:
                 raise LaneUnavailable("the Kafka listener is not known to be reachable now")
             self._open += 1
             address = self.state.address
+        host, port = split_address(address)
         try:
-            sock = socket.create_connection(split_address(address), timeout=self.connect_timeout)
-        except OSError as exc:
+            sock = socket.create_connection((host, port), timeout=self.connect_timeout)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock = self._secure(sock, host)
+            except BaseException:
+                sock.close()
+                raise
+        except (OSError, AnswerError) as exc:  # ssl.SSLError is an OSError
             with self._lock:
                 self._open -= 1
             self.state.unreachable()
             raise LaneUnavailable(f"cannot connect to the Kafka listener at {address}: {exc}") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.timeout)
+        return sock
+
+    def _secure(self, sock: socket.socket, host: str) -> socket.socket:
+        """TLS and SASL on a new connection, as :attr:`LaneState.security` says (within the connect timeout)."""
+        security = self.state.security
+        if security.tls is not None:
+            sock = security.tls.wrap_socket(sock, server_hostname=security.server_name or host)
+        for correlation, request, authenticate in security.opening(self._ids):
+            sock.sendall(request)
+            refusal = sasl_refusal(_read_answer(sock, correlation, MAX_ANSWER_BYTES), authenticate)
+            if refusal is not None:
+                raise AnswerError(f"SASL OAUTHBEARER refused: {refusal}")
         return sock
 
     def _give_back(self, sock: socket.socket) -> None:
@@ -216,6 +270,10 @@ class BlockingLane:
 
 
 def _send_all(sock: socket.socket, chunks: list[bytes | bytearray]) -> None:
+    if isinstance(sock, ssl.SSLSocket):  # no sendmsg: TLS copies each record into its own buffer anyway
+        for chunk in chunks:
+            sock.sendall(chunk)
+        return
     views = [memoryview(chunk) for chunk in chunks]
     while views:
         sent = sock.sendmsg(views)
@@ -368,6 +426,7 @@ class AsyncLane:
 
     async def _connect(self) -> _LaneProtocol:
         address = self.state.address
+        security = self.state.security
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         try:
@@ -376,19 +435,39 @@ class AsyncLane:
                 # The socket is ours, not only the transport's: a lane whose loop was closed (each
                 # asyncio.run() ends its own) can still close it (close_now).
                 sock = socket.socket(family, kind, proto)
+                connection: _LaneProtocol | None = None
                 try:
                     sock.setblocking(False)
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     await loop.sock_connect(sock, target)
-                    _, connection = await loop.create_connection(lambda: _LaneProtocol(self.state), sock=sock)
+                    _, connection = await loop.create_connection(
+                        lambda: _LaneProtocol(self.state),
+                        sock=sock,
+                        ssl=security.tls,
+                        server_hostname=(security.server_name or host) if security.tls is not None else None,
+                    )
+                    await self._authenticate(connection, security)
                 except BaseException:
+                    if connection is not None and connection.transport is not None:
+                        connection.transport.abort()  # off the selector before the socket closes
                     sock.close()
                     raise
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, AnswerError, LaneUnavailable) as exc:
             self.state.unreachable()
             raise LaneUnavailable(f"cannot connect to the Kafka listener at {address}: {exc}") from exc
         self._connection, self._socket = connection, sock
         return connection
+
+    async def _authenticate(self, connection: _LaneProtocol, security: LaneSecurity) -> None:
+        """SASL OAUTHBEARER on a new connection when :attr:`LaneState.security` has a token."""
+        loop = asyncio.get_running_loop()
+        for correlation, request, authenticate in security.opening(self._ids):
+            assert connection.transport is not None
+            connection.waiting[correlation] = answer = loop.create_future()
+            connection.transport.write(request)
+            refusal = sasl_refusal(await answer, authenticate)
+            if refusal is not None:
+                raise AnswerError(f"SASL OAUTHBEARER refused: {refusal}")
 
     def _drop(self, connection: _LaneProtocol) -> None:
         self.state.lost()

@@ -45,11 +45,13 @@ needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
 (from ``connect`` already), a missing permission
 :class:`~lkstream.errors.AuthorizationError` naming it.
 
-The Kafka lane (:mod:`lkstream.client.kafka_lane`): when the daemon's Kafka
-listener needs neither TLS nor SASL and this client sends neither (``tls=`` and
-``token=`` unset), ``produce_many`` and ``produce_many_sync`` send their batches to
-that listener as Kafka Produce requests, and ``fetch`` reads there with a Kafka
-Fetch, with fewer thread hand-offs per call than gRPC (docs/adr/0005-kafka-lane.md).
+The Kafka lane (:mod:`lkstream.client.kafka_lane`): when the daemon has a Kafka
+listener, ``produce_many`` and ``produce_many_sync`` send their batches to it as
+Kafka Produce requests, and ``fetch`` reads there with a Kafka Fetch, with fewer
+thread hand-offs per call than gRPC (docs/adr/0005-kafka-lane.md). The lane uses
+TLS exactly when the gRPC channel does (same CA, client certificate and server
+name), and the token with SASL OAUTHBEARER where the listener wants SASL; a listener
+this client could not reach as securely as its gRPC channel is not used.
 Anything the lane cannot carry (a listener gone, a batch or a read refused) goes
 through gRPC, whose errors and retries stay the contract. ``kafka_lane=False`` turns
 the lane off; :attr:`RemoteBroker.kafka_lane` says where it goes.
@@ -72,6 +74,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -80,7 +83,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from lkstream.broker.partitioner import StickyPartitioner
-from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneState, LaneUnavailable
+from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneSecurity, LaneState, LaneUnavailable
 from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
 from lkstream.client.remote_produce import RemoteProduce
@@ -204,9 +207,10 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._sync_streams = SyncStreams(self._open_sync_stream, f"lkstream-client-{address}")
         self._closed = False
         self.max_message_bytes: int | None = None
-        # The Kafka lane (lkstream.client.kafka_lane): only where gRPC would carry neither a token
-        # nor TLS, since the listener offered is an open one.
-        self._lane_wanted = kafka_lane and token is None and self._tls is None
+        # The Kafka lane (lkstream.client.kafka_lane), with this client's TLS settings and token.
+        self._lane_wanted = kafka_lane
+        self._token = token
+        self._lane_tls: ssl.SSLContext | None = None  # made once, when a listener with TLS is offered
         self._lane_state, self._lane = self._lanes()
         try:
             self.server_protocol_version = self._handshake(protocol_version, self.connect_timeout)
@@ -246,7 +250,33 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
 
     def _learn_lane(self, response: pb.HandshakeResponse) -> None:
         address = response.kafka_lane_address if self._lane_wanted else ""
-        self._lane_state.confirmed(address, int(response.max_batch_bytes) or self._lane_state.request_bytes)
+        security = self._lane_security(address, response) if address else None
+        self._lane_state.confirmed(
+            address if security is not None else "",
+            int(response.max_batch_bytes) or self._lane_state.request_bytes,
+            security or LaneSecurity(),
+        )
+
+    def _lane_security(self, address: str, response: pb.HandshakeResponse) -> LaneSecurity | None:
+        """How this client reaches the listener Handshake named, or None where it must not use it.
+
+        The lane carries what this client's gRPC channel would: TLS exactly when the channel has
+        TLS (verified with the same CA and server name), and for a listener with SASL the
+        client's token, which goes in plaintext only to a loopback address, as on gRPC.
+        """
+        if response.kafka_lane_tls != (self._tls is not None):
+            return None
+        token = self._token if response.kafka_lane_sasl else None
+        if response.kafka_lane_sasl and token is None:
+            return None
+        if self._tls is None:
+            return LaneSecurity(token=token) if token is None or is_loopback_address(address) else None
+        if self._lane_tls is None:
+            try:
+                self._lane_tls = self._tls.ssl_context()
+            except InvalidArgumentError:
+                return None  # files gRPC could read but ssl cannot: everything stays on gRPC
+        return LaneSecurity(self._lane_tls, self._tls.server_name, token)
 
     def _confirm_lane(self) -> None:
         """Ask the daemon again where its Kafka listener is (after a lane connection was lost)."""

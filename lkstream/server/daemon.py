@@ -56,7 +56,7 @@ from lkstream.security.sasl import MECHANISMS, OAUTHBEARER
 from lkstream.server.collector import freeze_start_up_heap
 from lkstream.server.grpc_access import AccessInterceptor, AuthenticationInterceptor, server_credentials
 from lkstream.server.grpc_limits import AdmissionInterceptor, server_options
-from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, __version__
+from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, LaneOffer, __version__
 from lkstream.server.http import HttpServer
 from lkstream.server.http_access import GuardedHttpServer, HttpAccess
 from lkstream.server.memory import HeapTrimmer, keep_heap_for_requests
@@ -192,15 +192,7 @@ class Daemon:
                 where = f"{self.settings.kafka_host}:{self.settings.kafka_port}"
                 message = f"cannot listen on {where} for Kafka: {exc.strerror or exc}"
                 raise InvalidArgumentError(message) from None
-            if self.kafka.settings.sasl is None and self.kafka.settings.ssl_context is None:
-                # Only an open listener: a client with a token or TLS keeps its calls on gRPC, whose
-                # channel carries them (the lane speaks neither TLS nor OAUTHBEARER yet). An open
-                # listener binds loopback only (check_exposure), so the bound address is the one a
-                # client of this open daemon reaches; the advertised host is for Kafka clients.
-                host = self.settings.kafka_host
-                self.service.kafka_lane_address = (
-                    f"[{host}]:{self.kafka.port}" if ":" in host else f"{host}:{self.kafka.port}"
-                )
+            self.service.kafka_lane = self._lane_offer(self.kafka)
         await self.server.start()
         self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
         keep_heap_for_requests()
@@ -209,6 +201,18 @@ class Daemon:
         if self.certificates is not None:
             self._watcher = asyncio.create_task(self._watch_certificates())
         self.http.set_ready()
+
+    def _lane_offer(self, kafka: KafkaServer) -> LaneOffer:
+        """Where LKSTREAM's own client may reach the Kafka listener, and how (docs/adr/0005-kafka-lane.md).
+
+        With TLS, the advertised address: the one Kafka clients dial and the certificate names.
+        Without TLS the listener binds loopback only (check_exposure), so the bound address is one
+        every client of this daemon reaches, whatever host Kafka clients are told.
+        """
+        tls = kafka.settings.ssl_context is not None
+        host = self.settings.kafka_host
+        bound = f"[{host}]:{kafka.port}" if ":" in host else f"{host}:{kafka.port}"
+        return LaneOffer(kafka.bootstrap if tls else bound, tls=tls, sasl=kafka.settings.sasl is not None)
 
     def _http_guard(self) -> HttpAccess:
         # Cross-origin checks for everyone (a web page must not drive a local daemon, auth or not),

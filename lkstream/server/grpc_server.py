@@ -29,6 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -117,6 +118,15 @@ def _topic_info(description: TopicDescription) -> pb.TopicInfo:
     )
 
 
+@dataclass(frozen=True)
+class LaneOffer:
+    """The Kafka listener Handshake names to clients: ``address`` (empty: none), and whether it wants TLS and SASL."""
+
+    address: str = ""
+    tls: bool = False
+    sasl: bool = False
+
+
 class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
     """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe.
 
@@ -134,8 +144,9 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         self.max_fetch_bytes = max_fetch_bytes
         self.stopping = StopSignal()
         self._sticky = StickyPartitioner()
-        #: Told to clients in Handshake: the Kafka listener they may produce through (set once it listens).
-        self.kafka_lane_address = ""
+        #: Told to clients in Handshake: the Kafka listener they may produce through, and whether it
+        #: wants TLS and SASL (set once it listens).
+        self.kafka_lane = LaneOffer()
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -418,6 +429,8 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
                 max_message_bytes=self.broker.config.max_message_bytes,
                 max_batch_bytes=self.broker.config.max_batch_bytes,
                 streams=STREAMS,
-                kafka_lane_address=self.kafka_lane_address,
+                kafka_lane_address=self.kafka_lane.address,
+                kafka_lane_tls=self.kafka_lane.tls,
+                kafka_lane_sasl=self.kafka_lane.sasl,
             )
         raise AssertionError("unreachable")  # pragma: no cover

@@ -1,4 +1,4 @@
-"""The client's half of the Kafka exchanges of the lane: Produce v8 and Fetch v5 requests, and their answers.
+"""The client's half of the Kafka exchanges of the lane: Produce v8, Fetch v5 and the SASL requests, and their answers.
 
 The remote client's lane (:mod:`lkstream.client.kafka_lane`) sends the batches of
 a produce call to the daemon's Kafka listener as one Produce request, and reads a
@@ -29,6 +29,13 @@ its size, int32)::
                       [topic string, [partition int32, error_code int16, high_watermark int64,
                       last_stable_offset int64, log_start_offset int64,
                       [producer_id int64, first_offset int64]?, records bytes?]]
+    sasl handshake:   api_key int16 (17), api_version int16 (1), correlation_id int32, client_id string?,
+                      mechanism string (OAUTHBEARER)
+    its answer:       correlation_id int32, error_code int16, [mechanism string]
+    sasl authenticate: api_key int16 (36), api_version int16 (1), correlation_id int32, client_id string?,
+                      auth_bytes bytes (RFC 7628: ``n,,\x01auth=Bearer <token>\x01\x01``)
+    its answer:       correlation_id int32, error_code int16, error_message string?, auth_bytes bytes,
+                      session_lifetime_ms int64
 
 Produce v8 is the first version whose answer carries the broker's ``error_message``; Fetch
 v5 the first with ``log_start_offset``. The client raises from neither: a refused batch or
@@ -48,6 +55,10 @@ PRODUCE_API_KEY: Final = 0
 PRODUCE_VERSION: Final = 8
 FETCH_API_KEY: Final = 1
 FETCH_VERSION: Final = 5
+SASL_HANDSHAKE_API_KEY: Final = 17
+SASL_AUTHENTICATE_API_KEY: Final = 36
+SASL_VERSION: Final = 1
+OAUTHBEARER: Final = "OAUTHBEARER"
 CLIENT_ID: Final = "lkstream-python"
 #: A Produce answer is a few dozen bytes a partition; a frame announcing more is not one.
 MAX_ANSWER_BYTES: Final = 1024 * 1024
@@ -176,7 +187,6 @@ class FetchAnswer:
 
 def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
     """One partition's Fetch from ``offset``, answered at once (``max_wait_ms`` 0, ``min_bytes`` 0)."""
-    client_id = CLIENT_ID.encode()
     name = topic.encode()
     body = (
         _FETCH_BODY.pack(-1, 0, 0, max_bytes, 0, 1)
@@ -184,8 +194,7 @@ def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, 
         + name
         + _FETCH_PART.pack(1, partition, offset, -1, max_bytes)
     )
-    size = _HEADER.size - 4 + len(client_id) + len(body)
-    return _HEADER.pack(size, FETCH_API_KEY, FETCH_VERSION, correlation_id, len(client_id)) + client_id + body
+    return _request(FETCH_API_KEY, FETCH_VERSION, correlation_id, body)
 
 
 def parse_fetch_answer(frame: bytes | bytearray | memoryview, topic: str, partition: int) -> FetchAnswer:
@@ -213,3 +222,35 @@ def _fetched_partition(view: memoryview, pos: int) -> tuple[tuple[int, FetchAnsw
         raise struct.error("records past the end of the frame")
     records = bytes(view[pos : pos + max(size, 0)])
     return (pid, FetchAnswer(code, high_watermark, log_start, records)), pos + max(size, 0)
+
+
+def sasl_handshake_request(correlation_id: int, mechanism: str = OAUTHBEARER) -> bytes:
+    """SaslHandshake v1 naming ``mechanism`` (the SASL bytes then travel in SaslAuthenticate requests)."""
+    name = mechanism.encode()
+    return _request(SASL_HANDSHAKE_API_KEY, SASL_VERSION, correlation_id, _I16.pack(len(name)) + name)
+
+
+def oauthbearer_request(correlation_id: int, token: str) -> bytes:
+    """SaslAuthenticate v1 carrying ``token`` as an OAUTHBEARER client response (RFC 7628 section 3.1)."""
+    message = b"n,,\x01auth=Bearer " + token.encode() + b"\x01\x01"
+    return _request(SASL_AUTHENTICATE_API_KEY, SASL_VERSION, correlation_id, _I32.pack(len(message)) + message)
+
+
+def _request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    """A whole request frame: its size, the v1 request header, ``body``."""
+    client_id = CLIENT_ID.encode()
+    size = _HEADER.size - 4 + len(client_id) + len(body)
+    return _HEADER.pack(size, api_key, version, correlation_id, len(client_id)) + client_id + body
+
+
+def sasl_refusal(frame: bytes | bytearray | memoryview, authenticate: bool) -> str | None:
+    """Why a SaslHandshake (``authenticate`` False) or SaslAuthenticate answer frame refuses, or None."""
+    view = memoryview(frame)
+    try:
+        (code,) = _I16.unpack_from(view, 4)  # after the correlation id
+        message = _string(view, 6)[0] if authenticate else None
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise AnswerError(f"a SASL answer cut short or malformed: {exc}") from None
+    if code == 0:
+        return None
+    return f"error {code}" + (f": {message}" if message else "")

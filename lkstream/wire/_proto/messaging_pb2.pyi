@@ -259,7 +259,7 @@ class HandshakeRequest(_message.Message):
     def __init__(self, client_protocol_version: _Optional[int] = ..., client_name: _Optional[str] = ...) -> None: ...
 
 class HandshakeResponse(_message.Message):
-    __slots__ = ("server_protocol_version", "min_client_protocol_version", "server_version", "max_message_bytes", "max_batch_bytes", "streams", "kafka_lane_address")
+    __slots__ = ("server_protocol_version", "min_client_protocol_version", "server_version", "max_message_bytes", "max_batch_bytes", "streams", "kafka_lane_address", "kafka_lane_tls", "kafka_lane_sasl")
     SERVER_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MIN_CLIENT_PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +267,8 @@ class HandshakeResponse(_message.Message):
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     KAFKA_LANE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_LANE_TLS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_LANE_SASL_FIELD_NUMBER: _ClassVar[int]
     server_protocol_version: int
     min_client_protocol_version: int
     server_version: str
@@ -274,7 +276,9 @@ class HandshakeResponse(_message.Message):
     max_batch_bytes: int
     streams: _containers.RepeatedScalarFieldContainer[str]
     kafka_lane_address: str
-    def __init__(self, server_protocol_version: _Optional[int] = ..., min_client_protocol_version: _Optional[int] = ..., server_version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ..., kafka_lane_address: _Optional[str] = ...) -> None: ...
+    kafka_lane_tls: bool
+    kafka_lane_sasl: bool
+    def __init__(self, server_protocol_version: _Optional[int] = ..., min_client_protocol_version: _Optional[int] = ..., server_version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ..., kafka_lane_address: _Optional[str] = ..., kafka_lane_tls: _Optional[bool] = ..., kafka_lane_sasl: _Optional[bool] = ...) -> None: ...
 
 class TopicPartitions(_message.Message):
     __slots__ = ("topic", "partitions")
