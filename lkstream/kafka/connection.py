@@ -96,6 +96,7 @@ class Connection:
         self._last_active = self._loop.time()
         self._idle_check: asyncio.TimerHandle | None = None
         self._unsent: list[bytes] = []  # small answers of this loop turn, written together by _flush
+        self._drain_until: float | None = None  # set by drain(): the listener is stopping
 
     async def serve(self) -> None:
         self._schedule_idle_check(self._state.settings.idle_timeout_s)
@@ -105,9 +106,12 @@ class Connection:
             if not isinstance(exc, asyncio.IncompleteReadError) or exc.partial:
                 log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
         finally:
-            # The client is gone or its stream is garbage: nobody will read the answers.
             if self._idle_check is not None:
                 self._idle_check.cancel()
+            if self._drain_until is not None:
+                await self._answer_started_requests(self._drain_until)
+            # The client is gone or its stream is garbage (or the listener's grace is over): nobody
+            # will read the answers still to come.
             if self._sender is not None:
                 self._sender.cancel()
             for task in list(self._unfinished):
@@ -116,6 +120,28 @@ class Connection:
             self._writer.close()
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
+
+    def drain(self, deadline: float) -> None:
+        """Read no more requests, answer those already read (until ``deadline``, loop time), then close.
+
+        For a stopping listener: a request that was read may have appended already, and an answer
+        lost to the close would make its client send the records again (a clean restart must not
+        duplicate what a client produced). Complete requests already buffered are still served; a
+        request cut short by the close was never started.
+        """
+        self._drain_until = deadline
+        transport = self._writer.transport
+        if isinstance(transport, asyncio.ReadTransport):  # always (a socket's transport); for the type checker
+            transport.pause_reading()  # no more bytes into the reader after its end below
+        self._reader.feed_eof()  # the read loop ends at the end of what was received
+
+    async def _answer_started_requests(self, deadline: float) -> None:
+        while self._unfinished or self._sender is not None:
+            remaining = deadline - self._loop.time()
+            waiting = {*self._unfinished, *((self._sender,) if self._sender is not None else ())}
+            if remaining <= 0 or self._writer.is_closing():
+                return
+            await asyncio.wait(waiting, timeout=remaining)
 
     async def _read_requests(self) -> None:
         settings = self._state.settings

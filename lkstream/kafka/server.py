@@ -36,7 +36,7 @@ class KafkaServer:
         self.broker = broker
         self.settings = settings or ListenerSettings()
         self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._connections: dict[asyncio.Task[None], tuple[Connection, asyncio.StreamWriter]] = {}
         self._state: ServerState | None = None
         #: Open connections, at most ``settings.max_connections`` (counted from accept to close, TLS included).
         self.connections = ConnectionCap("kafka", self.settings.max_connections)
@@ -80,15 +80,23 @@ class KafkaServer:
             topic_ids=TopicIds(self.broker),
         )
 
-    async def stop(self) -> None:
-        """Stop accepting, close every connection (in-flight requests are cancelled)."""
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting; answer the requests already read within ``grace_s``, then close every connection.
+
+        What is still unanswered after the grace is cancelled (its client sees the connection close).
+        """
         if self._server is None:
             return
         self._server.close()
-        # Closing the transports ends each connection's read loop (cancelling the handler tasks
-        # of asyncio.start_server would make asyncio log the cancellation as an error).
-        for writer in list(self._connections.values()):
-            writer.close()
+        deadline = asyncio.get_running_loop().time() + grace_s
+        for connection, _ in list(self._connections.values()):
+            connection.drain(deadline)
+        if self._connections:
+            await asyncio.wait(set(self._connections), timeout=grace_s + 1.0)
+        # Closing the transports ends what is left (cancelling the handler tasks of
+        # asyncio.start_server would make asyncio log the cancellation as an error).
+        for _, writer in list(self._connections.values()):
+            writer.transport.abort()
         if self._connections:
             await asyncio.wait(set(self._connections), timeout=5.0)
         with contextlib.suppress(Exception):
@@ -101,8 +109,9 @@ class KafkaServer:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._connections[task] = writer
+        connection = Connection(self._state, reader, writer)
+        self._connections[task] = (connection, writer)
         try:
-            await Connection(self._state, reader, writer).serve()
+            await connection.serve()
         finally:
             self._connections.pop(task, None)

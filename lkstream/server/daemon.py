@@ -22,8 +22,9 @@ TLS (the Kafka listener SSL, or SASL_SSL), from one
 connections without a restart (SIGHUP also re-reads the users and ACL files at once).
 
 Shutdown (SIGTERM/SIGINT): ``/ready`` turns 503 and health goes NOT_SERVING,
-Subscribe streams end with UNAVAILABLE, the server stops accepting calls and
-gives in-flight ones ``shutdown_grace_s``, then ``Broker.close()`` fsyncs and
+Subscribe streams end with UNAVAILABLE, the gRPC server stops accepting calls and
+the Kafka listener stops reading requests, and both give what they already
+read ``shutdown_grace_s`` to be answered, then ``Broker.close()`` fsyncs and
 releases the data directory lock; HTTP stops last. Every produce acknowledged
 before that is on disk.
 """
@@ -252,9 +253,11 @@ class Daemon:
             self.service.stopping.set()
             if self._watcher is not None:
                 self._watcher.cancel()
-            if self.kafka is not None:
-                await self.kafka.stop()
-            await self.server.stop(self.settings.shutdown_grace_s)
+            # Both surfaces answer what they already read within one grace period, side by side.
+            grace = self.settings.shutdown_grace_s
+            await asyncio.gather(
+                self.server.stop(grace), *(() if self.kafka is None else (self.kafka.stop(grace),))
+            )
         finally:
             try:
                 self.broker.close()
