@@ -255,9 +255,7 @@ class Daemon:
                 self._watcher.cancel()
             # Both surfaces answer what they already read within one grace period, side by side.
             grace = self.settings.shutdown_grace_s
-            await asyncio.gather(
-                self.server.stop(grace), *(() if self.kafka is None else (self.kafka.stop(grace),))
-            )
+            await asyncio.gather(self.server.stop(grace), *(() if self.kafka is None else (self.kafka.stop(grace),)))
         finally:
             try:
                 self.broker.close()
