@@ -16,20 +16,22 @@ SASL with the client's token, sent with SASL OAUTHBEARER when a connection opens
 (:class:`LaneSecurity`). The client decides which listeners fit (``RemoteBroker``):
 never one without TLS when its gRPC channel has TLS, never one with SASL without a token.
 
-The lane never decides what a failure means. A connection that cannot be made, is
-lost, times out or answers something unreadable raises :class:`LaneUnavailable`,
-and the caller sends the call again through gRPC, whose retries and errors are the
-client's contract (a batch whose answer was lost may be appended twice: the same
-at-least-once as a gRPC resend). A listener that stays unreachable is not tried
-again for :data:`RETRY_LANE_AFTER_S`. The daemon's own refusals (a record too
-large, a missing topic, an offset out of range) are left to the caller, which asks
-gRPC again for the error with its class and fields.
+The lane fails as gRPC fails. A connection that cannot be made, is lost or answers
+something unreadable raises :class:`LaneUnavailable` with the answers it did get, and
+the caller sends the rest of the call through gRPC, whose retries and errors are the
+client's contract (a batch whose answer was lost with the connection may be appended
+twice: the same at-least-once as a gRPC resend after UNAVAILABLE). No answer within
+the client's ``timeout`` raises :class:`LaneTimeout`, which the caller reports as gRPC
+reports a deadline, without sending anything again. A listener that stays
+unreachable is not tried again for :data:`RETRY_LANE_AFTER_S`. The daemon's own
+refusals (a record too large, a missing topic, an offset out of range) are left to
+the caller, which asks gRPC again for the error with its class and fields.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import os
 import socket
 import ssl
@@ -66,11 +68,32 @@ WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
 Answers = dict[int, PartitionAnswer]
 T = TypeVar("T")
 _QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+_IOV_MAX: Final = 1024  # Linux's UIO_MAXIOV, and POSIX's IOV_MAX on every platform this runs on
 Batches = Sequence[tuple[int, bytes | bytearray]]
 
 
 class LaneUnavailable(Exception):
-    """The lane could not carry the call (not sent, or its answer lost): send it through gRPC."""
+    """The lane could not carry (all of) the call: send what has no answer in ``answers`` through gRPC."""
+
+    def __init__(self, message: str, answers: Answers | None = None) -> None:
+        super().__init__(message)
+        #: The partitions the listener did answer before the failure (their batches were handled).
+        self.answers: Answers = answers or {}
+
+
+class LaneTimeout(Exception):
+    """No answer within the client's timeout: what was sent may or may not be appended (gRPC's deadline)."""
+
+
+def correlation_ids(start: int = 1) -> Iterator[int]:
+    """``start``, ... 2**31 - 1, then 1, 2, ... again: Kafka's correlation id is an int32."""
+    yield from range(start, 2**31)
+    while True:
+        yield from range(1, 2**31)
+
+
+def _timeout_ms(timeout_s: float) -> int:
+    return min(int(timeout_s * 1000), 2**31 - 1)  # an int32 on the wire
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -158,7 +181,7 @@ class BlockingLane:
         self.state = state
         self.connect_timeout = connect_timeout
         self.timeout = timeout
-        self._ids = itertools.count(1)
+        self._ids = correlation_ids()
         self._idle: list[socket.socket] = []
         self._open = 0
         self._pid = os.getpid()
@@ -167,21 +190,22 @@ class BlockingLane:
 
     def produce(self, topic: str, batches: Batches) -> Answers:
         """Send ``batches`` of ``topic`` (one request, or several past the request size); the answers by
-        partition. Raises :class:`LaneUnavailable`."""
+        partition. Raises :class:`LaneUnavailable` (with the answers of the requests answered before) or
+        :class:`LaneTimeout`."""
+        answers: Answers = {}
 
         def exchange(sock: socket.socket) -> Answers:
-            answers: Answers = {}
             for request in requests_of(batches, self.state.request_bytes):
                 correlation = next(self._ids)
-                _send_all(sock, produce_request(correlation, topic, request, int(self.timeout * 1000)))
+                _send_all(sock, produce_request(correlation, topic, request, _timeout_ms(self.timeout)))
                 answers.update(parse_answer(_read_answer(sock, correlation, MAX_ANSWER_BYTES), topic))
             return answers
 
-        return self._exchange(exchange)
+        return self._exchange(exchange, answers)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchAnswer:
         """Read ``topic[partition]`` from ``offset`` (answered at once, as gRPC's Fetch without a wait).
-        Raises :class:`LaneUnavailable`."""
+        Raises :class:`LaneUnavailable` or :class:`LaneTimeout`."""
 
         def exchange(sock: socket.socket) -> FetchAnswer:
             correlation = next(self._ids)
@@ -192,14 +216,19 @@ class BlockingLane:
 
         return self._exchange(exchange)
 
-    def _exchange(self, exchange: Callable[[socket.socket], T]) -> T:
+    def _exchange(self, exchange: Callable[[socket.socket], T], answered: Answers | None = None) -> T:
         sock = self._take()
         try:
             result = exchange(sock)
+        except TimeoutError as exc:
+            self._discard(sock)  # a late answer must not be read by the next call
+            raise LaneTimeout(
+                f"no answer from the Kafka listener at {self.state.address} in {self.timeout:g} s"
+            ) from exc
         except (OSError, AnswerError) as exc:
             self._discard(sock)
             self.state.lost()
-            raise LaneUnavailable(f"Kafka listener at {self.state.address}: {exc}") from exc
+            raise LaneUnavailable(f"Kafka listener at {self.state.address}: {exc}", answered) from exc
         except BaseException:
             self._discard(sock)  # interrupted mid-exchange: the connection's state is unknown
             raise
@@ -211,6 +240,8 @@ class BlockingLane:
             if self._closed:
                 raise LaneUnavailable("the client is closed")
             if self._pid != os.getpid():  # a forked child: its parent's connections are not its own
+                for inherited in self._idle:
+                    inherited.close()  # the child's copy of the descriptor; the parent's stays open
                 self._idle, self._open, self._pid = [], 0, os.getpid()
             if self._idle:
                 return self._idle.pop()
@@ -229,9 +260,11 @@ class BlockingLane:
             except BaseException:
                 sock.close()
                 raise
-        except (OSError, AnswerError) as exc:  # ssl.SSLError is an OSError
+        except BaseException as exc:
             with self._lock:
-                self._open -= 1
+                self._open -= 1  # whatever ended the attempt (an interrupt too): the slot is free again
+            if not isinstance(exc, OSError | AnswerError):  # ssl.SSLError is an OSError
+                raise
             self.state.unreachable()
             raise LaneUnavailable(f"cannot connect to the Kafka listener at {address}: {exc}") from exc
         sock.settimeout(self.timeout)
@@ -276,7 +309,7 @@ def _send_all(sock: socket.socket, chunks: list[bytes | bytearray]) -> None:
         return
     views = [memoryview(chunk) for chunk in chunks]
     while views:
-        sent = sock.sendmsg(views)
+        sent = sock.sendmsg(views[:_IOV_MAX])  # more buffers than IOV_MAX fail with EMSGSIZE
         while sent and views:
             if sent >= len(views[0]):
                 sent -= len(views.pop(0))
@@ -364,11 +397,31 @@ class _LaneProtocol(asyncio.Protocol):
     def _fail(self, exc: BaseException) -> None:
         self.lost = self.lost or exc
         self.state.lost()
+        self.fail_waiting(LaneUnavailable(f"connection to the Kafka listener lost: {exc}"))
+        self.resume_writing()
+
+    def fail_waiting(self, failure: Exception) -> None:
         waiting, self.waiting = self.waiting, {}
         for answer in waiting.values():
             if not answer.done():
-                answer.set_exception(LaneUnavailable(f"connection to the Kafka listener lost: {exc}"))
-        self.resume_writing()
+                answer.set_exception(failure)
+
+
+async def _answers_of(sent: list[asyncio.Future[bytearray]], topic: str) -> Answers:
+    answers: Answers = {}
+    for answer in sent:
+        answers.update(parse_answer(await answer, topic))
+    return answers
+
+
+def _answered(sent: list[asyncio.Future[bytearray]], topic: str) -> Answers:
+    """The answers among ``sent`` that came (and can be read) before the call failed."""
+    answers: Answers = {}
+    for answer in sent:
+        if answer.done() and not answer.cancelled() and answer.exception() is None:
+            with contextlib.suppress(AnswerError):
+                answers.update(parse_answer(answer.result(), topic))
+    return answers
 
 
 class AsyncLane:
@@ -378,37 +431,40 @@ class AsyncLane:
         self.state = state
         self.connect_timeout = connect_timeout
         self.timeout = timeout
-        self._ids = itertools.count(1)
+        self._ids = correlation_ids()
         self._connection: _LaneProtocol | None = None
         self._socket: socket.socket | None = None
         self._connecting: asyncio.Future[_LaneProtocol] | None = None
 
     async def produce(self, topic: str, batches: Batches) -> Answers:
         """Send ``batches`` of ``topic`` (one request, or several past the request size, all written
-        before the first answer is awaited); the answers by partition. Raises :class:`LaneUnavailable`."""
+        before the first answer is awaited); the answers by partition. Raises :class:`LaneUnavailable`
+        (with the answers that did come) or :class:`LaneTimeout`."""
         connection = await self._connected()
-        await connection.writable()
-        if connection.lost is not None or connection.transport is None:
-            raise LaneUnavailable(f"connection to the Kafka listener lost: {connection.lost}")
         loop = asyncio.get_running_loop()
         sent: list[asyncio.Future[bytearray]] = []
-        for request in requests_of(batches, self.state.request_bytes):
-            correlation = next(self._ids)
-            connection.waiting[correlation] = answer = loop.create_future()
-            connection.transport.writelines(produce_request(correlation, topic, request, int(self.timeout * 1000)))
-            sent.append(answer)
-        answers: Answers = {}
         try:
-            async with asyncio.timeout(self.timeout):
-                for answer in sent:
-                    answers.update(parse_answer(await answer, topic))
+            async with asyncio.timeout(self.timeout):  # the wait for room to write counts too
+                await connection.writable()
+                if connection.lost is not None or connection.transport is None:
+                    raise LaneUnavailable(f"connection to the Kafka listener lost: {connection.lost}")
+                for request in requests_of(batches, self.state.request_bytes):
+                    correlation = next(self._ids)
+                    connection.waiting[correlation] = answer = loop.create_future()
+                    frame = produce_request(correlation, topic, request, _timeout_ms(self.timeout))
+                    connection.transport.writelines(frame)
+                    sent.append(answer)
+                return await _answers_of(sent, topic)
         except TimeoutError:
-            self._drop(connection)
-            raise LaneUnavailable(f"no answer from the Kafka listener in {self.timeout} s") from None
+            message = f"no answer from the Kafka listener at {self.state.address} in {self.timeout:g} s"
+            # As a gRPC stream's deadline: every call waiting on this connection fails the same way.
+            self._drop(connection, LaneTimeout(message))
+            raise LaneTimeout(message) from None
         except AnswerError as exc:
             self._drop(connection)
-            raise LaneUnavailable(str(exc)) from exc
-        return answers
+            raise LaneUnavailable(str(exc), _answered(sent, topic)) from exc
+        except LaneUnavailable as exc:  # the connection was lost: keep what was answered before
+            raise LaneUnavailable(str(exc), _answered(sent, topic)) from exc
 
     async def _connected(self) -> _LaneProtocol:
         connection = self._connection
@@ -469,10 +525,13 @@ class AsyncLane:
             if refusal is not None:
                 raise AnswerError(f"SASL OAUTHBEARER refused: {refusal}")
 
-    def _drop(self, connection: _LaneProtocol) -> None:
+    def _drop(self, connection: _LaneProtocol, failure: Exception | None = None) -> None:
+        """Abort ``connection``; the calls still waiting on it fail with ``failure`` (else LaneUnavailable)."""
         self.state.lost()
         if self._connection is connection:
             self._connection = None
+        if failure is not None:
+            connection.fail_waiting(failure)
         if connection.transport is not None:
             connection.transport.abort()
 

@@ -83,7 +83,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from lkstream.broker.partitioner import StickyPartitioner
-from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneSecurity, LaneState, LaneUnavailable
+from lkstream.client.kafka_lane import (
+    AsyncLane,
+    BlockingLane,
+    LaneSecurity,
+    LaneState,
+    LaneTimeout,
+    LaneUnavailable,
+)
 from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, fetch_request
 from lkstream.client.remote_groups import RemoteGroupCalls
 from lkstream.client.remote_produce import RemoteProduce
@@ -97,7 +104,7 @@ from lkstream.client.retry import (
     Retry,
     normalise_address,
 )
-from lkstream.errors import InvalidArgumentError, UnknownTopicError
+from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, UnknownTopicError
 from lkstream.format.codec import Compression, Record, decode_batches
 from lkstream.security.access import AUTHORIZATION_KEY
 from lkstream.security.loopback import is_loopback_address
@@ -246,6 +253,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
     def _lanes(self) -> tuple[LaneState, BlockingLane]:
         state = LaneState("")
         self._async_lanes: dict[asyncio.AbstractEventLoop, AsyncLane] = {}
+        self._async_lanes_lock = threading.Lock()  # each thread's asyncio.run() adds its loop
         return state, BlockingLane(state, connect_timeout=self.connect_timeout, timeout=self.timeout)
 
     def _learn_lane(self, response: pb.HandshakeResponse) -> None:
@@ -290,7 +298,11 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
     def _async_lane(self) -> AsyncLane:
         loop = asyncio.get_running_loop()
         lane = self._async_lanes.get(loop)
-        if lane is None:
+        if lane is not None:
+            return lane
+        with self._async_lanes_lock:
+            if self._closed:  # close() forgot the lanes: a new one would never be closed
+                raise InvalidArgumentError("this RemoteBroker is closed")
             # Each asyncio.run() is a new loop: close and forget the lanes of closed ones.
             for old in [old for old in self._async_lanes if old.is_closed()]:
                 self._async_lanes.pop(old).close_now()
@@ -312,7 +324,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         parked = self._parked_read(topic, partition, offset, max_bytes)
         if parked is not None:
             return parked
-        if self._lane_state.address:
+        if self._lane_state.address and _fits_kafka_fetch(topic, partition, offset, max_bytes):
             read = self._lane_fetch(topic, partition, offset, max_bytes)
             if read is not None:
                 return read
@@ -330,6 +342,8 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
             self._confirm_lane()
         try:
             answer = self._lane.fetch(topic, partition, offset, max_bytes)
+        except LaneTimeout as exc:
+            raise BrokerUnavailableError(self.address, str(exc)) from None  # as gRPC's deadline
         except LaneUnavailable:
             return None
         if answer.error_code:
@@ -459,12 +473,13 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._sync_streams.close()
         self._close_streams()
         self._lane.close()
-        for loop, lane in list(self._async_lanes.items()):
+        with self._async_lanes_lock:
+            lanes, self._async_lanes = self._async_lanes, {}
+        for loop, lane in lanes.items():
             if loop.is_closed():
                 lane.close_now()
             else:
                 loop.call_soon_threadsafe(lane.close)  # a transport is closed on its own loop
-        self._async_lanes.clear()
         self._channel.close()
         for loop, (channel, _) in list(self._aio.items()):
             if not loop.is_closed():
@@ -530,3 +545,17 @@ def _description(info: pb.TopicInfo) -> TopicDescription:
     ]
     settings = TopicSettings(info.partitions, info.retention_ms, info.retention_bytes)
     return TopicDescription(info.name, settings, stats)
+
+
+def _fits_kafka_fetch(topic: str, partition: int, offset: int, max_bytes: int) -> bool:
+    """Whether a Kafka Fetch v5 can ask what gRPC's Fetch would (else gRPC answers, with its errors).
+
+    ``max_bytes`` 0 means the default size on gRPC and nothing at all in Kafka; the others are the
+    widths of Kafka's fields (int32 partition and limit, int64 offset, int16-length topic name).
+    """
+    return (
+        0 < max_bytes < 2**31
+        and 0 <= partition < 2**31
+        and 0 <= offset < 2**63
+        and len(topic.encode("utf-8", "surrogatepass")) < 2**15
+    )

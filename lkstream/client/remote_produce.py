@@ -31,11 +31,11 @@ from typing import Any
 
 from lkstream.broker.encoder import encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
-from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneState, LaneUnavailable
+from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneState, LaneTimeout, LaneUnavailable
 from lkstream.client.remote_sync import SentRequest, SyncStreamedCalls
 from lkstream.client.remote_wire import produce_request
 from lkstream.client.retry import Retry
-from lkstream.errors import LkstreamError, RecordTooLargeError
+from lkstream.errors import BrokerUnavailableError, LkstreamError, RecordTooLargeError
 from lkstream.format.codec import Compression, Headers, KeyValue, encode_batch
 from lkstream.format.encode import offsets
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
@@ -63,6 +63,7 @@ class _Plan:
 class RemoteProduce(SyncStreamedCalls):
     """produce_many[_sync] and produce_batch[_sync]; the attributes below are set by RemoteBroker."""
 
+    address: str
     batch_bytes: int
     compression: Compression
     max_message_bytes: int | None
@@ -104,12 +105,15 @@ class RemoteProduce(SyncStreamedCalls):
             count = self._partitions.get(topic)
             if count is None and self._lane_state.usable():
                 count = await self._adescribe_count(topic)
-            batches = self._lane_batches(plan, count)
+            batches = self._lane_batches(topic, plan, count)
             if batches is not None:
                 try:
                     answers = await self._async_lane().produce(topic, batches)
-                except LaneUnavailable:
-                    pass  # sent through gRPC below
+                except LaneTimeout as exc:
+                    raise BrokerUnavailableError(self.address, str(exc)) from None  # as gRPC's deadline
+                except LaneUnavailable as exc:
+                    if exc.answers:  # the rest goes through gRPC; nothing answered is sent twice
+                        return plan.results(await self._settle(topic, plan, batches, exc.answers, complete=False))
                 else:
                     return plan.results(await self._settle(topic, plan, batches, answers))
         return plan.results(await self._send_batches(topic, plan.batches))
@@ -132,12 +136,15 @@ class RemoteProduce(SyncStreamedCalls):
             count = self._partitions.get(topic)
             if count is None and self._lane_state.usable():
                 count = self._describe_count(topic)
-            batches = self._lane_batches(plan, count)
+            batches = self._lane_batches(topic, plan, count)
             if batches is not None:
                 try:
                     answers = self._lane.produce(topic, batches)
-                except LaneUnavailable:
-                    pass  # sent through gRPC below
+                except LaneTimeout as exc:
+                    raise BrokerUnavailableError(self.address, str(exc)) from None  # as gRPC's deadline
+                except LaneUnavailable as exc:
+                    if exc.answers:  # the rest goes through gRPC; nothing answered is sent twice
+                        return plan.results(self._settle_sync(topic, plan, batches, exc.answers, complete=False))
                 else:
                     return plan.results(self._settle_sync(topic, plan, batches, answers))
         return plan.results(self._send_batches_sync(topic, plan.batches))
@@ -179,7 +186,7 @@ class RemoteProduce(SyncStreamedCalls):
 
     # -- the Kafka lane (lkstream.client.kafka_lane) -------------------------------------------
 
-    def _lane_batches(self, plan: _Plan, count: int | None) -> LaneBatches | None:
+    def _lane_batches(self, topic: str, plan: _Plan, count: int | None) -> LaneBatches | None:
         """The plan's batches with every partition chosen, or None when the call goes through gRPC.
 
         The lane carries one batch per partition (one Kafka request, one answer each) to
@@ -188,14 +195,19 @@ class RemoteProduce(SyncStreamedCalls):
         """
         if count is None or not plan.batches or not self._lane_state.usable():
             return None
+        if len(topic.encode("utf-8", "surrogatepass")) >= 2**15:
+            return None  # longer than Kafka's int16-length string: gRPC says what is wrong with the name
         batches = [(self._sticky.next(count) if pid is None else pid, batch) for pid, batch in plan.batches]
         targets = {pid for pid, _ in batches}
         if len(targets) != len(batches) or not all(0 <= pid < count for pid in targets):
             return None
         return batches
 
-    def _refused(self, topic: str, batches: LaneBatches, answers: dict[int, PartitionAnswer]) -> list[int]:
-        """Indexes of the batches the listener refused: they go again through gRPC.
+    def _refused(
+        self, topic: str, batches: LaneBatches, answers: dict[int, PartitionAnswer], *, complete: bool = True
+    ) -> list[int]:
+        """Indexes of the batches the listener refused, or (not ``complete``: the connection was lost
+        part-way) did not answer: they go again through gRPC.
 
         A refused batch was not appended (the one exception, an fsync failing in ``sync`` mode,
         makes the resend at-least-once, as a gRPC resend is), and gRPC's answer is the client's
@@ -204,10 +216,13 @@ class RemoteProduce(SyncStreamedCalls):
         topic deleted or re-created smaller) drops the cached partition count as well.
         """
         missing = [pid for pid, _ in batches if pid not in answers]
-        if missing:  # a daemon bug: what was appended is unknown, so nothing is sent again
+        if missing and complete:  # a daemon bug: what was appended is unknown, so nothing is sent again
             raise LkstreamError(f"the daemon's Kafka listener answered no result for {topic} partitions {missing}")
         again = []
         for index, (pid, _) in enumerate(batches):
+            if pid not in answers:
+                again.append(index)  # its answer was lost with the connection: at-least-once, as gRPC's resend
+                continue
             code = answers[pid].error_code
             if code == _UNKNOWN_PARTITION:
                 self._partitions.pop(topic, None)
@@ -216,23 +231,35 @@ class RemoteProduce(SyncStreamedCalls):
         return again
 
     async def _settle(
-        self, topic: str, plan: _Plan, batches: LaneBatches, answers: dict[int, PartitionAnswer]
+        self,
+        topic: str,
+        plan: _Plan,
+        batches: LaneBatches,
+        answers: dict[int, PartitionAnswer],
+        *,
+        complete: bool = True,
     ) -> list[Answer]:
-        """Each batch's answer: the lane's, or for a refused one, gRPC's to the plan's batch (partition as planned)."""
-        again = self._refused(topic, batches, answers)
-        settled: list[Answer] = [answers[pid] for pid, _ in batches]
+        """Each batch's answer: the lane's, or for a refused or unanswered one, gRPC's (see :func:`_resend`)."""
+        again = self._refused(topic, batches, answers, complete=complete)
+        settled: list[Answer | None] = [answers.get(pid) for pid, _ in batches]
         for index in again:
-            (settled[index],) = await self._send_batches(topic, [plan.batches[index]])
-        return settled
+            (settled[index],) = await self._send_batches(topic, [_resend(plan, batches, answers, index)])
+        return _all_answered(settled)
 
     def _settle_sync(
-        self, topic: str, plan: _Plan, batches: LaneBatches, answers: dict[int, PartitionAnswer]
+        self,
+        topic: str,
+        plan: _Plan,
+        batches: LaneBatches,
+        answers: dict[int, PartitionAnswer],
+        *,
+        complete: bool = True,
     ) -> list[Answer]:
-        again = self._refused(topic, batches, answers)
-        settled: list[Answer] = [answers[pid] for pid, _ in batches]
+        again = self._refused(topic, batches, answers, complete=complete)
+        settled: list[Answer | None] = [answers.get(pid) for pid, _ in batches]
         for index in again:
-            (settled[index],) = self._send_batches_sync(topic, [plan.batches[index]])
-        return settled
+            (settled[index],) = self._send_batches_sync(topic, [_resend(plan, batches, answers, index)])
+        return _all_answered(settled)
 
     def _counted_plan(
         self,
@@ -363,6 +390,20 @@ class PendingBatch:
         """``(base_offset, last_offset)`` of the appended batch (or its error, after retries)."""
         response = self._sent.result()
         return int(response.base_offset), int(response.last_offset)
+
+
+def _resend(
+    plan: _Plan, batches: LaneBatches, answers: dict[int, PartitionAnswer], index: int
+) -> tuple[int | None, bytearray]:
+    """What gRPC sends for the lane's batch ``index``: a refused batch as planned (the daemon places a
+    keyless one, so a partition that no longer exists is not named again); an unanswered one, which
+    may be appended already, to the partition it went to."""
+    return plan.batches[index] if batches[index][0] in answers else batches[index]
+
+
+def _all_answered(settled: list[Answer | None]) -> list[Answer]:
+    assert all(answer is not None for answer in settled), "every batch is answered by the lane or by gRPC"
+    return settled  # type: ignore[return-value]
 
 
 def _independent(batches: Batches) -> bool:

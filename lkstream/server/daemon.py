@@ -61,7 +61,7 @@ from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, LaneOffer, 
 from lkstream.server.http import HttpServer
 from lkstream.server.http_access import GuardedHttpServer, HttpAccess
 from lkstream.server.memory import HeapTrimmer, keep_heap_for_requests
-from lkstream.server.settings import ServerSettings, load_settings
+from lkstream.server.settings import REQUEST_HEADROOM_BYTES, ServerSettings, load_settings
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import PROTOCOL_VERSION
 
@@ -210,6 +210,13 @@ class Daemon:
         Without TLS the listener binds loopback only (check_exposure), so the bound address is one
         every client of this daemon reaches, whatever host Kafka clients are told.
         """
+        if (
+            self.settings.message_limit(self.broker.config)
+            < self.broker.config.max_batch_bytes + REQUEST_HEADROOM_BYTES
+        ):
+            # The lane packs requests up to max_batch_bytes (Handshake's): past the listener's frame
+            # limit it would be closed on every large call.
+            return LaneOffer()
         tls = kafka.settings.ssl_context is not None
         host = self.settings.kafka_host
         bound = f"[{host}]:{kafka.port}" if ":" in host else f"{host}:{kafka.port}"

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import itertools
 import os
 import re
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -18,7 +21,15 @@ import urllib.request
 import pytest
 
 import lkstream
-from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError, RecordTooLargeError, UnknownTopicError
+from lkstream.broker.partitioner import partition_for_key
+from lkstream.client.kafka_lane import correlation_ids
+from lkstream.errors import (
+    BrokerUnavailableError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    UnknownTopicError,
+)
 from tests.integration.conftest import DaemonFactory, DaemonProcess, RestartDaemon
 from tests.integration.raw_sockets import established_connections
 
@@ -286,3 +297,182 @@ def test_a_blocking_fetch_reads_through_the_lane_what_grpc_reads(daemon: DaemonP
         assert errors[0] == errors[1]
         records = lane.read_from("lane.read", 0, 5, max_msgs=3)
         assert [r.offset for r in records] == [5, 6, 7] and records[0].value.startswith(b"0:5")
+
+
+# -- failures part-way, timeouts, odd arguments (found in review) ---------------------------------
+
+
+class CuttingProxy:
+    """A loopback proxy to the Kafka listener, frame by frame, that closes the client's connection when
+    request ``cut_at`` (counted over all connections, from 1) arrives, without forwarding it: what the
+    listener itself does with a request it will not read (admission or read timeout, frame limit).
+    It cuts once the answers to the requests before it have reached the client."""
+
+    def __init__(self, upstream: str, cut_at: int) -> None:
+        self.upstream = upstream
+        self.cut_at = cut_at
+        self.requests = 0
+        self.answers = 0
+        self._answered = threading.Condition()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            server = socket.create_connection((host, int(port)))
+            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._answers, args=(client, server), daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket) -> None:
+        try:
+            while True:
+                head = _read_exactly(client, 4)
+                body = _read_exactly(client, int.from_bytes(head, "big"))
+                self.requests += 1
+                if self.requests == self.cut_at:
+                    with self._answered:
+                        self._answered.wait_for(lambda: self.answers >= self.cut_at - 1, timeout=DEADLINE_S)
+                    break
+                server.sendall(head + body)
+        except OSError:
+            pass
+        client.close()
+        server.close()
+
+    def _answers(self, client: socket.socket, server: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                head = _read_exactly(server, 4)
+                client.sendall(head + _read_exactly(server, int.from_bytes(head, "big")))
+                with self._answered:
+                    self.answers += 1
+                    self._answered.notify_all()
+        client.close()
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionResetError("closed")
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_connection_lost_part_way_through_a_call_resends_only_what_was_not_answered(
+    start_daemon: DaemonFactory, kind: str
+) -> None:
+    # 4 partitions of about 41 KB with max_batch_bytes 64 KB: the call is four Kafka requests. The
+    # connection is lost when the second arrives, after the first was appended and its answer came
+    # back, so gRPC carries the other three only. (An answer lost with the connection is sent again,
+    # as gRPC resends: at-least-once.)
+    daemon = start_daemon(max_batch_bytes=64 * 1024, max_message_bytes=64 * 1024)
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("lane.cut", 4)
+        keys: dict[int, bytes] = {}
+        for n in itertools.count():
+            keys.setdefault(partition_for_key(f"k{n}".encode(), 4), f"k{n}".encode())
+            if len(keys) == 4:
+                break
+        records = [(keys[p], f"p{p}-{n}-".encode() + b"x" * 1000) for p in range(4) for n in range(40)]
+        proxy = CuttingProxy(daemon.kafka_address, cut_at=2)
+        broker._lane_state.address = proxy.address
+        try:
+            if kind == "sync":
+                results = broker.produce_many_sync("lane.cut", records)
+            else:
+
+                async def produce() -> list[tuple[int, int]]:
+                    return await broker.produce_many("lane.cut", records)
+
+                results = asyncio.run(produce())
+        finally:
+            proxy.close()
+        assert proxy.requests >= 2
+        stored = values(broker, "lane.cut")
+        assert [len(stored[p]) for p in range(4)] == [40] * 4  # each record once
+        assert [stored[pid][offset] for pid, offset in results] == [value for _, value in records]
+
+
+def test_no_answer_in_time_fails_as_grpc_does_and_sends_nothing_again(start_daemon: DaemonFactory) -> None:
+    daemon = start_daemon(partitions=1)
+    assert daemon.process is not None
+    raised = []
+    for lane in (True, False):
+        topic = f"lane.stop.{lane}"
+        with lkstream.connect(daemon.address, timeout=1.0, kafka_lane=lane) as broker:
+            assert broker.produce_many_sync(topic, [(None, b"warm")]) == [(0, 0)]  # connections open
+            os.kill(daemon.process.pid, signal.SIGSTOP)
+            resume = threading.Timer(1.6, os.kill, (daemon.process.pid, signal.SIGCONT))
+            resume.start()
+            started = time.monotonic()
+            try:
+                with pytest.raises(BrokerUnavailableError) as timed_out:
+                    broker.produce_many_sync(topic, [(None, b"once")])
+                raised.append((type(timed_out.value), time.monotonic() - started))
+            finally:
+                resume.join()
+            deadline = time.monotonic() + DEADLINE_S
+            while broker.fetch(topic, 0, 0).high_watermark < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # the paused daemon appends what it had read once it resumes
+            assert [r.value for r in broker.read_from(topic, 0, 0)] == [b"warm", b"once"]
+    assert all(took < 1.5 for _, took in raised), raised  # one timeout, not one per path
+
+
+def test_correlation_ids_wrap_at_the_int32_limit_and_calls_go_on(daemon: DaemonProcess) -> None:
+    assert list(itertools.islice(correlation_ids(2**31 - 2), 4)) == [2**31 - 2, 2**31 - 1, 1, 2]
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("lane.ids", 1)
+        broker._lane._ids = correlation_ids(2**31 - 2)
+        sent = [broker.produce_many_sync("lane.ids", [(None, f"v{n}".encode())]) for n in range(4)]
+        assert sent == [[(0, n)] for n in range(4)]
+        assert broker.fetch("lane.ids", 0, 0).high_watermark == 4
+        assert established_connections(daemon.kafka_address) >= 1  # all of them on the lane
+
+
+def test_the_lane_answers_odd_arguments_as_grpc_does(daemon: DaemonProcess) -> None:
+    with lkstream.connect(daemon.address) as lane, lkstream.connect(daemon.address, kafka_lane=False) as grpc:
+        lane.create_topic("lane.args", 2)
+        lane.produce_many_sync("lane.args", [(None, b"v")] * 10, partition=0)
+        for args in [("lane.args", 0, 0, 0), ("lane.args", 0, 0, 2**31), ("lane.args", 0, 2**63, 1024)]:
+            outcomes = []
+            for broker in (lane, grpc):
+                try:
+                    outcomes.append(broker.fetch(*args))
+                except Exception as exc:  # the two paths must raise the same
+                    outcomes.append((type(exc), str(exc)))
+            assert outcomes[0] == outcomes[1], args
+        # More partitions in one call than one sendmsg takes (IOV_MAX buffers): still on the lane.
+        lane.create_topic("lane.wide", 700)
+        before = latency_count_of(daemon)
+        assert len(lane.produce_many_sync("lane.wide", [(f"k{n}", b"v") for n in range(5000)])) == 5000
+        assert lane.kafka_lane is not None and not lane._lane_state.stale
+        assert latency_count_of(daemon) == before + 1  # one Kafka Produce
+
+
+def latency_count_of(daemon: DaemonProcess) -> float:
+    return latency_count(daemon, "produce")
+
+
+def test_a_closed_client_refuses_async_produce_and_opens_nothing(daemon: DaemonProcess) -> None:
+    broker = lkstream.connect(daemon.address)
+    broker.create_topic("lane.closed", 1)
+    broker.close()
+
+    async def produce() -> list[tuple[int, int]]:
+        return await broker.produce_many("lane.closed", [(None, b"after close")])
+
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        asyncio.run(produce())
+    assert not broker._async_lanes
