@@ -33,14 +33,19 @@ final class SegmentFile implements AutoCloseable {
 
   /** The window holding {@code [position, position + length)}; read {@link #at} for where it starts. */
   byte[] bytes(long position, int length) throws IOException {
-    if (position < windowStart || position + length > windowStart + windowLength) {
+    long windowEnd = windowStart + windowLength;
+    if (position < windowStart || position + length > windowEnd) {
       int want = (int) Math.min(Math.max(length, WINDOW_BYTES), size - position);
-      if (window.length < want) {
-        window = new byte[want];
+      // The bytes already read from position on (a batch whose header was read) are kept, not read again.
+      int kept = position >= windowStart && position < windowEnd ? (int) (windowEnd - position) : 0;
+      byte[] into = window.length < want ? new byte[want] : window;
+      if (kept > 0) {
+        System.arraycopy(window, (int) (position - windowStart), into, 0, kept);
       }
-      ByteBuffer into = ByteBuffer.wrap(window, 0, want);
-      while (into.hasRemaining()) {
-        if (channel.read(into, position + into.position()) < 0) {
+      window = into;
+      ByteBuffer rest = ByteBuffer.wrap(window, kept, want - kept);
+      while (rest.hasRemaining()) {
+        if (channel.read(rest, position + rest.position()) < 0) {
           throw new EOFException(path + " shrank to " + channel.size() + " bytes while it was read");
         }
       }
