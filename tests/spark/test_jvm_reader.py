@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import threading
 import zipfile
 from pathlib import Path
@@ -142,6 +143,24 @@ def test_a_flipped_byte_fails_the_job_naming_file_and_position(spark: Any, data_
     after = f'{{"c.zstd": {{"0": -2, "1": {base + 30}}}}}'
     rows = jvm.read_path(spark, copy, subscribe="c.zstd", startingOffsets=after).collect()
     assert rows == _python_read(spark, data_dir, subscribe="c.zstd", startingOffsets=after).collect()
+
+
+def test_a_damaged_index_is_only_a_hint(spark: Any, data_dir: str, tmp_path: Path) -> None:
+    """Index entries pointing anywhere (garbage, a wrong offset, past the file) leave the rows unchanged."""
+    copy = str(tmp_path / "data")
+    shutil.copytree(data_dir, copy)
+    part = DataDirReader(copy).partition_dir("c.none", 0)
+    indexes = sorted(n for n in os.listdir(part) if n.endswith(".idx"))
+    entry = struct.Struct(">QQ")
+    with open(os.path.join(part, indexes[0]), "wb") as f:
+        f.write(os.urandom(40))
+    with open(os.path.join(part, indexes[1]), "wb") as f:
+        f.write(entry.pack(180, 0) + entry.pack(200, 3) + entry.pack(250, 10**9))
+    starting = '{"c.none": {"0": 100, "1": -2}}'
+    rows = jvm.read_path(spark, copy, subscribe="c.none", startingOffsets=starting, minPartitions="6").collect()
+    assert (
+        rows == _python_read(spark, data_dir, subscribe="c.none", startingOffsets=starting, minPartitions="6").collect()
+    )
 
 
 def test_records_retention_deleted_after_planning(spark: Any, data_dir: str, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 package io.lkstream.spark;
 
+import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
@@ -151,18 +152,12 @@ final class PartitionLog implements AutoCloseable {
     try (FileChannel index = FileChannel.open(idx, StandardOpenOption.READ)) {
       long low = 0;
       long high = index.size() / INDEX_ENTRY_BYTES - 1;
-      ByteBuffer entry = ByteBuffer.allocate(INDEX_ENTRY_BYTES);
       long[] found = null;
       while (low <= high) {
         long middle = (low + high) >>> 1;
-        entry.clear();
-        while (entry.hasRemaining() && index.read(entry, middle * INDEX_ENTRY_BYTES + entry.position()) >= 0) {}
-        if (entry.hasRemaining()) {
-          break;
-        }
-        long entryOffset = entry.getLong(0);
-        if (entryOffset <= offset) {
-          found = new long[] {entry.getLong(8), entryOffset};
+        long[] entry = readEntry(index, middle);
+        if (entry[1] <= offset) {
+          found = entry;
           low = middle + 1;
         } else {
           high = middle - 1;
@@ -175,12 +170,23 @@ final class PartitionLog implements AutoCloseable {
           return found;
         }
       }
-    } catch (NoSuchFileException e) {
-      // No index: walk from the segment's start.
+    } catch (NoSuchFileException | EOFException e) {
+      // No index, or one cut short while it was read: walk from the segment's start.
     } catch (LogReadException e) {
       // The entry points at no batch: the index is damaged, walk from the segment's start.
     }
     return best;
+  }
+
+  /** Index entry {@code i} as {@code (position, offset)}: the file holds {@code (offset, position)} pairs. */
+  private static long[] readEntry(FileChannel index, long i) throws IOException {
+    ByteBuffer entry = ByteBuffer.allocate(INDEX_ENTRY_BYTES);
+    while (entry.hasRemaining()) {
+      if (index.read(entry, i * INDEX_ENTRY_BYTES + entry.position()) < 0) {
+        throw new EOFException(i + " is past the end of the index");
+      }
+    }
+    return new long[] {entry.getLong(8), entry.getLong(0)};
   }
 
   private long[] listSegments() throws IOException {

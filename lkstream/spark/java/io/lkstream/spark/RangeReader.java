@@ -2,6 +2,7 @@ package io.lkstream.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.Arrays;
 
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
@@ -64,7 +65,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   }
 
   private ColumnVector[] appendHeaders(ColumnVector[] columns) {
-    ColumnVector[] all = java.util.Arrays.copyOf(columns, columns.length + 1);
+    ColumnVector[] all = Arrays.copyOf(columns, columns.length + 1);
     all[columns.length] = headers;
     return all;
   }
