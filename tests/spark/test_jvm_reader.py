@@ -185,6 +185,21 @@ def test_records_retention_deleted_after_planning(spark: Any, data_dir: str, tmp
     assert min(r.offset for r in rows if r.partition == 0) == start
 
 
+def test_a_log_cut_short_after_planning(spark: Any, data_dir: str, tmp_path: Path) -> None:
+    """The newest segment removed after planning: the range cannot be completed (or ends early)."""
+    copy = str(tmp_path / "data")
+    shutil.copytree(data_dir, copy)
+    failing = jvm.read_path(spark, copy, assign='{"c.none": [1]}')
+    skipping = jvm.read_path(spark, copy, assign='{"c.none": [1]}', failOnDataLoss="false")
+    part = DataDirReader(copy).partition_dir("c.none", 1)
+    newest = sorted(n for n in os.listdir(part) if n.endswith(".seg"))[-1]
+    os.remove(os.path.join(part, newest))
+    cut = int(newest.removesuffix(".seg"))
+    with pytest.raises(Exception, match=rf"records of c\.none\[1\] from offset {cut} are no longer available"):
+        failing.collect()
+    assert [r.offset for r in skipping.collect()] == list(range(cut))
+
+
 def test_read_path_takes_no_bootstrap_or_path_option(data_dir: str) -> None:
     with pytest.raises(InvalidArgumentError, match="bootstrap and path are not taken"):
         jvm.plan(data_dir, {"subscribe": "c.none", "bootstrap": "127.0.0.1:1"})
