@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -250,6 +252,13 @@ def test_the_jar_is_built_once_even_by_concurrent_callers(tmp_path: Path, monkey
     ) == sorted([".build.lock", os.path.basename(paths[0])])
     with zipfile.ZipFile(paths[0]) as jar:
         assert "io/lkstream/spark/RangeSource.class" in jar.namelist()
+
+
+def test_python_m_builds_the_jar_and_prints_its_path() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lkstream.spark.jvm"], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.strip() == jvm.jar_path()
 
 
 def test_no_javac_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
