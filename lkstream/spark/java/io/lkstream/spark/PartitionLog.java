@@ -36,9 +36,9 @@ final class PartitionLog implements AutoCloseable {
   private long[] bases;
   private SegmentFile segment;
   private int segmentIndex;
-  /** Where the next batch starts in {@link #segment}, and the base offset it must have. */
+  /** Where the next batch starts in {@link #segment}. */
   private long position;
-
+  /** The base offset that batch must have: batches continue one another. */
   private long nextBase;
   /** The first offset still to hand out: the range's start, or where retention left the log. */
   private long from;
@@ -110,8 +110,10 @@ final class PartitionLog implements AutoCloseable {
           "segment starts at offset " + bases[segmentIndex + 1] + ", but the previous one ends before " + expected);
     }
     open(segmentIndex + 1, expected);
-    position = 0;
-    nextBase = expected;
+    if (segment != null) {
+      position = 0;
+      nextBase = expected;
+    }
   }
 
   /** Opens segment {@code index}; a file retention deleted since the listing is data loss from {@code offset}. */
