@@ -58,6 +58,7 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     import lkstream.spark
+    import lkstream.spark.jvm
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -66,6 +67,8 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # The JVM reader (lkstream.spark.jvm.read_path), compiled on first use and cached.
+        .config("spark.jars", lkstream.spark.jvm.jar_path())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
