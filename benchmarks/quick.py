@@ -101,6 +101,7 @@ ROWS = [
     ("suite-daemon", "lkstream-daemon", "peak_rss_MB", False, 150),
     ("bench_spark", "source_bootstrap_noop", "rows_per_s", True, 1_500_000),
     ("bench_spark", "path_over_parquet", "ratio", True, 0.8),
+    ("bench_spark", "path_jvm_over_parquet", "ratio", True, 0.8),
     ("bench_spark", "sink", "rows_per_s", True, 1_000_000),
     ("bench_daemon", "ack_10k_one_call", "p50_ms", False, None),
     ("bench_daemon", "ack_10k_one_call", "p99_ms", False, None),

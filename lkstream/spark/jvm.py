@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from lkstream.errors import InvalidArgumentError, LkstreamError
 from lkstream.spark.options import parse_source_options
-from lkstream.spark.source import OffsetRange, Planner
+from lkstream.spark.source import OffsetRange, plan_batch
 
 #: The Java sources shipped in the package (pyproject.toml's package-data lists them).
 JAVA_SOURCES: Final = Path(__file__).parent / "java"
@@ -156,16 +156,7 @@ def plan(path: str, options: dict[str, str]) -> tuple[list[OffsetRange], bool]:
             "taken (read a daemon with spark.read.format('lkstream').option('bootstrap', ...))"
         )
     parsed = parse_source_options({**options, "path": path}, streaming=False)
-    planner = Planner(parsed)
-    try:
-        tps = planner.topic_partitions(strict=True)
-        start = planner.resolve(
-            tps, parsed.starting, parsed.starting_by_timestamp, parsed.starting_timestamp, "starting"
-        )
-        end = planner.resolve(tps, parsed.ending, parsed.ending_by_timestamp, parsed.ending_timestamp, "ending")
-        return planner.ranges(start, end), parsed.include_headers
-    finally:
-        planner.close()
+    return plan_batch(parsed), parsed.include_headers
 
 
 def read_path(spark: Any, path: str, **options: str) -> Any:

@@ -265,20 +265,25 @@ def rate_limit(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     return {tp: start.get(tp, 0) + share[tp] for tp in latest}
 
 
+def plan_batch(options: SourceOptions) -> list[OffsetRange]:
+    """The tasks of a batch read: every selected partition's range from its starting to its ending offset."""
+    planner = Planner(options)
+    try:
+        tps = planner.topic_partitions(strict=True)
+        start = planner.resolve(
+            tps, options.starting, options.starting_by_timestamp, options.starting_timestamp, "starting"
+        )
+        end = planner.resolve(tps, options.ending, options.ending_by_timestamp, options.ending_timestamp, "ending")
+        return planner.ranges(start, end)
+    finally:
+        planner.close()
+
+
 class BatchReader(DataSourceReader):
     """``spark.read.format("lkstream")``: planned entirely at construction, on the driver."""
 
     def __init__(self, options: SourceOptions) -> None:
-        planner = Planner(options)
-        try:
-            tps = planner.topic_partitions(strict=True)
-            start = planner.resolve(
-                tps, options.starting, options.starting_by_timestamp, options.starting_timestamp, "starting"
-            )
-            end = planner.resolve(tps, options.ending, options.ending_by_timestamp, options.ending_timestamp, "ending")
-            self.tasks = planner.ranges(start, end)
-        finally:
-            planner.close()
+        self.tasks = plan_batch(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.tasks
