@@ -33,9 +33,12 @@ on the same cores make these figures noisy.
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +62,40 @@ SINK_TARGET = 1_000_000
 TOPIC = "bench.spark"
 
 
-def build_log(data: Path, rows: int, seed: int) -> None:
-    """``rows`` records of 200 B over 2 partitions, pre-encoded batches appended as they are."""
-    payload = (seed.to_bytes(8, "little") * (VALUE_BYTES // 8 + 1))[:VALUE_BYTES]
-    batch = bytes(encode_batch([(None, payload)] * BATCH_RECORDS))
+def build_log(data: Path, rows: int, seed: int, values: str = "constant") -> None:
+    """``rows`` records of 200 B over 2 partitions, pre-encoded batches appended as they are.
+
+    ``values``: ``constant`` (every record the same 200 bytes: the yardstick of issue 14's row 8,
+    on which Parquet's dictionary encoding stores the column in a few bytes a row) or ``ticks``
+    (each a different JSON market tick padded to 200 bytes, as the seed's producer writes: a
+    column Parquet has to store and read value by value).
+    """
+    batches: Iterator[bytes]
+    if values == "constant":
+        payload = (seed.to_bytes(8, "little") * (VALUE_BYTES // 8 + 1))[:VALUE_BYTES]
+        batches = itertools.repeat(bytes(encode_batch([(None, payload)] * BATCH_RECORDS)))
+    else:
+        batches = (
+            bytes(encode_batch([(None, v) for v in tick_values(BATCH_RECORDS, seed + n)])) for n in itertools.count()
+        )
     with Broker(persist_dir=str(data), partitions=2, fsync_mode="none") as broker:
         broker.create_topic(TOPIC, partitions=2)
-        for i in range(rows // BATCH_RECORDS):
+        for i, batch in zip(range(rows // BATCH_RECORDS), batches, strict=False):
             broker.produce_batch_sync(TOPIC, i % 2, batch)
+
+
+def tick_values(count: int, seed: int) -> list[bytes]:
+    """``count`` distinct JSON ticks (symbol, price, size, time), each padded to ``VALUE_BYTES``."""
+    rng = random.Random(seed)
+    symbols = [f"SYM{n:03d}" for n in range(50)]
+    out = []
+    for _ in range(count):
+        tick = (
+            f'{{"s":"{rng.choice(symbols)}","p":{rng.uniform(10, 500):.4f},"q":{rng.randrange(1, 10_000)},'
+            f'"t":{rng.randrange(1_700_000_000_000, 1_800_000_000_000)},"x":"'
+        ).encode()
+        out.append(tick + b"-" * (VALUE_BYTES - len(tick) - 2) + b'"}')
+    return out
 
 
 def lkstream_tree() -> Path:
@@ -209,6 +238,12 @@ def main() -> None:
     parser = base_parser(__doc__ or "")
     parser.add_argument("--rows", type=int, help="rows in the log (default 4,000,000; 400,000 with --quick)")
     parser.add_argument(
+        "--values",
+        choices=("constant", "ticks"),
+        default="constant",
+        help="the log's values: constant (issue 14's yardstick, default) or ticks (distinct JSON ticks)",
+    )
+    parser.add_argument(
         "--only",
         default="source,sink",
         help="comma-separated parts to run: source (the five read scenarios), sink (default both)",
@@ -220,7 +255,7 @@ def main() -> None:
     with bench_dir(args.tmp_root, "spark") as root:
         data = root / "data"
         log(f"building a log of {rows} rows")
-        build_log(data, rows, args.seed)
+        build_log(data, rows, args.seed, args.values)
         facts = machine_facts(root)
         daemon = DaemonProcess(root)
         try:
@@ -241,6 +276,7 @@ def main() -> None:
     payload = {
         "lkstream_tree": str(lkstream_tree()),
         "value_bytes": VALUE_BYTES,
+        "values": args.values,
         "master": "local[2]",
         "results": results,
         "ratio_source_vs_parquet": ratio,
