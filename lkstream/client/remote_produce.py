@@ -203,11 +203,11 @@ class RemoteProduce(SyncStreamedCalls):
             return None
         return batches
 
-    def _refused(
-        self, topic: str, batches: LaneBatches, answers: dict[int, PartitionAnswer], *, complete: bool = True
-    ) -> list[int]:
-        """Indexes of the batches the listener refused, or (not ``complete``: the connection was lost
-        part-way) did not answer: they go again through gRPC.
+    def _unsettled(
+        self, topic: str, plan: _Plan, batches: LaneBatches, answers: dict[int, PartitionAnswer], complete: bool
+    ) -> tuple[list[Answer | None], list[tuple[int, tuple[int | None, bytearray]]]]:
+        """The lane's answers by batch, and what gRPC must send again: ``(index, batch)`` of each batch the
+        listener refused or, when not ``complete`` (the connection was lost part-way), did not answer.
 
         A refused batch was not appended (the one exception, an fsync failing in ``sync`` mode,
         makes the resend at-least-once, as a gRPC resend is), and gRPC's answer is the client's
@@ -218,17 +218,19 @@ class RemoteProduce(SyncStreamedCalls):
         missing = [pid for pid, _ in batches if pid not in answers]
         if missing and complete:  # a daemon bug: what was appended is unknown, so nothing is sent again
             raise LkstreamError(f"the daemon's Kafka listener answered no result for {topic} partitions {missing}")
-        again = []
-        for index, (pid, _) in enumerate(batches):
-            if pid not in answers:
-                again.append(index)  # its answer was lost with the connection: at-least-once, as gRPC's resend
-                continue
-            code = answers[pid].error_code
-            if code == _UNKNOWN_PARTITION:
-                self._partitions.pop(topic, None)
-            if code:
-                again.append(index)
-        return again
+        resends: list[tuple[int, tuple[int | None, bytearray]]] = []
+        for index, (pid, batch) in enumerate(batches):
+            answer = answers.get(pid)
+            if answer is None:
+                # Its answer was lost with the connection, and it may be appended already: at-least-once,
+                # as gRPC's resend, to the partition the first copy went to.
+                resends.append((index, (pid, batch)))
+            elif answer.error_code:
+                if answer.error_code == _UNKNOWN_PARTITION:
+                    self._partitions.pop(topic, None)
+                # As planned: the daemon places a keyless batch, so a partition gone is not named again.
+                resends.append((index, plan.batches[index]))
+        return [answers.get(pid) for pid, _ in batches], resends
 
     async def _settle(
         self,
@@ -239,11 +241,10 @@ class RemoteProduce(SyncStreamedCalls):
         *,
         complete: bool = True,
     ) -> list[Answer]:
-        """Each batch's answer: the lane's, or for a refused or unanswered one, gRPC's (see :func:`_resend`)."""
-        again = self._refused(topic, batches, answers, complete=complete)
-        settled: list[Answer | None] = [answers.get(pid) for pid, _ in batches]
-        for index in again:
-            (settled[index],) = await self._send_batches(topic, [_resend(plan, batches, answers, index)])
+        """Each batch's answer: the lane's, or gRPC's for what :meth:`_unsettled` sends again."""
+        settled, resends = self._unsettled(topic, plan, batches, answers, complete)
+        for index, batch in resends:
+            (settled[index],) = await self._send_batches(topic, [batch])
         return _all_answered(settled)
 
     def _settle_sync(
@@ -255,10 +256,9 @@ class RemoteProduce(SyncStreamedCalls):
         *,
         complete: bool = True,
     ) -> list[Answer]:
-        again = self._refused(topic, batches, answers, complete=complete)
-        settled: list[Answer | None] = [answers.get(pid) for pid, _ in batches]
-        for index in again:
-            (settled[index],) = self._send_batches_sync(topic, [_resend(plan, batches, answers, index)])
+        settled, resends = self._unsettled(topic, plan, batches, answers, complete)
+        for index, batch in resends:
+            (settled[index],) = self._send_batches_sync(topic, [batch])
         return _all_answered(settled)
 
     def _counted_plan(
@@ -390,15 +390,6 @@ class PendingBatch:
         """``(base_offset, last_offset)`` of the appended batch (or its error, after retries)."""
         response = self._sent.result()
         return int(response.base_offset), int(response.last_offset)
-
-
-def _resend(
-    plan: _Plan, batches: LaneBatches, answers: dict[int, PartitionAnswer], index: int
-) -> tuple[int | None, bytearray]:
-    """What gRPC sends for the lane's batch ``index``: a refused batch as planned (the daemon places a
-    keyless one, so a partition that no longer exists is not named again); an unanswered one, which
-    may be appended already, to the partition it went to."""
-    return plan.batches[index] if batches[index][0] in answers else batches[index]
 
 
 def _all_answered(settled: list[Answer | None]) -> list[Answer]:

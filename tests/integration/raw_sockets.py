@@ -95,15 +95,15 @@ def read_kafka_response(sock: socket.socket, deadline_s: float) -> int | None:
     """The correlation id of the next response frame on ``sock``, or None if none arrived in time."""
     sock.settimeout(deadline_s)
     try:
-        header = _read_exactly(sock, 8)
+        header = read_exactly(sock, 8)
     except TimeoutError:
         return None
     size, correlation = struct.unpack(">ii", header)
-    _read_exactly(sock, size - 4)
+    read_exactly(sock, size - 4)
     return int(correlation)
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
+def read_exactly(sock: socket.socket, size: int) -> bytes:
     data = b""
     while len(data) < size:
         chunk = sock.recv(size - len(data))

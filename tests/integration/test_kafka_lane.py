@@ -31,7 +31,7 @@ from lkstream.errors import (
     UnknownTopicError,
 )
 from tests.integration.conftest import DaemonFactory, DaemonProcess, RestartDaemon
-from tests.integration.raw_sockets import established_connections
+from tests.integration.raw_sockets import established_connections, read_exactly
 
 DEADLINE_S = 60.0
 
@@ -169,49 +169,62 @@ def test_each_event_loop_has_its_connection_and_closed_loops_are_forgotten(daemo
     assert established_connections(daemon.kafka_address) == 0, "close() leaves no lane connection open"
 
 
+class ProducingThread:
+    """A thread calling ``produce_many_sync`` of ``per_call`` distinct records in a loop; ``acknowledged``
+    holds every value of every call that returned, ``failures`` what a call raised (which ends it)."""
+
+    def __init__(self, broker: lkstream.RemoteBroker, topic: str, per_call: int) -> None:
+        self.acknowledged: list[bytes] = []
+        self.failures: list[BaseException] = []
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + DEADLINE_S
+        self._thread = threading.Thread(target=self._produce, args=(broker, topic, per_call))
+        self._thread.start()
+
+    def _produce(self, broker: lkstream.RemoteBroker, topic: str, per_call: int) -> None:
+        n = 0
+        try:
+            while not self._stop.is_set():
+                batch = [(None, f"v{n + i}".encode()) for i in range(per_call)]
+                broker.produce_many_sync(topic, batch)
+                self.acknowledged.extend(value for _, value in batch)
+                n += per_call
+        except BaseException as exc:
+            self.failures.append(exc)
+
+    def wait_for_more(self, count: int) -> None:
+        """Until ``count`` more records are acknowledged (or a call failed, or the test's deadline)."""
+        wanted = len(self.acknowledged) + count
+        while len(self.acknowledged) < wanted and time.monotonic() < self._deadline and not self.failures:
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(DEADLINE_S)
+        assert not self.failures, self.failures
+
+
 def test_nothing_acknowledged_is_lost_when_the_daemon_is_killed_and_restarted_on_another_kafka_port(
     daemon: DaemonProcess, restart_daemon: RestartDaemon
 ) -> None:
-    acknowledged: list[bytes] = []
-    stop = threading.Event()
-    failures: list[BaseException] = []
     broker = lkstream.connect(daemon.address, retry_timeout_s=DEADLINE_S)
     first_lane = broker.kafka_lane
     assert first_lane == daemon.kafka_address
-
-    def produce() -> None:
-        n = 0
-        try:
-            while not stop.is_set():
-                batch = [(None, f"v{n + i}".encode()) for i in range(100)]
-                broker.produce_many_sync("lane.kill", batch)
-                acknowledged.extend(value for _, value in batch)
-                n += 100
-        except BaseException as exc:
-            failures.append(exc)
-
-    thread = threading.Thread(target=produce)
-    thread.start()
+    producing = ProducingThread(broker, "lane.kill", 100)
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while len(acknowledged) < 5_000 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        producing.wait_for_more(5_000)
         assert daemon.process is not None
         os.kill(daemon.process.pid, signal.SIGKILL)
         daemon.process.wait()
-        before_kill = len(acknowledged)
         restarted = restart_daemon(daemon)
         assert restarted.kafka_address != first_lane
-        while len(acknowledged) < before_kill + 5_000 and time.monotonic() < deadline and not failures:
-            time.sleep(0.01)
+        producing.wait_for_more(5_000)
     finally:
-        stop.set()
-        thread.join(DEADLINE_S)
-    assert not failures, failures
+        producing.stop()
     assert broker.kafka_lane == restarted.kafka_address  # asked again after the lost connection
     assert established_connections(restarted.kafka_address) >= 1
     stored = set(values(broker, "lane.kill")[0])
-    missing = [v for v in acknowledged if v not in stored]
+    missing = [v for v in producing.acknowledged if v not in stored]
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
     broker.close()
 
@@ -223,44 +236,21 @@ def test_a_clean_restart_under_a_producing_thread_appends_each_record_once(
     # answer lost to the close would make the client send appended records again through gRPC.
     # Before that, sync mode appended about ten records twice per restart here.
     daemon = start_daemon(fsync_mode="sync", partitions=1)
-    acknowledged: list[bytes] = []
-    stop = threading.Event()
-    failures: list[BaseException] = []
     broker = lkstream.connect(daemon.address, retry_timeout_s=DEADLINE_S)
     assert broker.kafka_lane is not None
-
-    def produce() -> None:
-        n = 0
-        try:
-            while not stop.is_set():
-                batch = [(None, f"v{n + i}".encode()) for i in range(10)]
-                broker.produce_many_sync("lane.term", batch)
-                acknowledged.extend(value for _, value in batch)
-                n += 10
-        except BaseException as exc:
-            failures.append(exc)
-
-    thread = threading.Thread(target=produce)
-    thread.start()
+    producing = ProducingThread(broker, "lane.term", 10)
     try:
-        deadline = time.monotonic() + DEADLINE_S
         for _ in range(2):
-            wanted = len(acknowledged) + 1_000
-            while len(acknowledged) < wanted and time.monotonic() < deadline and not failures:
-                time.sleep(0.01)
+            producing.wait_for_more(1_000)
             assert daemon.terminate() == 0
             daemon = restart_daemon(daemon)
-        wanted = len(acknowledged) + 1_000
-        while len(acknowledged) < wanted and time.monotonic() < deadline and not failures:
-            time.sleep(0.01)
+        producing.wait_for_more(1_000)
     finally:
-        stop.set()
-        thread.join(DEADLINE_S)
-    assert not failures, failures
+        producing.stop()
     stored = values(broker, "lane.term")[0]
     twice = [v for v, count in collections.Counter(stored).items() if count > 1]
     assert not twice, f"{len(twice)} records appended twice, e.g. {twice[:3]}"
-    assert set(acknowledged) <= set(stored)
+    assert set(producing.acknowledged) <= set(stored)
     broker.close()
 
 
@@ -335,8 +325,8 @@ class CuttingProxy:
     def _requests(self, client: socket.socket, server: socket.socket) -> None:
         try:
             while True:
-                head = _read_exactly(client, 4)
-                body = _read_exactly(client, int.from_bytes(head, "big"))
+                head = read_exactly(client, 4)
+                body = read_exactly(client, int.from_bytes(head, "big"))
                 self.requests += 1
                 if self.requests == self.cut_at:
                     with self._answered:
@@ -351,22 +341,12 @@ class CuttingProxy:
     def _answers(self, client: socket.socket, server: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while True:
-                head = _read_exactly(server, 4)
-                client.sendall(head + _read_exactly(server, int.from_bytes(head, "big")))
+                head = read_exactly(server, 4)
+                client.sendall(head + read_exactly(server, int.from_bytes(head, "big")))
                 with self._answered:
                     self.answers += 1
                     self._answered.notify_all()
         client.close()
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionResetError("closed")
-        data += chunk
-    return data
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

@@ -73,6 +73,17 @@ class SecureDaemon:
             lambda doc: doc.add_token(user),
         )
 
+    def remove_token(self, user: str, token: str) -> None:
+        """Revoke ``token`` (as ``lkstream users remove USER --token ID`` does)."""
+        token_id = token.split("_")[1]
+        edit_file(
+            str(self.users_file),
+            UsersDocument.parse,
+            UsersDocument.empty,
+            UsersDocument.serialize,
+            lambda doc: doc.remove_token(user, token_id),
+        )
+
     def set_acls(self, *entries: AclEntry) -> None:
         """Replace every ACL entry with ``entries``."""
 

@@ -19,8 +19,6 @@ import lkstream
 from lkstream import AuthenticationError, AuthorizationError, BrokerUnavailableError, ClientTls, Consumer
 from lkstream.errors import InvalidArgumentError
 from lkstream.security.acl import AclEntry
-from lkstream.security.credentials import UsersDocument
-from lkstream.security.watched import edit_file
 from lkstream.wire._proto import messaging_pb2 as pb
 from tests.integration.conftest import REPO
 from tests.integration.raw_sockets import established_connections
@@ -97,14 +95,7 @@ def test_revocations_apply_to_a_running_daemon_without_restart(secure_daemon: Se
         daemon.set_acls()  # every grant gone
         with pytest.raises(AuthorizationError):
             client.produce_many_sync("jobs.a", [(None, b"2")])
-        token_id = token.split("_")[1]
-        edit_file(
-            str(daemon.users_file),
-            UsersDocument.parse,
-            UsersDocument.empty,
-            UsersDocument.serialize,
-            lambda doc: doc.remove_token("svc", token_id),
-        )
+        daemon.remove_token("svc", token)
         with pytest.raises(AuthenticationError, match="unknown or revoked"):
             client.list_topics()
 
@@ -120,14 +111,7 @@ def test_a_revoked_token_stops_working_on_the_clients_open_streams(secure_daemon
         client.create_topic("live.a", 1)
         assert client.produce_many_sync("live.a", [(None, b"1")]) == [(0, 0)]  # opens the ProduceStream
         assert client.fetch("live.a", 0, 0).high_watermark == 1  # opens the FetchStream
-        token_id = token.split("_")[1]
-        edit_file(
-            str(daemon.users_file),
-            UsersDocument.parse,
-            UsersDocument.empty,
-            UsersDocument.serialize,
-            lambda doc: doc.remove_token("svc", token_id),
-        )
+        daemon.remove_token("svc", token)
         with pytest.raises(AuthenticationError, match="unknown or revoked"):
             client.produce_many_sync("live.a", [(None, b"2")])  # the same streams, still open
         with pytest.raises(AuthenticationError, match="unknown or revoked"):
@@ -146,14 +130,7 @@ def test_a_revoked_token_is_refused_when_the_client_reopens_a_stream_the_daemon_
         admin.create_topic("live.b", 1)
     with lkstream.connect(daemon.address, token=token) as client:
         assert client.produce_many_sync("live.b", [(None, b"1")]) == [(0, 0)]
-        token_id = token.split("_")[1]
-        edit_file(
-            str(daemon.users_file),
-            UsersDocument.parse,
-            UsersDocument.empty,
-            UsersDocument.serialize,
-            lambda doc: doc.remove_token("svc", token_id),
-        )
+        daemon.remove_token("svc", token)
         deadline = time.monotonic() + 20
         while established_connections(daemon.address) > 0:  # the idle stream ended, then its connection
             assert time.monotonic() < deadline, "the client's idle stream was not ended"

@@ -15,9 +15,7 @@ import pytest
 import lkstream
 from lkstream.errors import AuthenticationError, AuthorizationError
 from lkstream.security.acl import AclEntry
-from lkstream.security.credentials import UsersDocument
 from lkstream.security.tls import ClientTls
-from lkstream.security.watched import edit_file
 from lkstream.wire._proto import messaging_pb2 as pb
 from tests.integration.raw_sockets import established_connections
 from tests.security.conftest import SecureDaemon, SecureFactory
@@ -33,17 +31,6 @@ def grant_topic(daemon: SecureDaemon, user: str, *operations: str) -> None:
 
 def client_tls(daemon: SecureDaemon) -> ClientTls | None:
     return None if daemon.pki is None else ClientTls(str(daemon.pki.ca))
-
-
-def remove_token(daemon: SecureDaemon, user: str, token: str) -> None:
-    token_id = token.split("_")[1]
-    edit_file(
-        str(daemon.users_file),
-        UsersDocument.parse,
-        UsersDocument.empty,
-        UsersDocument.serialize,
-        lambda doc: doc.remove_token(user, token_id),
-    )
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["sasl-plaintext-loopback", "sasl-ssl"])
@@ -106,7 +93,7 @@ def test_a_revoked_token_stops_the_lane_as_it_stops_grpc(secure_daemon: SecureFa
     with lkstream.connect(daemon.address, token=token) as broker:
         assert broker.produce_many_sync(TOPIC, [(None, b"before")]) == [(0, 0)]
         assert established_connections(broker.kafka_lane or "") == 1  # the lane's connection, open
-        remove_token(daemon, USER, token)
+        daemon.remove_token(USER, token)
         with pytest.raises(AuthenticationError):
             broker.produce_many_sync(TOPIC, [(None, b"after")])
         deadline = time.monotonic() + DEADLINE_S

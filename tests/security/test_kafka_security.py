@@ -25,9 +25,7 @@ import lkstream
 from lkstream.format.codec import encode_batch
 from lkstream.kafka.protocol import ApiKey
 from lkstream.security.acl import AclEntry
-from lkstream.security.credentials import UsersDocument
 from lkstream.security.tls import ClientTls
-from lkstream.security.watched import edit_file
 from tests.security.conftest import SecureDaemon, SecureFactory
 from tests.security.kafka_raw import RawKafka
 
@@ -176,14 +174,7 @@ def test_a_revoked_token_ends_the_connections_it_authenticated(secure_daemon: Se
         assert kafka.handshake("OAUTHBEARER").error_code == 0
         assert kafka.authenticate(f"n,,\x01auth=Bearer {token}\x01\x01".encode()).error_code == 0
         assert kafka.call(ApiKey.METADATA, 9, topics=None).brokers
-        token_id = token.split("_")[1]
-        edit_file(
-            str(daemon.users_file),
-            UsersDocument.parse,
-            UsersDocument.empty,
-            UsersDocument.serialize,
-            lambda doc: doc.remove_token(USER, token_id),
-        )
+        daemon.remove_token(USER, token)
         with pytest.raises(ConnectionError):
             kafka.call(ApiKey.METADATA, 9, topics=None)
 
