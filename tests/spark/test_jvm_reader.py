@@ -165,13 +165,22 @@ def test_a_damaged_index_is_only_a_hint(spark: Any, data_dir: str, tmp_path: Pat
     )
 
 
-def test_records_retention_deleted_after_planning(spark: Any, data_dir: str, tmp_path: Path) -> None:
+def _planned_on_a_copy(
+    spark: Any, data_dir: str, tmp_path: Path, partition: int, **options: str
+) -> tuple[str, Any, Any, str, list[str]]:
+    """A copy of the data directory and two reads of it planned now (failing on data loss, and not);
+    with the directory of ``c.none[partition]`` and its segment files, oldest first, to remove from."""
     copy = str(tmp_path / "data")
     shutil.copytree(data_dir, copy)
-    failing = jvm.read_path(spark, copy, subscribe="c.none")
-    skipping = jvm.read_path(spark, copy, subscribe="c.none", failOnDataLoss="false")
-    part = DataDirReader(copy).partition_dir("c.none", 0)
-    oldest = sorted(n for n in os.listdir(part) if n.endswith(".seg"))[0]
+    failing = jvm.read_path(spark, copy, **options)
+    skipping = jvm.read_path(spark, copy, failOnDataLoss="false", **options)
+    part = DataDirReader(copy).partition_dir("c.none", partition)
+    return copy, failing, skipping, part, sorted(n for n in os.listdir(part) if n.endswith(".seg"))
+
+
+def test_records_retention_deleted_after_planning(spark: Any, data_dir: str, tmp_path: Path) -> None:
+    copy, failing, skipping, part, segments = _planned_on_a_copy(spark, data_dir, tmp_path, 0, subscribe="c.none")
+    oldest = segments[0]
     os.remove(os.path.join(part, oldest))
     os.remove(os.path.join(part, oldest.replace(".seg", ".idx")))
     start = PartitionReader(part).log_start_offset
@@ -189,12 +198,8 @@ def test_records_retention_deleted_after_planning(spark: Any, data_dir: str, tmp
 
 def test_a_log_cut_short_after_planning(spark: Any, data_dir: str, tmp_path: Path) -> None:
     """The newest segment removed after planning: the range cannot be completed (or ends early)."""
-    copy = str(tmp_path / "data")
-    shutil.copytree(data_dir, copy)
-    failing = jvm.read_path(spark, copy, assign='{"c.none": [1]}')
-    skipping = jvm.read_path(spark, copy, assign='{"c.none": [1]}', failOnDataLoss="false")
-    part = DataDirReader(copy).partition_dir("c.none", 1)
-    newest = sorted(n for n in os.listdir(part) if n.endswith(".seg"))[-1]
+    _, failing, skipping, part, segments = _planned_on_a_copy(spark, data_dir, tmp_path, 1, assign='{"c.none": [1]}')
+    newest = segments[-1]
     os.remove(os.path.join(part, newest))
     cut = int(newest.removesuffix(".seg"))
     with pytest.raises(Exception, match=rf"records of c\.none\[1\] from offset {cut} are no longer available"):
