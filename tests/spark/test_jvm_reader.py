@@ -107,16 +107,20 @@ def test_an_empty_range_is_an_empty_dataframe(spark: Any, data_dir: str) -> None
 
 
 def test_batches_larger_than_the_read_window(spark: Any, tmp_path: Path) -> None:
-    """Batches of 1.5 MiB among small ones: a batch spans the reader's 1 MiB window, read once."""
+    """Small batches and batches of 1.5 and 5 MiB (past the reader's 1 MiB window), every batch's values
+    its own, a window often ending inside a batch: a refill never overwrites the values a columnar
+    batch still points to."""
     path = str(tmp_path / "data")
     with Broker(persist_dir=path, partitions=1) as broker:
         broker.create_topic("big", partitions=1)
         for i in range(6):
             broker.produce_many_sync("big", [(b"s", b"small-%d" % i)] * 50, partition=0)
             broker.produce_many_sync("big", [(None, bytes([i]) * (50 * 1024))] * 30, partition=0)
+            broker.produce_many_sync("big", [(b"l", bytes([100 + i]) * (50 * 1024))] * 100, partition=0)
     rows = _same(spark, path, subscribe="big")
-    assert len(rows) == 6 * 80
+    assert len(rows) == 6 * 180
     assert [len(r.value) for r in rows if r.key is None] == [50 * 1024] * 6 * 30
+    assert [r.value[0] for r in rows if r.key == b"l"] == [100 + i for i in range(6) for _ in range(100)]
 
 
 def _batch_positions(partition_dir: str) -> list[tuple[str, int, int, int]]:

@@ -78,6 +78,18 @@ final class PartitionLog implements AutoCloseable {
     return null;
   }
 
+  /**
+   * Whether the next batch lies wholly in the current segment's window already, so that reading it
+   * leaves the bytes of the batches read before it where they are.
+   */
+  boolean nextIsInWindow() throws IOException {
+    if (done || segment == null || position >= segment.size) {
+      return false;
+    }
+    long size = RecordBatch.sizeInWindow(segment, position);
+    return size >= RecordBatch.HEADER_SIZE && segment.holds(position, size);
+  }
+
   long from() {
     return from;
   }

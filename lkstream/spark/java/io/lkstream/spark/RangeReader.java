@@ -2,6 +2,7 @@ package io.lkstream.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
 import java.util.Arrays;
 
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -22,18 +23,21 @@ import org.apache.spark.unsafe.types.UTF8String;
  * as lkstream.format.validate.check_records does, so a bad batch never yields rows.
  */
 final class RangeReader implements PartitionReader<ColumnarBatch> {
-  /** Rows per columnar batch (a batch of the log is never split, so a columnar batch may be larger). */
+  /**
+   * Rows per columnar batch (a batch of the log is never split, so a columnar batch may be larger; one
+   * also ends early where the next batch of the log is not in the file's window yet, see BinarySlices).
+   */
   private static final int ROWS_PER_BATCH = 8192;
 
   private final OffsetRange range;
   private final PartitionLog log;
-  private final WritableColumnVector key;
-  private final WritableColumnVector value;
+  private final BinarySlices key;
+  private final BinarySlices value;
   private final WritableColumnVector offset;
   private final WritableColumnVector timestamp;
   private final WritableColumnVector timestampType;
   private final WritableColumnVector headers;
-  /** The vectors refilled for every batch (all but the constant topic and partition). */
+  /** The other vectors refilled for every batch (all but the constant topic and partition). */
   private final WritableColumnVector[] filled;
 
   private final ColumnarBatch batch;
@@ -46,15 +50,15 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       throw new UncheckedIOException(e);
     }
     StructType schema = RangeSource.schema(includeHeaders);
-    key = new OnHeapColumnVector(ROWS_PER_BATCH, DataTypes.BinaryType);
-    value = new OnHeapColumnVector(ROWS_PER_BATCH, DataTypes.BinaryType);
+    key = new BinarySlices(ROWS_PER_BATCH);
+    value = new BinarySlices(ROWS_PER_BATCH);
     offset = new OnHeapColumnVector(ROWS_PER_BATCH, DataTypes.LongType);
     timestamp = new OnHeapColumnVector(ROWS_PER_BATCH, DataTypes.TimestampType);
     timestampType = new OnHeapColumnVector(ROWS_PER_BATCH, DataTypes.IntegerType);
     headers = includeHeaders ? new OnHeapColumnVector(ROWS_PER_BATCH, schema.apply("headers").dataType()) : null;
     filled = includeHeaders
-        ? new WritableColumnVector[] {key, value, offset, timestamp, timestampType, headers}
-        : new WritableColumnVector[] {key, value, offset, timestamp, timestampType};
+        ? new WritableColumnVector[] {offset, timestamp, timestampType, headers}
+        : new WritableColumnVector[] {offset, timestamp, timestampType};
     // Topic and partition are the same on every row: one value each, whatever the batch size.
     ConstantColumnVector topic = new ConstantColumnVector(1, DataTypes.StringType);
     topic.setUtf8String(UTF8String.fromString(range.topic()));
@@ -72,11 +76,13 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public boolean next() throws IOException {
+    key.reset();
+    value.reset();
     for (WritableColumnVector column : filled) {
       column.reset();
     }
     int rows = 0;
-    while (rows < ROWS_PER_BATCH) {
+    while (rows < ROWS_PER_BATCH && (rows == 0 || log.nextIsInWindow())) {
       RecordBatch next = log.next();
       if (next == null) {
         break;
@@ -119,8 +125,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       long recordOffset = b.baseOffset + index;
       boolean wanted = recordOffset >= start && recordOffset < end;
       if (wanted) {
-        append(key, b.records, keyAt, keyLength);
-        append(value, b.records, valueAt, valueLength);
+        key.append(b.records, keyAt, keyLength);
+        value.append(b.records, valueAt, valueLength);
         offset.appendLong(recordOffset);
         // Spark timestamps are microseconds; Kafka's are milliseconds.
         timestamp.appendLong((logAppendTime ? b.maxTimestamp : b.baseTimestamp + timestampDelta) * 1000);
@@ -156,18 +162,20 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     return rows;
   }
 
-  private static void append(WritableColumnVector column, byte[] bytes, int at, int length) {
+  private static void append(WritableColumnVector column, ByteBuffer bytes, int at, int length) {
     if (length < 0) {
       column.appendNull();
     } else {
-      column.appendByteArray(bytes, at, length);
+      byte[] copy = new byte[length];
+      bytes.get(at, copy);
+      column.appendByteArray(copy, 0, length);
     }
   }
 
   /** Reads the varint-framed records of a batch, failing on anything outside the record it is in. */
   private static final class Cursor {
     private final RecordBatch batch;
-    private final byte[] b;
+    private final ByteBuffer b;
     private int pos;
     private int recordEnd;
     private int index;
@@ -186,8 +194,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         throw fail("length " + length + " does not fit the " + (batch.recordsEnd - pos) + " bytes left");
       }
       recordEnd = pos + length;
-      if (b[pos] != 0) {
-        throw fail("attributes " + b[pos] + " are not 0");
+      if (b.get(pos) != 0) {
+        throw fail("attributes " + b.get(pos) + " are not 0");
       }
       pos++;
     }
@@ -234,12 +242,33 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
 
     long varlong(String what) {
+      // Most fields fit one byte (small deltas, short keys, a record's header count) or two (lengths
+      // and offset deltas below 8,192); only longer ones take the loop.
+      if (pos < recordEnd) {
+        int first = b.get(pos);
+        if (first >= 0) {
+          pos++;
+          return (first >>> 1) ^ -(first & 1);
+        }
+        if (pos + 1 < recordEnd) {
+          int second = b.get(pos + 1);
+          if (second >= 0) {
+            pos += 2;
+            int raw = (first & 0x7F) | second << 7;
+            return (raw >>> 1) ^ -(raw & 1);
+          }
+        }
+      }
+      return longerVarlong(what);
+    }
+
+    private long longerVarlong(String what) {
       long raw = 0;
       for (int shift = 0; shift < 70; shift += 7) {
         if (pos >= recordEnd) {
           throw fail(what + " runs past the end of the record");
         }
-        byte next = b[pos++];
+        byte next = b.get(pos++);
         raw |= (long) (next & 0x7F) << shift;
         if (next >= 0) {
           return (raw >>> 1) ^ -(raw & 1);

@@ -3,6 +3,7 @@ package io.lkstream.spark;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.zip.CRC32C;
 import java.util.zip.GZIPInputStream;
@@ -35,22 +36,35 @@ final class RecordBatch {
   final long maxTimestamp;
   final int recordsCount;
 
-  /** The records section: {@code records[recordsStart, recordsEnd)}, valid until the next batch is read. */
-  byte[] records;
+  /**
+   * The records section: {@code records[recordsStart, recordsEnd)}, in the file's window for an
+   * uncompressed batch (valid until the window is refilled, see {@link SegmentFile}), in a
+   * buffer of its own for an inflated one.
+   */
+  ByteBuffer records;
 
   int recordsStart;
   int recordsEnd;
 
-  private RecordBatch(SegmentFile file, long position, byte[] b, int at) {
+  // A ByteBuffer's absolute reads are big-endian unless told otherwise, as the format's fields are.
+  private RecordBatch(SegmentFile file, long position, ByteBuffer b) {
     this.file = file;
     this.position = position;
-    this.baseOffset = Bytes.getLong(b, at);
-    this.size = LOG_OVERHEAD + Bytes.getInt(b, at + 8);
-    this.attributes = Bytes.getShort(b, at + ATTRIBUTES_AT);
-    this.lastOffsetDelta = Bytes.getInt(b, at + 23);
-    this.baseTimestamp = Bytes.getLong(b, at + 27);
-    this.maxTimestamp = Bytes.getLong(b, at + 35);
-    this.recordsCount = Bytes.getInt(b, at + 57);
+    this.baseOffset = b.getLong(0);
+    this.size = LOG_OVERHEAD + b.getInt(8);
+    this.attributes = b.getShort(ATTRIBUTES_AT);
+    this.lastOffsetDelta = b.getInt(23);
+    this.baseTimestamp = b.getLong(27);
+    this.maxTimestamp = b.getLong(35);
+    this.recordsCount = b.getInt(57);
+  }
+
+  /** The size of the batch at {@code position} if its header is in the window already, else -1. */
+  static long sizeInWindow(SegmentFile file, long position) throws IOException {
+    if (!file.holds(position, HEADER_SIZE)) {
+      return -1;
+    }
+    return LOG_OVERHEAD + file.peek(position, HEADER_SIZE).getInt(8);
   }
 
   /** The header at {@code position}, with the checks that need no more than the header. */
@@ -59,17 +73,16 @@ final class RecordBatch {
     if (available < HEADER_SIZE) {
       throw LogReadException.corrupt(file.path, position, "truncated header: " + available + " of 61 bytes");
     }
-    byte[] b = file.bytes(position, HEADER_SIZE);
-    int at = file.at(position);
-    RecordBatch batch = new RecordBatch(file, position, b, at);
+    ByteBuffer b = file.peek(position, HEADER_SIZE);
+    RecordBatch batch = new RecordBatch(file, position, b);
     if (batch.size < HEADER_SIZE) {
       throw batch.corrupt("batch_length " + (batch.size - LOG_OVERHEAD) + " is smaller than a header");
     }
     if (batch.size > available) {
       throw batch.corrupt("truncated batch: " + available + " of " + batch.size + " bytes");
     }
-    if (b[at + 16] != 2) {
-      throw batch.corrupt("unsupported magic " + b[at + 16] + " (expected 2)");
+    if (b.get(16) != 2) {
+      throw batch.corrupt("unsupported magic " + b.get(16) + " (expected 2)");
     }
     return batch;
   }
@@ -88,22 +101,23 @@ final class RecordBatch {
       throw corrupt(
           "inconsistent counts: records_count=" + recordsCount + ", last_offset_delta=" + lastOffsetDelta);
     }
-    byte[] b = file.bytes(position, size);
-    int at = file.at(position);
+    ByteBuffer b = file.read(position, size);
     CRC32C crc = new CRC32C();
-    crc.update(b, at + ATTRIBUTES_AT, size - ATTRIBUTES_AT);
-    long stored = Bytes.getInt(b, at + CRC_AT) & 0xFFFFFFFFL;
+    crc.update(b.slice(ATTRIBUTES_AT, size - ATTRIBUTES_AT));
+    long stored = b.getInt(CRC_AT) & 0xFFFFFFFFL;
     if (crc.getValue() != stored) {
       throw corrupt(String.format("CRC-32C mismatch: stored %#010x, computed %#010x", stored, crc.getValue()));
     }
     int codec = attributes & 0x07;
     if (codec == 0) {
       records = b;
-      recordsStart = at + HEADER_SIZE;
-      recordsEnd = at + size;
+      recordsStart = HEADER_SIZE;
+      recordsEnd = size;
       return;
     }
-    records = inflate(codec, new ByteArrayInputStream(b, at + HEADER_SIZE, size - HEADER_SIZE));
+    byte[] compressed = new byte[size - HEADER_SIZE];
+    b.get(HEADER_SIZE, compressed);
+    records = ByteBuffer.wrap(inflate(codec, new ByteArrayInputStream(compressed)));
     recordsStart = 0;
   }
 

@@ -11,15 +11,26 @@ import java.nio.file.StandardOpenOption;
  * One open segment file, read through a window of at least 1 MiB so that small batches do not cost a
  * system call each. Positional reads only: the file is never written, mapped or locked, so a live
  * broker may append to it (or retention delete it) while it is read.
+ *
+ * <p>The window is direct memory: the kernel copies the file into it once and the reader decodes the
+ * records where they lie (a heap array costs a second copy, through a temporary direct buffer). A
+ * refill overwrites the window, so {@link RangeReader} ends a columnar batch, whose values point into
+ * the window, before any refill. One window, reused, stays in the core's cache; the tail of a batch
+ * that the window held only in part is read again rather than kept in a second one.
+ *
+ * <p>Not mapped: a mapping would save the copy (about a tenth of a Spark read's CPU time, measured), but a
+ * mapped page the file no longer has (truncated by another process, or unreadable on disk) raises
+ * SIGBUS, which the JVM turns into an exception for plain buffer reads but not inside the CRC-32C
+ * intrinsic: a task that should fail with an error could take the executor down.
  */
 final class SegmentFile implements AutoCloseable {
-  private static final int WINDOW_BYTES = 1 << 20;
+  static final int WINDOW_BYTES = 1 << 20;
 
   final String path;
   final long baseOffset;
   final long size;
   private final FileChannel channel;
-  private byte[] window = new byte[WINDOW_BYTES];
+  private ByteBuffer window = ByteBuffer.allocateDirect(WINDOW_BYTES);
   private long windowStart;
   private int windowLength;
 
@@ -31,33 +42,52 @@ final class SegmentFile implements AutoCloseable {
     this.size = channel.size();
   }
 
-  /** The window holding {@code [position, position + length)}; read {@link #at} for where it starts. */
-  byte[] bytes(long position, int length) throws IOException {
-    long windowEnd = windowStart + windowLength;
-    if (position < windowStart || position + length > windowEnd) {
-      int want = (int) Math.min(Math.max(length, WINDOW_BYTES), size - position);
-      // The bytes already read from position on (a batch whose header was read) are kept, not read again.
-      int kept = position >= windowStart && position < windowEnd ? (int) (windowEnd - position) : 0;
-      byte[] into = window.length < want ? new byte[want] : window;
-      if (kept > 0) {
-        System.arraycopy(window, (int) (position - windowStart), into, 0, kept);
-      }
-      window = into;
-      ByteBuffer rest = ByteBuffer.wrap(window, kept, want - kept);
-      while (rest.hasRemaining()) {
-        if (channel.read(rest, position + rest.position()) < 0) {
-          throw new EOFException(path + " shrank to " + channel.size() + " bytes while it was read");
-        }
-      }
-      windowStart = position;
-      windowLength = want;
-    }
-    return window;
+  /** Whether {@code [position, position + length)} is in the window already (no read needed). */
+  boolean holds(long position, long length) {
+    return position >= windowStart && length >= 0 && position + length <= windowStart + windowLength;
   }
 
-  /** Where byte {@code position} sits in the array {@link #bytes} returned. */
-  int at(long position) {
-    return (int) (position - windowStart);
+  /**
+   * {@code [position, position + length)} as a buffer of its own (index 0 is {@code position}), from
+   * the window, which is refilled from {@code position} on if it does not hold them all.
+   */
+  ByteBuffer read(long position, int length) throws IOException {
+    if (!holds(position, length)) {
+      refill(position, length);
+    }
+    return window.slice((int) (position - windowStart), length);
+  }
+
+  /**
+   * A few bytes (a batch header) as {@link #read} gives them, but read on their own if the window
+   * does not hold them: the window is then refilled once the batch's size is known, from its start.
+   */
+  ByteBuffer peek(long position, int length) throws IOException {
+    if (holds(position, length)) {
+      return window.slice((int) (position - windowStart), length);
+    }
+    ByteBuffer bytes = ByteBuffer.allocate(length);
+    fill(bytes, position);
+    return bytes.clear();
+  }
+
+  private void refill(long position, int length) throws IOException {
+    int want = (int) Math.min(Math.max(length, WINDOW_BYTES), size - position);
+    if (window.capacity() < want) {
+      window = ByteBuffer.allocateDirect(want);
+    }
+    fill(window.clear().limit(want), position);
+    windowStart = position;
+    windowLength = want;
+  }
+
+  /** Fills {@code into} (from its index 0 to its limit) with the file's bytes from {@code position} on. */
+  private void fill(ByteBuffer into, long position) throws IOException {
+    while (into.hasRemaining()) {
+      if (channel.read(into, position + into.position()) < 0) {
+        throw new EOFException(path + " shrank to " + channel.size() + " bytes while it was read");
+      }
+    }
   }
 
   @Override
