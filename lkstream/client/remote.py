@@ -46,9 +46,10 @@ needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
 :class:`~lkstream.errors.AuthorizationError` naming it.
 
 The Kafka lane (:mod:`lkstream.client.kafka_lane`): when the daemon has a Kafka
-listener, ``produce_many`` and ``produce_many_sync`` send their batches to it as
-Kafka Produce requests, and ``fetch`` reads there with a Kafka Fetch, with fewer
-thread hand-offs per call than gRPC (docs/adr/0005-kafka-lane.md). The lane uses
+listener, ``produce_many``, ``produce_many_sync`` and ``produce_batch_sync`` send
+their batches to it as Kafka Produce requests, and ``fetch`` reads there with a
+Kafka Fetch, with fewer thread hand-offs per call than gRPC
+(docs/adr/0005-kafka-lane.md). The lane uses
 TLS exactly when the gRPC channel does (same CA, client certificate and server
 name), and the token with SASL OAUTHBEARER where the listener wants SASL; a listener
 this client could not reach as securely as its gRPC channel is not used.

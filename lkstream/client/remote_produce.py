@@ -36,6 +36,7 @@ from lkstream.client.remote_sync import SentRequest, SyncStreamedCalls
 from lkstream.client.remote_wire import produce_request
 from lkstream.client.retry import Retry
 from lkstream.errors import BrokerUnavailableError, LkstreamError, RecordTooLargeError
+from lkstream.format.batch import LAST_OFFSET_DELTA_AT
 from lkstream.format.codec import Compression, Headers, KeyValue, encode_batch
 from lkstream.format.encode import offsets
 from lkstream.format.produce import chunk_by_size, normalise_records, record_sizes
@@ -130,24 +131,7 @@ class RemoteProduce(SyncStreamedCalls):
         plan = self._plan(topic, records, partition, compression)
         if plan is None:
             plan = self._counted_plan(topic, records, partition, compression, self._describe_count(topic))
-        if self._lane_state.address:
-            if self._lane_state.stale:
-                self._confirm_lane()
-            count = self._partitions.get(topic)
-            if count is None and self._lane_state.usable():
-                count = self._describe_count(topic)
-            batches = self._lane_batches(topic, plan, count)
-            if batches is not None:
-                try:
-                    answers = self._lane.produce(topic, batches)
-                except LaneTimeout as exc:
-                    raise BrokerUnavailableError(self.address, str(exc)) from None  # as gRPC's deadline
-                except LaneUnavailable as exc:
-                    if exc.answers:  # the rest goes through gRPC; nothing answered is sent twice
-                        return plan.results(self._settle_sync(topic, plan, batches, exc.answers, complete=False))
-                else:
-                    return plan.results(self._settle_sync(topic, plan, batches, answers))
-        return plan.results(self._send_batches_sync(topic, plan.batches))
+        return plan.results(self._sent_sync(topic, plan))
 
     async def produce_batch(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
         """Append one pre-encoded v2 batch; return ``(base_offset, last_offset)``."""
@@ -155,8 +139,13 @@ class RemoteProduce(SyncStreamedCalls):
         return int(response.base_offset), int(response.last_offset)
 
     def produce_batch_sync(self, topic: str, partition: int, batch: bytes | bytearray) -> tuple[int, int]:
-        """Blocking twin of :meth:`produce_batch` (sent from the caller's thread)."""
-        return self.produce_batch_start(topic, partition, batch).result()
+        """Blocking twin of :meth:`produce_batch` (sent from the caller's thread, through the Kafka
+        lane when the daemon offers one)."""
+        if not self._lane_state.address:
+            return self.produce_batch_start(topic, partition, batch).result()
+        whole = batch if isinstance(batch, bytearray) else bytearray(batch)
+        plan = _Plan([(partition, whole)], lambda answers: [_batch_span(answers[0], whole)])
+        return plan.results(self._sent_sync(topic, plan))[0]
 
     def produce_batch_start(self, topic: str, partition: int, batch: bytes | bytearray) -> PendingBatch:
         """Send one pre-encoded v2 batch now, from this thread; ``result()`` of the handle waits for its answer.
@@ -185,6 +174,27 @@ class RemoteProduce(SyncStreamedCalls):
         return [self._streamed_sync("ProduceStream", [r], Retry.RESEND)[0] for r in requests]
 
     # -- the Kafka lane (lkstream.client.kafka_lane) -------------------------------------------
+
+    def _sent_sync(self, topic: str, plan: _Plan) -> list[Answer]:
+        """The plan's batches sent from this thread, through the lane when it can carry them; an answer each."""
+        if self._lane_state.address:
+            if self._lane_state.stale:
+                self._confirm_lane()
+            count = self._partitions.get(topic)
+            if count is None and self._lane_state.usable():
+                count = self._describe_count(topic)
+            batches = self._lane_batches(topic, plan, count)
+            if batches is not None:
+                try:
+                    answers = self._lane.produce(topic, batches)
+                except LaneTimeout as exc:
+                    raise BrokerUnavailableError(self.address, str(exc)) from None  # as gRPC's deadline
+                except LaneUnavailable as exc:
+                    if exc.answers:  # the rest goes through gRPC; nothing answered is sent twice
+                        return self._settle_sync(topic, plan, batches, exc.answers, complete=False)
+                else:
+                    return self._settle_sync(topic, plan, batches, answers)
+        return list(self._send_batches_sync(topic, plan.batches))
 
     def _lane_batches(self, topic: str, plan: _Plan, count: int | None) -> LaneBatches | None:
         """The plan's batches with every partition chosen, or None when the call goes through gRPC.
@@ -390,6 +400,14 @@ class PendingBatch:
         """``(base_offset, last_offset)`` of the appended batch (or its error, after retries)."""
         response = self._sent.result()
         return int(response.base_offset), int(response.last_offset)
+
+
+def _batch_span(answer: Answer, batch: bytearray) -> tuple[int, int]:
+    """``(base_offset, last_offset)`` of an appended batch (the lane answers its base offset only)."""
+    base = int(answer.base_offset)
+    if isinstance(answer, pb.ProduceResponse):
+        return base, int(answer.last_offset)
+    return base, base + int.from_bytes(batch[LAST_OFFSET_DELTA_AT : LAST_OFFSET_DELTA_AT + 4], "big", signed=True)
 
 
 def _all_answered(settled: list[Answer | None]) -> list[Answer]:

@@ -246,9 +246,16 @@ class _ArrowProducer:
         codec = Compression.parse(self.options.compression)
         bounds = [0, *cut_points(sizes, self.options.batch_bytes), len(values)]
         for start, end in itertools.pairwise(bounds):
-            # One partition's batches may be in flight together: the stream appends them in order.
-            # Sent from this thread on the client's synchronous stream: no hop to its event-loop thread.
-            sends.add(broker.produce_batch_start(topic, partition, encode_rows(keys, values, start, end, codec)))
+            batch = encode_rows(keys, values, start, end, codec)
+            if broker.kafka_lane is not None:
+                # One batch at a time through the Kafka lane costs both processes less CPU than a
+                # window of gRPC calls (docs/benchmarks.md, "The sink through the lane").
+                sends.drain()
+                broker.produce_batch_sync(topic, partition, batch)
+            else:
+                # One partition's batches may be in flight together: the stream appends them in order.
+                # Sent from this thread on the client's synchronous stream: no hop to its event-loop thread.
+                sends.add(broker.produce_batch_start(topic, partition, batch))
 
 
 class _Window:

@@ -130,19 +130,28 @@ def test_overwrite_is_rejected(spark: Any, spark_daemon: DaemonProcess) -> None:
         writer.option("topic", "t").save()
 
 
-def test_one_task_s_batches_in_flight_together_land_in_the_order_it_wrote_them(
-    spark: Any, spark_daemon: DaemonProcess, topic_name: str
+@pytest.mark.parametrize("lane", [True, False], ids=["kafka-lane", "grpc-window"])
+def test_one_task_s_batches_land_in_the_order_it_wrote_them(
+    spark: Any, spark_daemon: DaemonProcess, tmp_path: Path, topic_name: str, lane: bool
 ) -> None:
-    with lkstream.connect(spark_daemon.address) as client:
-        client.create_topic(topic_name, partitions=1)
-    # One task, small batches: dozens of batches of one partition in flight on one stream.
-    df = spark.range(20_000, numPartitions=1).selectExpr("CAST(CAST(id AS STRING) AS BINARY) AS value")
-    df.write.mode("append").format("lkstream").option("bootstrap", spark_daemon.address).option(
-        "topic", topic_name
-    ).option("batchBytes", "4096").save()
-    records = _read_all(spark_daemon.address, topic_name)
-    assert [int(r.value) for r in records] == list(range(20_000))
-    assert len({r.offset - int(r.value) for r in records}) == 1  # dense, in order, no duplicates
+    # With the daemon's Kafka listener the sink sends its batches through the lane, one at a time;
+    # without it, up to 4 at once on one gRPC stream. Either way one partition's batches land in order.
+    daemon = spark_daemon if lane else start_daemon_at(tmp_path, "grpc-only", kafka_port=-1)
+    try:
+        with lkstream.connect(daemon.address) as client:
+            assert (client.kafka_lane is not None) == lane
+            client.create_topic(topic_name, partitions=1)
+        # One task, small batches: hundreds of batches of one partition.
+        df = spark.range(20_000, numPartitions=1).selectExpr("CAST(CAST(id AS STRING) AS BINARY) AS value")
+        df.write.mode("append").format("lkstream").option("bootstrap", daemon.address).option(
+            "topic", topic_name
+        ).option("batchBytes", "4096").save()
+        records = _read_all(daemon.address, topic_name)
+        assert [int(r.value) for r in records] == list(range(20_000))
+        assert len({r.offset - int(r.value) for r in records}) == 1  # dense, in order, no duplicates
+    finally:
+        if not lane:
+            daemon.terminate()
 
 
 def test_rows_too_large_for_the_daemon_fail_the_write_naming_the_limit(
