@@ -18,13 +18,13 @@ import java.nio.file.StandardOpenOption;
  * the window, before any refill. One window, reused, stays in the core's cache; the tail of a batch
  * that the window held only in part is read again rather than kept in a second one.
  *
- * <p>Not mapped: a mapping would save the copy (about a tenth of a Spark read's CPU time, measured), but a
- * mapped page the file no longer has (truncated by another process, or unreadable on disk) raises
- * SIGBUS, which the JVM turns into an exception for plain buffer reads but not inside the CRC-32C
- * intrinsic: a task that should fail with an error could take the executor down.
+ * <p>Not mapped: a mapping would save the copy (about a tenth of a Spark read's CPU time, measured),
+ * but a mapped page the file no longer has (truncated by another process, or unreadable on disk)
+ * raises SIGBUS, which the JVM turns into an exception for plain buffer reads but not inside the
+ * CRC-32C intrinsic: a task that should fail with an error could take the executor down.
  */
 final class SegmentFile implements AutoCloseable {
-  static final int WINDOW_BYTES = 1 << 20;
+  private static final int WINDOW_BYTES = 1 << 20;
 
   final String path;
   final long baseOffset;
