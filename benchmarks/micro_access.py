@@ -1,7 +1,7 @@
 """Access-control micro-benchmark: what the gRPC access interceptor adds to one call.
 
 No daemon, no network: one process, the users and ACL files in a temporary directory.
-One *admission* is what :class:`lkstream.server.grpc_access.AccessInterceptor` does per
+One *admission* is what :class:`lkstream.server.grpc.access.AccessInterceptor` does per
 call before the servicer runs: authenticate ``authorization: Bearer <token>`` (token
 format check, SHA-256, constant-time compare), ask the RPC's rule what it needs
 (:data:`RPC_NEEDS`), and :meth:`Access.require` each need against the ACL index.
@@ -29,7 +29,7 @@ from _common import base_parser, emit, log, machine_facts, summary
 from lkstream.security.access import Access
 from lkstream.security.acl import AclDocument, AclEntry
 from lkstream.security.credentials import UsersDocument
-from lkstream.server.rpc_permissions import RPC_NEEDS
+from lkstream.server.grpc.permissions import RPC_NEEDS
 from lkstream.wire._proto import messaging_pb2 as pb
 
 

@@ -42,7 +42,7 @@ from _common import base_parser, bench_dir, emit, log, machine_facts, percentile
 from bench_daemon import SMALL, DaemonProcess
 
 import lkstream
-from lkstream.client.remote_calls import fetch_request
+from lkstream.client.remote.calls import fetch_request
 from lkstream.client.retry import Retry
 from lkstream.format.codec import encode_batch
 from lkstream.wire._proto import messaging_pb2 as pb

@@ -1,1 +1,6 @@
-"""Client layer: consumers (and, later, the remote client) over the broker API."""
+"""Client layer: ``Producer`` and ``Consumer`` over either broker, and the remote client (``remote/``).
+
+The same Producer/Consumer surface runs over the embedded :class:`~lkstream.broker.broker.Broker`
+or a :class:`~lkstream.client.remote.RemoteBroker`. May import the broker, ``lkstream.wire``,
+``lkstream.security`` and ``lkstream.format``; never ``lkstream.server`` (an import contract).
+"""

@@ -1,4 +1,7 @@
-"""Format layer: the record batch codec shared by disk, wire and clients."""
+"""Format layer: the record batch codec shared by disk, wire and clients.
+
+Pure functions over bytes (and their C twins). Imports nothing of ``lkstream`` but ``errors``.
+"""
 
 from lkstream.format.batch import BatchHeader, check_batch, parse_header
 from lkstream.format.codec import Compression, Record, decode_batch, decode_batches, encode_batch

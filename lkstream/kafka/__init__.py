@@ -6,6 +6,8 @@ for tests and notebooks. Modules: ``protocol`` (framing, headers, versions),
 ``hot`` (hand-written Produce/Fetch codecs), ``kio_codec`` (everything else),
 ``connection`` (one client), ``handlers/`` (one module per API area),
 ``security`` (principals, authorizer, SASL seams), ``errors`` (error codes).
+May import the broker, ``lkstream.security``, ``lkstream.listeners`` and ``lkstream.format``;
+never storage internals, the remote client or the gRPC contract (import contracts).
 """
 
 from lkstream.kafka.context import ListenerSettings

@@ -3,18 +3,18 @@
 :func:`run_daemon` is the one function behind ``python -m lkstream.grpc_server`` and
 ``lkstream serve``: it loads the configuration, installs the SIGTERM/SIGINT handlers,
 prints the ready line and serves until signalled. The RPC handlers live in
-:mod:`lkstream.server.grpc_server`.
+:mod:`lkstream.server.grpc.server`.
 
 Metrics and HTTP: :class:`Daemon` creates one :class:`BrokerMetrics` over the
 open broker and serves ``/metrics``, ``/healthz``, ``/ready`` and the JSON API (docs/http.md)
-(:mod:`lkstream.server.http`) before gRPC starts; ``/ready`` turns 200 once gRPC
+(:mod:`lkstream.server.http.app`) before gRPC starts; ``/ready`` turns 200 once gRPC
 accepts calls.
 
 Access control (docs/security.md): the daemon's one :class:`~lkstream.security.access.Access`
 is built from the ``server.`` settings before anything starts (a bad TLS or security file
 is exit 2). With ``auth`` on, gRPC gets the access interceptor
-(:mod:`lkstream.server.grpc_access`), HTTP the per-route authorizer
-(:mod:`lkstream.server.http_access`; its cross-origin checks apply with auth off too)
+(:mod:`lkstream.server.grpc.access`), HTTP the per-route authorizer
+(:mod:`lkstream.server.http.access`; its cross-origin checks apply with auth off too)
 and the Kafka listener SASL and the same authorizer. With TLS files, every listener is
 TLS (the Kafka listener SSL, or SASL_SSL), from one
 :class:`~lkstream.security.certificates.ServerCertificates`: it is checked every
@@ -55,11 +55,11 @@ from lkstream.security.certificates import ServerCertificates
 from lkstream.security.credentials import SCRAM_MECHANISMS
 from lkstream.security.sasl import MECHANISMS, OAUTHBEARER
 from lkstream.server.collector import freeze_start_up_heap
-from lkstream.server.grpc_access import AccessInterceptor, AuthenticationInterceptor, server_credentials
-from lkstream.server.grpc_limits import AdmissionInterceptor, server_options
-from lkstream.server.grpc_server import SERVICE_NAME, BrokerService, LaneOffer, __version__
-from lkstream.server.http import HttpServer
-from lkstream.server.http_access import GuardedHttpServer, HttpAccess
+from lkstream.server.grpc.access import AccessInterceptor, AuthenticationInterceptor, server_credentials
+from lkstream.server.grpc.limits import AdmissionInterceptor, server_options
+from lkstream.server.grpc.server import SERVICE_NAME, BrokerService, LaneOffer, __version__
+from lkstream.server.http.access import GuardedHttpServer, HttpAccess
+from lkstream.server.http.app import HttpServer
 from lkstream.server.memory import HeapTrimmer, keep_heap_for_requests
 from lkstream.server.settings import REQUEST_HEADROOM_BYTES, ServerSettings, load_settings
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
@@ -74,7 +74,7 @@ MIN_CERTIFICATE_CHECK_S = 0.1
 class Daemon:
     """A gRPC server and the HTTP endpoints over an open broker; :meth:`stop` shuts them all down.
 
-    Order (see :mod:`lkstream.server.http`): metrics over the recovered broker, HTTP
+    Order (see :mod:`lkstream.server.http.app`): metrics over the recovered broker, HTTP
     (``/ready`` 503), gRPC, then ``/ready`` 200. :meth:`stop` reverses it, HTTP last.
     """
 

@@ -50,7 +50,7 @@ from pyspark.sql.types import (
 )
 
 from lkstream.client.remote import RemoteBroker, connect
-from lkstream.client.remote_produce import PendingBatch
+from lkstream.client.remote.produce import PendingBatch
 from lkstream.errors import InvalidArgumentError, RecordTooLargeError, UnknownTopicError
 from lkstream.format.codec import Compression
 from lkstream.spark.columns import as_binary, encode_rows

@@ -1,6 +1,6 @@
 """The client's half of the Kafka exchanges of the lane: Produce v8, Fetch v5 and the SASL requests, and their answers.
 
-The remote client's lane (:mod:`lkstream.client.kafka_lane`) sends the batches of
+The remote client's lane (:mod:`lkstream.client.remote.kafka_lane`) sends the batches of
 a produce call to the daemon's Kafka listener as one Produce request, and reads a
 blocking fetch there. Only these exchanges are needed, so they are written here by
 hand (``kio`` builds a request in pure Python and copies the records; this costs one

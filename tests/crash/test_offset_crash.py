@@ -79,9 +79,11 @@ def child_main(argv: list[str]) -> None:
             v = args.run * RUN_SCALE + i
 
             def done(error: BaseException | None, v: int = v) -> None:
-                window.release()
+                # Say first: released before its line is out, a kill in between would let the
+                # window run one step past the last printed ack (the parent allows WINDOW).
                 if error is None:
                     say(f"S {v}")
+                window.release()
 
             store.submit("async", {("t", 0): v}, done)
 

@@ -22,7 +22,7 @@ from schemathesis.checks import positive_data_acceptance
 
 import lkstream
 from lkstream.broker.partitioner import partition_for_key
-from lkstream.server.http_api import (
+from lkstream.server.http.api import (
     ConsumeResponse,
     ErrorResponse,
     GroupOffsets,

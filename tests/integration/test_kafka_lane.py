@@ -22,7 +22,7 @@ import pytest
 
 import lkstream
 from lkstream.broker.partitioner import partition_for_key
-from lkstream.client.kafka_lane import correlation_ids
+from lkstream.client.remote.kafka_lane import correlation_ids
 from lkstream.errors import (
     BrokerUnavailableError,
     InvalidArgumentError,

@@ -1,7 +1,7 @@
 """The blocking produce of the remote client against a real daemon: the caller's thread, no hop.
 
 ``produce_many_sync`` and ``produce_batch_sync`` run in the caller's thread on the
-synchronous channel's stream (:mod:`lkstream.client.remote_sync`). They keep what the
+synchronous channel's stream (:mod:`lkstream.client.remote.sync`). They keep what the
 async path guarantees: errors mapped to :mod:`lkstream.errors`, at-least-once retries over a
 daemon restart, per-partition order, many threads at once, and ``close()`` leaving no thread.
 """

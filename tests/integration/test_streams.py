@@ -27,7 +27,7 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, UnknownTopicError
 from lkstream.format.codec import decode_batches, encode_batch
-from lkstream.server.grpc_server import BrokerService
+from lkstream.server.grpc.server import BrokerService
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.streams import StreamAnswer

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lkstream.client.kafka_lane import requests_of
+from lkstream.client.remote.kafka_lane import requests_of
 from lkstream.kafka import kio_codec
 from lkstream.kafka.hot import (
     FetchPartitionResult,

@@ -21,7 +21,7 @@ import pytest
 import lkstream
 from lkstream.format.codec import encode_batch
 from lkstream.security.acl import AclEntry
-from lkstream.server.rpc_permissions import FILTERED, RPC_NEEDS
+from lkstream.server.grpc.permissions import FILTERED, RPC_NEEDS
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.streams import StreamAnswer
@@ -169,7 +169,7 @@ def service_methods() -> list[str]:
 
 def test_every_rpc_has_a_rule_and_cases() -> None:
     methods = service_methods()
-    assert set(RPC_NEEDS) == set(methods), "every RPC needs an access rule in lkstream.server.rpc_permissions"
+    assert set(RPC_NEEDS) == set(methods), "every RPC needs an access rule in lkstream.server.grpc.permissions"
     assert set(CASES) == set(methods), "every RPC needs cases in this matrix"
     assert {"Admin.list_topics", "ListGroups"} == FILTERED
 

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer, make_mocked_request
 from lkstream.security.access import Access
 from lkstream.security.credentials import UsersDocument
 from lkstream.security.watched import edit_file
-from lkstream.server.http_access import PRINCIPAL_KEY, HttpAccess
+from lkstream.server.http.access import PRINCIPAL_KEY, HttpAccess
 from tests.security.conftest import SecureFactory
 
 

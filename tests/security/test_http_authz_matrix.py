@@ -22,8 +22,8 @@ import pytest
 
 import lkstream
 from lkstream.security.acl import AclEntry
-from lkstream.server.http_openapi import openapi_document
-from lkstream.server.http_permissions import ROUTE_NEEDS
+from lkstream.server.http.openapi import openapi_document
+from lkstream.server.http.permissions import ROUTE_NEEDS
 from tests.integration.conftest import REPO
 from tests.security.conftest import SecureDaemon, SecureFactory
 
@@ -110,7 +110,7 @@ def document_routes() -> set[str]:
 
 def test_every_route_has_a_rule_and_cases() -> None:
     routes = document_routes()
-    assert set(ROUTE_NEEDS) == routes, "every route needs an access rule in lkstream.server.http_permissions"
+    assert set(ROUTE_NEEDS) == routes, "every route needs an access rule in lkstream.server.http.permissions"
     assert set(CASES) == routes, "every route needs cases in this matrix"
     assert {key for key, rule in ROUTE_NEEDS.items() if rule.filtered} == {"GET /topics", "GET /groups/{group}"}
 

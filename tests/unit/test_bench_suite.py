@@ -216,7 +216,7 @@ def test_http_rows_get_ratios_and_render_with_their_target() -> None:
 def test_http_bodies_are_what_the_daemon_parses() -> None:
     from benchmarks.suite import lk_http
     from lkstream.format.codec import Record
-    from lkstream.server.http_api import ProduceRequest, parse_body, produce_items, record_json
+    from lkstream.server.http.api import ProduceRequest, parse_body, produce_items, record_json
 
     values = [bytes([i]) * 7 + b"\xff\x00" for i in range(5)]  # not UTF-8: base64 is required
     body = parse_body(ProduceRequest, lk_http.produce_body("t", [values[::2], [], values[1::2]]).encode())

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from lkstream.broker.metrics import METRIC_NAMES
-from lkstream.server.http import DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH
+from lkstream.server.http.app import DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

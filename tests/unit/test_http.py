@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lkstream import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.server.http import DEFAULT_HOST, DEFAULT_PORT, HttpServer, start_http
+from lkstream.server.http.app import DEFAULT_HOST, DEFAULT_PORT, HttpServer, start_http
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ async def test_port_in_use_raises(server: HttpServer, broker: Broker) -> None:
             await start_http(broker, server.metrics, "127.0.0.1", busy)
 
 
-# -- the JSON API (lkstream.server.http_api) on the same server -------------------------------------
+# -- the JSON API (lkstream.server.http.api) on the same server -------------------------------------
 
 
 async def post(url: str, body: object) -> tuple[int, dict[str, str], dict[str, Any]]:
@@ -205,7 +205,7 @@ async def test_set_not_ready_ends_long_polls_and_refuses_new_calls(api_server: H
 
 def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
     from lkstream import errors
-    from lkstream.server.http_api import error_code, http_status
+    from lkstream.server.http.api import error_code, http_status
 
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.LkstreamError)]
     expected = {

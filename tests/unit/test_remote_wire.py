@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lkstream.client.remote_wire import produce_request
+from lkstream.client.remote.wire import produce_request
 from lkstream.errors import InvalidArgumentError
 from lkstream.wire._proto import messaging_pb2 as pb
 
@@ -39,7 +39,7 @@ def test_produce_request_rejects_a_partition_out_of_uint32_range(partition: int)
 
 def test_the_clients_default_fetch_size_is_the_embedded_brokers() -> None:
     from lkstream.broker.partition import DEFAULT_FETCH_BYTES as BROKER_DEFAULT
-    from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES
+    from lkstream.client.remote.calls import DEFAULT_FETCH_BYTES
 
     assert DEFAULT_FETCH_BYTES == BROKER_DEFAULT
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lkstream.errors import InvalidArgumentError
-from lkstream.server.grpc_limits import server_options
+from lkstream.server.grpc.limits import server_options
 from lkstream.server.settings import ServerSettings, load_settings
 
 REPO = Path(__file__).resolve().parents[2]

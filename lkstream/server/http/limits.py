@@ -33,10 +33,10 @@ from aiohttp import web
 from lkstream.broker.admission import ADMISSION_WAIT_S, AdmissionBudget
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import OverloadedError
-from lkstream.server.http_errors import error_info, error_response
+from lkstream.server.http.errors import error_info, error_response
 from lkstream.wire.contract import status_for
 
-log = logging.getLogger("lkstream.server.http")
+log = logging.getLogger("lkstream.server.http.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LISTENER: Final = "http"

@@ -51,11 +51,11 @@ from lkstream.format.codec import Record, decode_batch, decode_batches, iter_bat
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.server.admin_calls import ensure_topic
-from lkstream.server.group_rpcs import GroupRpcs
-from lkstream.server.grpc_access import call_principal
-from lkstream.server.guard import guard
+from lkstream.server.grpc.access import call_principal
+from lkstream.server.grpc.group_rpcs import GroupRpcs
+from lkstream.server.grpc.guard import guard
+from lkstream.server.grpc.stream_rpcs import STREAMS, StreamRpcs
 from lkstream.server.stop_signal import StopSignal
-from lkstream.server.stream_rpcs import STREAMS, StreamRpcs
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
 from lkstream.wire._proto import messaging_pb2 as pb

@@ -28,7 +28,7 @@
 
 :meth:`RouteAuthorizer.middleware` (innermost, inside the API's error mapping; only with
 authentication on): looks up the route's rule in
-:data:`~lkstream.server.http_permissions.ROUTE_NEEDS` and asks
+:data:`~lkstream.server.http.permissions.ROUTE_NEEDS` and asks
 :meth:`Access.require` for each need (403 naming the missing operation and resource);
 a route without a rule is refused.
 
@@ -48,10 +48,10 @@ from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import AuthenticationError, AuthorizationError, LkstreamError
 from lkstream.security.access import Access, bearer_token
 from lkstream.security.loopback import is_loopback_host
-from lkstream.server.http import HEALTH_PATH, METRICS_PATH, READY_PATH, HttpServer
-from lkstream.server.http_errors import error_info, error_response
-from lkstream.server.http_models import parse_body
-from lkstream.server.http_permissions import (
+from lkstream.server.http.app import HEALTH_PATH, METRICS_PATH, READY_PATH, HttpServer
+from lkstream.server.http.errors import error_info, error_response
+from lkstream.server.http.models import parse_body
+from lkstream.server.http.permissions import (
     PARSED_BODY_KEY,
     PRINCIPAL_KEY,
     ROUTE_NEEDS,

@@ -2,7 +2,7 @@
 
 One set of pydantic models both validates requests (strict: no ``"1"`` for ``1``,
 no unknown fields) and generates the OpenAPI document
-(:mod:`lkstream.server.http_openapi`), so the document describes what the code
+(:mod:`lkstream.server.http.openapi`), so the document describes what the code
 accepts. Responses are built as plain dicts for speed and serialised by
 ``pydantic_core.to_json``; the response models document them and the tests check
 every answer against them (schemathesis). Records follow the one JSON record
@@ -23,7 +23,7 @@ from lkstream.broker.partition import DEFAULT_FETCH_BYTES
 from lkstream.errors import InvalidArgumentError
 from lkstream.format.codec import Record
 from lkstream.format.json_records import bytes_to_json
-from lkstream.server.http_errors import ApiError
+from lkstream.server.http.errors import ApiError
 from lkstream.storage.names import MAX_NAME_LENGTH
 from lkstream.storage.topics import MAX_PARTITIONS
 

@@ -8,7 +8,7 @@ fourth round"). A blocking ``fetch`` keeps the hop: its 1 MiB answers cost the c
 more CPU on this channel than there (measured in the same place); the class serves any
 stream, but only ``ProduceStream`` uses it.
 :class:`SyncStream` is the same ordered stream as
-:class:`~lkstream.client.remote_streams.OrderedStream`, on the synchronous channel:
+:class:`~lkstream.client.remote.streams.OrderedStream`, on the synchronous channel:
 
 * a caller writes its request into the call's request iterator (gRPC sends it from a
   thread of its own, which blocks in that iterator between requests) and then reads
@@ -25,7 +25,7 @@ stream, but only ``ProduceStream`` uses it.
   thread per client (:class:`SyncStreams`, ticking every second at most) cancels it, and
   every unanswered request fails with DEADLINE_EXCEEDED.
 
-Retries and error mapping are the owner's (:class:`~lkstream.client.remote_streams.StreamedCalls`).
+Retries and error mapping are the owner's (:class:`~lkstream.client.remote.streams.StreamedCalls`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any, Final
 
 import grpc
 
-from lkstream.client.remote_streams import STREAM_RPCS, StreamClosed, StreamedCalls, from_daemon
+from lkstream.client.remote.streams import STREAM_RPCS, StreamClosed, StreamedCalls, from_daemon
 from lkstream.client.retry import Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.wire.streams import StreamAnswer
@@ -219,7 +219,7 @@ class SyncStreamedCalls(StreamedCalls):
         """Answers to ``requests``, all sent on the ``name`` stream before the first answer is awaited.
 
         Retried, and replaced by the unary twin for an older daemon, as
-        :meth:`~lkstream.client.remote_streams.StreamedCalls._astreamed` is.
+        :meth:`~lkstream.client.remote.streams.StreamedCalls._astreamed` is.
         """
         pending = [self._send_sync(name, request, retry) for request in requests]
         return [answer.result() for answer in pending]

@@ -1,4 +1,4 @@
-"""Produce through the daemon (a mixin of :class:`~lkstream.client.remote.RemoteBroker`).
+"""Produce through the daemon (a mixin of :class:`~lkstream.client.remote.broker.RemoteBroker`).
 
 The client encodes record batches itself and sends each as a ``record_batch``
 on the daemon's ``ProduceStream`` (one stream per event loop, kept open): the
@@ -7,7 +7,7 @@ whose records go to several partitions sends one batch per partition, all before
 the first answer is awaited; batches of one partition are sent one after the
 other, so a failure never lets a later batch of a partition overtake an earlier
 one. The blocking methods run the same code on the client's own event-loop
-thread (:class:`~lkstream.client.remote_streams.LoopThread`).
+thread (:class:`~lkstream.client.remote.streams.LoopThread`).
 
 Encoding takes the embedded broker's fast path (:func:`lkstream.broker.encoder.encode_call`:
 one C-level encode per target partition, keys routed once per distinct key) when
@@ -31,9 +31,9 @@ from typing import Any
 
 from lkstream.broker.encoder import encode_call
 from lkstream.broker.partitioner import StickyPartitioner, partition_for_key
-from lkstream.client.kafka_lane import AsyncLane, BlockingLane, LaneState, LaneTimeout, LaneUnavailable
-from lkstream.client.remote_sync import SentRequest, SyncStreamedCalls
-from lkstream.client.remote_wire import produce_request
+from lkstream.client.remote.kafka_lane import AsyncLane, BlockingLane, LaneState, LaneTimeout, LaneUnavailable
+from lkstream.client.remote.sync import SentRequest, SyncStreamedCalls
+from lkstream.client.remote.wire import produce_request
 from lkstream.client.retry import Retry
 from lkstream.errors import BrokerUnavailableError, LkstreamError, RecordTooLargeError
 from lkstream.format.batch import LAST_OFFSET_DELTA_AT
@@ -173,7 +173,7 @@ class RemoteProduce(SyncStreamedCalls):
             return self._streamed_sync("ProduceStream", requests, Retry.RESEND)
         return [self._streamed_sync("ProduceStream", [r], Retry.RESEND)[0] for r in requests]
 
-    # -- the Kafka lane (lkstream.client.kafka_lane) -------------------------------------------
+    # -- the Kafka lane (lkstream.client.remote.kafka_lane) -------------------------------------------
 
     def _sent_sync(self, topic: str, plan: _Plan) -> list[Answer]:
         """The plan's batches sent from this thread, through the lane when it can carry them; an answer each."""

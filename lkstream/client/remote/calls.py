@@ -1,4 +1,4 @@
-"""The call plumbing of :class:`~lkstream.client.remote.RemoteBroker` (a mixin): one RPC, retried as
+"""The call plumbing of :class:`~lkstream.client.remote.broker.RemoteBroker` (a mixin): one RPC, retried as
 :mod:`lkstream.client.retry` decides, with errors mapped to :mod:`lkstream.errors` classes.
 
 ``_call`` (blocking, any thread) and ``_acall`` (asyncio, one channel per event
@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import grpc
 
-from lkstream.client.remote_wire import ClientStub
+from lkstream.client.remote.wire import ClientStub
 from lkstream.client.retry import Attempts, Retry, retry_advice_s, wrong_protocol
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, LkstreamError
 from lkstream.security.tls import ClientTls

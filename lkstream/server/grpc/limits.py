@@ -50,7 +50,7 @@ never sends it cannot hold its reservation.
 
 The interceptor comes before access control (interceptors inside it see ordinary
 unary handlers and decoded requests), and after the token check
-(:class:`~lkstream.server.grpc_access.AuthenticationInterceptor`, outermost), so a
+(:class:`~lkstream.server.grpc.access.AuthenticationInterceptor`, outermost), so a
 caller without a valid token is refused before it can hold any of the budget.
 """
 
@@ -67,7 +67,7 @@ from google.protobuf.message import DecodeError
 from lkstream.broker.admission import ADMISSION_WAIT_S, Admission, AdmissionBudget, SizeEstimate
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import InvalidArgumentError, LkstreamError, OverloadedError
-from lkstream.server.guard import fail
+from lkstream.server.grpc.guard import fail
 from lkstream.server.settings import ServerSettings
 
 BROKER_PREFIX: Final = "/lkstream.Broker/"

@@ -1,4 +1,4 @@
-"""The consumer-group calls of :class:`~lkstream.client.remote.RemoteBroker` (a mixin).
+"""The consumer-group calls of :class:`~lkstream.client.remote.broker.RemoteBroker` (a mixin).
 
 Same names, signatures and results as the embedded broker's
 (:mod:`lkstream.broker.groups.facade`), so a Consumer joins a group the same way
@@ -28,7 +28,7 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.client.remote_calls import RemoteCalls
+from lkstream.client.remote.calls import RemoteCalls
 from lkstream.client.retry import Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.wire._proto import messaging_pb2 as pb

@@ -8,8 +8,8 @@ from typing import Any, Final
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from lkstream.server.http_errors import JSON_TYPE
-from lkstream.server.http_models import (
+from lkstream.server.http.errors import JSON_TYPE
+from lkstream.server.http.models import (
     API_VERSION,
     GROUP_PATTERN,
     TOPIC_PATTERN,
@@ -245,7 +245,7 @@ def openapi_document() -> dict[str, Any]:
 
 
 def _with_access_errors(document: dict[str, Any]) -> dict[str, Any]:
-    """Every operation may meet the access checks (lkstream.server.http_access): add their answers."""
+    """Every operation may meet the access checks (lkstream.server.http.access): add their answers."""
     for item in document["paths"].values():
         for method, operation in item.items():
             if method == "parameters":

@@ -3,7 +3,7 @@
 :data:`RPC_NEEDS` maps every method to a function of its request (and the broker, for
 "does the topic exist yet?") returning the ``(operation, resource type, name)``
 triples the caller must all be allowed. The access interceptor
-(:mod:`lkstream.server.grpc_access`) asks them before the servicer runs; a method
+(:mod:`lkstream.server.grpc.access`) asks them before the servicer runs; a method
 missing from the table is refused (fail closed), and a test generated from the
 service descriptor fails when a new RPC has no entry.
 
@@ -15,7 +15,7 @@ cluster. Listing topics or groups needs nothing: the answer holds only what the
 caller may ``describe`` (:data:`FILTERED`). Handshake only needs a principal.
 ``ProduceStream`` and ``FetchStream`` carry many requests: opening one needs a
 principal, and the servicer checks each request with the rule of ``Produce`` or
-``Fetch`` (:mod:`lkstream.server.stream_rpcs`).
+``Fetch`` (:mod:`lkstream.server.grpc.stream_rpcs`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from lkstream.broker.broker import Broker
-from lkstream.errors import LkstreamError, UnknownTopicError
 from lkstream.security.acl import CLUSTER_NAME, Operation, ResourceType
+from lkstream.server.needs import Need, would_create
 
-Need = tuple[Operation, ResourceType, str]
 Rule = Callable[[Any, Broker], list[Need]]
 
 READ, WRITE, CREATE, DELETE, DESCRIBE, ADMIN = (
@@ -39,19 +38,6 @@ READ, WRITE, CREATE, DELETE, DESCRIBE, ADMIN = (
     Operation.ADMIN,
 )
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
-
-
-def would_create(broker: Broker, topic: str, asked: bool = True) -> list[Need]:
-    """``create`` on ``topic`` when the call would auto-create it (asked, allowed by config, missing)."""
-    if not (asked and broker.config.auto_create_topics):
-        return []
-    try:
-        broker.partitions_for(topic)
-    except UnknownTopicError:
-        return [(CREATE, TOPIC, topic)]
-    except LkstreamError:
-        return []  # a bad name: the servicer reports it
-    return []
 
 
 def _read(request: Any, broker: Broker) -> list[Need]:

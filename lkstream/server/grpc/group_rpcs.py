@@ -27,7 +27,7 @@ from lkstream.broker.groups.types import TopicPartition
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import InvalidArgumentError
 from lkstream.security.acl import ResourceType
-from lkstream.server.guard import guard
+from lkstream.server.grpc.guard import guard
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.messages import from_topic_partitions, to_topic_partitions
 

@@ -1,6 +1,6 @@
 """The daemon's HTTP JSON API: produce, consume, topics and groups for clients without gRPC.
 
-Mounted by :class:`lkstream.server.http.HttpServer` beside ``/metrics`` on the same
+Mounted by :class:`lkstream.server.http.app.HttpServer` beside ``/metrics`` on the same
 port. Routes (documented with curl examples in ``docs/http.md``):
 
 ==========================  ======================================================================
@@ -15,18 +15,18 @@ port. Routes (documented with curl examples in ``docs/http.md``):
 ``GET|POST /topics``        list, create
 ``GET|DELETE /topics/{t}``  describe (with per-partition offsets), delete
 ``GET /groups/{group}``     committed offsets and lag per topic-partition
-``GET /openapi.json``       the OpenAPI 3.1 document (:mod:`lkstream.server.http_openapi`)
+``GET /openapi.json``       the OpenAPI 3.1 document (:mod:`lkstream.server.http.openapi`)
 ==========================  ======================================================================
 
-Split by role: this module holds the handlers; :mod:`lkstream.server.http_models`
+Split by role: this module holds the handlers; :mod:`lkstream.server.http.models`
 the pydantic models that validate requests and generate the OpenAPI document,
 and the conversions to and from the broker's values (records in the one JSON
-shape of :mod:`lkstream.format.json_records`); :mod:`lkstream.server.http_errors`
-the error table and JSON error bodies; :mod:`lkstream.server.http_eventlog` seed
+shape of :mod:`lkstream.format.json_records`); :mod:`lkstream.server.http.errors`
+the error table and JSON error bodies; :mod:`lkstream.server.http.eventlog` seed
 003's ``/produce/{partition}`` and ``/fetch/{partition}``.
 
 Errors: every failure is a JSON body ``{"error": {"code", "message", ...fields}}``
-(:mod:`lkstream.server.http_errors`): an :class:`LkstreamError` gets the HTTP status
+(:mod:`lkstream.server.http.errors`): an :class:`LkstreamError` gets the HTTP status
 derived from its gRPC status, its ``code`` is the class name in snake case without
 ``Error`` (``unknown_topic``, ``record_too_large``), and its fields ride along.
 Request problems have their own codes: ``invalid_json``, ``invalid_request`` and
@@ -45,7 +45,7 @@ an HTTP client cannot overwrite the progress of a running group; two HTTP
 clients of one group read the same partitions. Commits only move forward.
 
 Access control (docs/security.md): with authentication on, the access middlewares
-(:mod:`lkstream.server.http_access`) check each route's needs before its handler runs
+(:mod:`lkstream.server.http.access`) check each route's needs before its handler runs
 and may hand it the body they parsed (:meth:`HttpApi.parsed_body`); the listings answer only
 what the caller may describe (:meth:`HttpApi.visible`).
 
@@ -83,7 +83,7 @@ from lkstream.format.codec import decode_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.server.admin_calls import ensure_topic
-from lkstream.server.http_errors import (
+from lkstream.server.http.errors import (
     JSON_TYPE,
     ApiError,
     Code,
@@ -94,7 +94,7 @@ from lkstream.server.http_errors import (
     http_status,
     json_response,
 )
-from lkstream.server.http_models import (
+from lkstream.server.http.models import (
     DEFAULT_CONSUME_BYTES,
     DEFAULT_PARTITION_BYTES,
     ConsumeRequest,
@@ -114,12 +114,12 @@ from lkstream.server.http_models import (
     record_json,
     topic_json,
 )
-from lkstream.server.http_openapi import openapi_document
-from lkstream.server.http_permissions import PARSED_BODY_KEY, PRINCIPAL_KEY
+from lkstream.server.http.openapi import openapi_document
+from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY
 from lkstream.storage.names import validate_group
 from lkstream.wire.contract import status_for
 
-log = logging.getLogger("lkstream.server.http")
+log = logging.getLogger("lkstream.server.http.app")
 
 # One produce entry's records as runs bound for one partition each (see ``produce_runs``).
 _Runs = list[tuple[int | None, list[tuple[Any, ...]]]]

@@ -4,7 +4,7 @@
 in the OpenAPI document) to a :class:`RouteRule`: a function of the request (its path
 parameters and, for JSON bodies, the parsed body) returning the ``(operation,
 resource type, name)`` triples the caller must all be allowed. The access middleware
-(:mod:`lkstream.server.http_access`) asks them before the handler runs; a route
+(:mod:`lkstream.server.http.access`) asks them before the handler runs; a route
 missing from the table is refused (fail closed), and a test generated from the OpenAPI
 document fails when a route has no entry.
 
@@ -39,8 +39,8 @@ from lkstream.broker.broker import Broker
 from lkstream.errors import LkstreamError, UnknownTopicError
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.principal import Principal
-from lkstream.server.http_models import ConsumeRequest, CreateTopicRequest, ProduceRequest
-from lkstream.server.rpc_permissions import Need, would_create
+from lkstream.server.http.models import ConsumeRequest, CreateTopicRequest, ProduceRequest
+from lkstream.server.needs import Need, would_create
 
 READ, WRITE, CREATE, DELETE, DESCRIBE = (
     Operation.READ,

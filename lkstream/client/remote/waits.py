@@ -1,4 +1,4 @@
-"""Waiting for data over the daemon (a mixin of :class:`~lkstream.client.remote.RemoteBroker`).
+"""Waiting for data over the daemon (a mixin of :class:`~lkstream.client.remote.broker.RemoteBroker`).
 
 * :meth:`RemoteWaits.wait_for_data` / ``wait_for_data_sync``: the Consumer's wake-up,
   one long-poll Fetch (``max_wait_ms``) per watched partition, answered by the
@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, RemoteCalls, fetch_request
+from lkstream.client.remote.calls import DEFAULT_FETCH_BYTES, RemoteCalls, fetch_request
 from lkstream.client.retry import Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.format.batch import span_of_whole_batches

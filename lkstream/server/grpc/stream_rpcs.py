@@ -17,7 +17,7 @@ Rules of both streams:
 * every request is authenticated and authorized on its own: the token the
   stream was opened with is checked again (a dictionary lookup and a hash),
   then the request against the rule of its unary twin
-  (:data:`~lkstream.server.rpc_permissions.RPC_NEEDS`), so revoking a token or
+  (:data:`~lkstream.server.grpc.permissions.RPC_NEEDS`), so revoking a token or
   an ACL takes effect on an open stream at its next request (answered
   UNAUTHENTICATED or PERMISSION_DENIED in its ``error``).
 
@@ -51,9 +51,9 @@ from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, LkstreamError, UnknownTopicError
 from lkstream.security.access import Access
 from lkstream.server.admin_calls import ensure_topic
-from lkstream.server.grpc_access import bearer_header
-from lkstream.server.guard import guard
-from lkstream.server.rpc_permissions import RPC_NEEDS
+from lkstream.server.grpc.access import bearer_header
+from lkstream.server.grpc.guard import guard
+from lkstream.server.grpc.permissions import RPC_NEEDS
 from lkstream.server.stop_signal import StopSignal
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.contract import status_for

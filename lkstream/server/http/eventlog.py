@@ -36,8 +36,8 @@ from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import InvalidArgumentError, RecordTooLargeError
 from lkstream.format.codec import decode_batches
 from lkstream.server.admin_calls import ensure_topic
-from lkstream.server.http_errors import ApiError, body_errors, json_response
-from lkstream.server.http_models import record_json
+from lkstream.server.http.errors import ApiError, body_errors, json_response
+from lkstream.server.http.models import record_json
 
 DEFAULT_FETCH_RECORDS: Final = 1000
 MAX_FETCH_RECORDS: Final = 10_000

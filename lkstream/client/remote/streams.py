@@ -21,7 +21,7 @@ stream (:attr:`StreamClosed.unread`), neither lost nor duplicated.
 :class:`LoopThread` runs one event loop in a daemon thread: the async methods of the
 remote client keep their streams there, whatever loop their caller runs on, and so does
 a blocking fetch. The blocking produce methods use the synchronous channel's stream
-instead (:mod:`lkstream.client.remote_sync`).
+instead (:mod:`lkstream.client.remote.sync`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from lkstream.client.remote_calls import RemoteCalls
+from lkstream.client.remote.calls import RemoteCalls
 from lkstream.client.retry import Attempts, Retry
 from lkstream.errors import InvalidArgumentError
 from lkstream.wire.contract import ERROR_CLASS_KEY

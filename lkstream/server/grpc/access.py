@@ -2,7 +2,7 @@
 
 With ``server.auth: true`` the daemon's gRPC server gets an :class:`AuthenticationInterceptor`,
 outermost, and an :class:`AccessInterceptor` inside the admission interceptor
-(:mod:`lkstream.server.grpc_limits`). For every call they
+(:mod:`lkstream.server.grpc.limits`). For every call they
 
 1. let ``grpc.health.v1.Health`` through untouched (probes carry no credentials);
 2. authenticate the ``authorization: Bearer <token>`` metadata into a principal
@@ -10,7 +10,7 @@ outermost, and an :class:`AccessInterceptor` inside the admission interceptor
    This needs no request, so :class:`AuthenticationInterceptor` does it before any
    request byte is admitted or read: a caller without a valid token cannot hold the
    admission budget (issue 12, finding 8), even by never sending its message;
-3. for ``lkstream.Broker`` methods, ask :data:`~lkstream.server.rpc_permissions.RPC_NEEDS`
+3. for ``lkstream.Broker`` methods, ask :data:`~lkstream.server.grpc.permissions.RPC_NEEDS`
    what the request needs and the daemon's :class:`~lkstream.security.access.Access`
    whether the principal has it (PERMISSION_DENIED naming the missing operation and
    resource otherwise); a method with no rule is refused (:class:`AccessInterceptor`,
@@ -42,8 +42,8 @@ from lkstream.security.access import AUTHORIZATION_KEY, Access
 from lkstream.security.certificates import ServerCertificates
 from lkstream.security.principal import ANONYMOUS, Principal
 from lkstream.security.tls import ServerPem
-from lkstream.server.guard import fail
-from lkstream.server.rpc_permissions import RPC_NEEDS
+from lkstream.server.grpc.guard import fail
+from lkstream.server.grpc.permissions import RPC_NEEDS
 
 log = logging.getLogger("lkstream.server")
 

@@ -45,7 +45,7 @@ needs TLS. A refused token raises :class:`~lkstream.errors.AuthenticationError`
 (from ``connect`` already), a missing permission
 :class:`~lkstream.errors.AuthorizationError` naming it.
 
-The Kafka lane (:mod:`lkstream.client.kafka_lane`): when the daemon has a Kafka
+The Kafka lane (:mod:`lkstream.client.remote.kafka_lane`): when the daemon has a Kafka
 listener, ``produce_many``, ``produce_many_sync`` and ``produce_batch_sync`` send
 their batches to it as Kafka Produce requests, and ``fetch`` reads there with a
 Kafka Fetch, with fewer thread hand-offs per call than gRPC
@@ -60,15 +60,15 @@ the lane off; :attr:`RemoteBroker.kafka_lane` says where it goes.
 Thread-safety: the blocking methods may be called from any thread. A blocking
 produce or fetch runs in the caller's thread, on the lane's sockets (at most four,
 one per call at a time) or, for a produce, on the synchronous gRPC channel (its ``ProduceStream`` shared by
-every thread, :mod:`lkstream.client.remote_sync`); the async produce runs on the
+every thread, :mod:`lkstream.client.remote.sync`); the async produce runs on the
 caller's event loop (one lane connection per loop); the other async methods and a
 blocking fetch use ``grpc.aio`` streams kept on the client's own event-loop thread.
 ``close()`` ends them all and their threads.
 
 Split by role: this module is produce, fetch, admin and the connection's life;
-:mod:`lkstream.client.remote_calls` the call plumbing (retries, errors),
-:mod:`lkstream.client.remote_waits` long polls and subscriptions, and
-:mod:`lkstream.client.remote_groups` the consumer-group calls.
+:mod:`lkstream.client.remote.calls` the call plumbing (retries, errors),
+:mod:`lkstream.client.remote.waits` long polls and subscriptions, and
+:mod:`lkstream.client.remote.groups` the consumer-group calls.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from lkstream.broker.partitioner import StickyPartitioner
-from lkstream.client.kafka_lane import (
+from lkstream.client.remote.calls import DEFAULT_FETCH_BYTES, fetch_request
+from lkstream.client.remote.groups import RemoteGroupCalls
+from lkstream.client.remote.kafka_lane import (
     AsyncLane,
     BlockingLane,
     LaneSecurity,
@@ -92,13 +94,11 @@ from lkstream.client.kafka_lane import (
     LaneTimeout,
     LaneUnavailable,
 )
-from lkstream.client.remote_calls import DEFAULT_FETCH_BYTES, fetch_request
-from lkstream.client.remote_groups import RemoteGroupCalls
-from lkstream.client.remote_produce import RemoteProduce
-from lkstream.client.remote_streams import STREAM_RPCS, LoopThread, OrderedStream
-from lkstream.client.remote_sync import SyncStreams
-from lkstream.client.remote_waits import RemoteWaits
-from lkstream.client.remote_wire import ClientStub
+from lkstream.client.remote.produce import RemoteProduce
+from lkstream.client.remote.streams import STREAM_RPCS, LoopThread, OrderedStream
+from lkstream.client.remote.sync import SyncStreams
+from lkstream.client.remote.waits import RemoteWaits
+from lkstream.client.remote.wire import ClientStub
 from lkstream.client.retry import (
     DEFAULT_BACKOFF_MAX_S,
     DEFAULT_RETRY_TIMEOUT_S,
@@ -215,7 +215,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         self._sync_streams = SyncStreams(self._open_sync_stream, f"lkstream-client-{address}")
         self._closed = False
         self.max_message_bytes: int | None = None
-        # The Kafka lane (lkstream.client.kafka_lane), with this client's TLS settings and token.
+        # The Kafka lane (lkstream.client.remote.kafka_lane), with this client's TLS settings and token.
         self._lane_wanted = kafka_lane
         self._token = token
         self._lane_tls: ssl.SSLContext | None = None  # made once, when a listener with TLS is offered

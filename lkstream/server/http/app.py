@@ -3,7 +3,7 @@
 Usage from the daemon (inside its running event loop)::
 
     from lkstream.broker.metrics import BrokerMetrics
-    from lkstream.server.http import start_http
+    from lkstream.server.http.app import start_http
 
     metrics = BrokerMetrics(broker)                     # once, right after Broker(...) recovered
     http = await start_http(broker, metrics, "127.0.0.1", 8080)
@@ -24,16 +24,16 @@ Routes (GET, and HEAD):
   ``not ready`` (readiness).
 
 The JSON API (``/produce``, ``/consume``, ``/topics``, ``/groups/{group}``,
-``/openapi.json``) is :mod:`lkstream.server.http_api`, and seed 003's event-log
+``/openapi.json``) is :mod:`lkstream.server.http.api`, and seed 003's event-log
 routes (``/produce/{partition}``, ``/fetch/{partition}`` on one default
-topic) :mod:`lkstream.server.http_eventlog`, both mounted on the same
+topic) :mod:`lkstream.server.http.eventlog`, both mounted on the same
 application. Their routes answer 503 ``not_ready`` whenever ``/ready`` does not
 answer 200, and :meth:`HttpServer.set_not_ready` ends their long polls early.
 Request bodies are limited to ``max_request_bytes`` (default: the broker's
 ``max_batch_bytes`` plus 1 MiB, as the gRPC message limit); larger ones get 413.
 Connections are capped (``max_connections``) and timed out (``idle_timeout_s``,
 ``read_timeout_s``), and request bodies are admitted against the broker's admission
-budget before they are read: :mod:`lkstream.server.http_limits`.
+budget before they are read: :mod:`lkstream.server.http.limits`.
 
 ``port=0`` binds a free port; :attr:`HttpServer.port` tells which. The
 default host is loopback (``DEFAULT_HOST``); bind another address only on
@@ -42,7 +42,7 @@ purpose (a container sets ``0.0.0.0``).
 TLS: :meth:`HttpServer.start` takes an ``ssl_context`` (the daemon's, reloaded in
 place when the certificate files change); every route, the open ones included,
 is then served over HTTPS only. Access control is
-:class:`~lkstream.server.http_access.GuardedHttpServer` (docs/security.md).
+:class:`~lkstream.server.http.access.GuardedHttpServer` (docs/security.md).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.listeners import ConnectionCap, listen
 from lkstream.security.access import Access
-from lkstream.server.http_api import HttpApi
-from lkstream.server.http_eventlog import EventLogRoutes
-from lkstream.server.http_limits import (
+from lkstream.server.http.api import HttpApi
+from lkstream.server.http.eventlog import EventLogRoutes
+from lkstream.server.http.limits import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_TIMEOUT_S,
@@ -124,7 +124,7 @@ class _NotHttpFilter(logging.Filter):
 
 
 #: aiohttp's per-connection error logger for this server, with :class:`_NotHttpFilter`.
-protocol_log = logging.getLogger("lkstream.server.http.protocol")
+protocol_log = logging.getLogger("lkstream.server.http.app.protocol")
 protocol_log.addFilter(_NotHttpFilter())
 
 
