@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,32 @@ PYTHON = sys.executable
 # the suite. Time limits belong in benchmarks, not in tests: no deadline for any property test.
 settings.register_profile("lkstream", deadline=None)
 settings.load_profile("lkstream")
+
+
+# The daemon's default ports. A developer's `make run` or local Kafka holds them while the suite runs,
+# so no test may listen there: the suite holds them itself (whichever worker binds first), and a test
+# that forgets `--kafka-port 0` fails here exactly as it would on that developer's machine.
+DEFAULT_PORTS = (9090, 8080, 9092)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_ports_held() -> Iterator[None]:
+    held: list[socket.socket] = []
+    for port in DEFAULT_PORTS:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen(1)
+        except OSError:  # held already: by another worker, or by what the developer runs
+            sock.close()
+            continue
+        held.append(sock)
+    try:
+        yield
+    finally:
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 @pytest.fixture
