@@ -23,15 +23,3 @@ Modules:
 
 The suite is never part of the test command (it lives outside ``tests/``).
 """
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# The older benchmark scripts import their helpers as the top-level module ``_common``
-# (they are run as scripts from benchmarks/); the suite reuses them the same way. Appended, not
-# prepended: benchmarks/report.py must never shadow an installed module.
-_BENCH_DIR = str(Path(__file__).resolve().parent.parent)
-if _BENCH_DIR not in sys.path:
-    sys.path.append(_BENCH_DIR)

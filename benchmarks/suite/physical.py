@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_producer import fio_bandwidth  # type: ignore[import-not-found]
-
+from benchmarks.e2e.bench_producer import fio_bandwidth
 from benchmarks.suite.core import MB, MiB
 
 

@@ -37,8 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, RESULTS_DIR, check_free_space, log, machine_facts, rss_bytes  # type: ignore[import-not-found]
-
+from benchmarks._common import REPO, RESULTS_DIR, check_free_space, log, machine_facts, rss_bytes
 from benchmarks.suite import physical, seed002
 from benchmarks.suite.base import System
 from benchmarks.suite.core import (
