@@ -33,6 +33,7 @@ Each run starts a fresh daemon as a subprocess (fsync_mode "group", data directo
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,13 @@ class DaemonProcess:
         finally:
             self._out.close()
             self._err.close()
+
+
+def add_py_spy_arguments(parser: argparse.ArgumentParser, phases: Sequence[str]) -> None:
+    """``--py-spy PHASE`` and its options, as :func:`py_spy` reads them."""
+    parser.add_argument("--py-spy", choices=phases, help="record the daemon and the client with py-spy in this phase")
+    parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: native frames, every thread")
+    parser.add_argument("--py-spy-binary", type=Path, default=PY_SPY, help=f"py-spy to use (default {PY_SPY})")
 
 
 @contextlib.contextmanager
@@ -494,9 +502,7 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, help="length of the latency phases (default 10; quick 3)")
     parser.add_argument("--only", help="comma-separated phases: " + ",".join(PHASES))
     parser.add_argument("--ceiling", type=float, default=100_000, help="msg/s for ack_latency if produce is skipped")
-    parser.add_argument("--py-spy", choices=PHASES, help="record the daemon and the client with py-spy in this phase")
-    parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: native frames, every thread")
-    parser.add_argument("--py-spy-binary", type=Path, default=PY_SPY, help=f"py-spy to use (default {PY_SPY})")
+    add_py_spy_arguments(parser, PHASES)
     add_pacer_argument(parser)
     args = parser.parse_args()
     set_pacer(args.pacer)

@@ -42,7 +42,7 @@ from benchmarks._common import (
     summary,
     verdict,
 )
-from benchmarks.e2e.bench_daemon import DaemonProcess, py_spy
+from benchmarks.e2e.bench_daemon import DaemonProcess, add_py_spy_arguments, py_spy
 
 BATCH = 1000
 SMALL = 200
@@ -116,7 +116,7 @@ def one_run(root: Path, args: Any, values: list[list[str]], n_calls: int) -> dic
         def run(name: str, phase: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> None:
             if name not in args.only:
                 return
-            with py_spy(daemon.pid, name, args.py_spy):
+            with py_spy(daemon.pid, name, args):
                 out[name] = asyncio.run(phase())
             log(f"{name}: " + ", ".join(f"{k}={v:,.3f}" for k, v in out[name].items()))
 
@@ -134,7 +134,7 @@ def main() -> None:
     parser = base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--msgs", type=int, help="messages per produce phase (default 300k; quick 30k)")
     parser.add_argument("--only", help="comma-separated phases: " + ",".join(PHASES))
-    parser.add_argument("--py-spy", choices=PHASES, help="record the daemon with py-spy during this phase")
+    add_py_spy_arguments(parser, PHASES)
     args = parser.parse_args()
     args.only = set(PHASES if not args.only else args.only.split(","))
     if args.only - set(PHASES):
