@@ -14,7 +14,7 @@ Modules:
 ``peer_nats``         NATS JetStream, file storage (``nats-server`` + nats-py).
 ``peer_redis``        Redis Streams, appendonly + appendfsync everysec (redis-py + hiredis).
 ``physical``          the machine's limits: fio sequential write with fdatasync, page-cache read
-                      bandwidth, the plain Python appender.
+                      bandwidth, the plain Python appender, loopback TCP bandwidth and round trip.
 ``seed002``           seed 002's single-node experiments on LKSTREAM's storage: batch x fsync
                       sweep with the knee, sequential vs random write, seek time vs log size.
 ``run``               the runner (``python -m benchmarks.suite.run``), writes JSON results.

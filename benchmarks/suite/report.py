@@ -327,6 +327,7 @@ def extras(r: Result) -> list[str]:
             "fio_seq_write_buffered": "fio sequential write, 1 MiB blocks, one fsync at the end",
             "python_appender": "plain Python appender: pre-built 1 MiB buffers, fdatasync every 100 ms",
             "page_cache_read": "page-cache read, 1 MiB readinto",
+            "loopback_tcp": "loopback TCP from another process, 1 MiB sends",
         }
         lines += ["### The physical limits (same run, same filesystem)", ""]
         lines += table(["Limit", "MB/s"], [[names.get(k, k), cell(v)] for k, v in phys.items()])
