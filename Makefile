@@ -75,14 +75,15 @@ check: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-## bench: LKSTREAM side by side with Tansu, NATS JetStream and Redis Streams and the disk's limits (issue 7;
-## about 8-12 min). Servers: scripts/install-bench-deps.sh; clients: the `bench` extra. Updates docs/benchmarks.md.
+## bench: LKSTREAM side by side with Tansu, NATS JetStream and Redis Streams and the machine's limits, in one run
+## (about 15 min). Servers: scripts/install-bench-deps.sh; clients: the `bench` extra. The new result takes the place
+## of the previous one in docs/benchmarks.md's tables and plots; the run it replaces is listed, to `git rm`.
 bench: $(STAMP)
 	bash scripts/install-bench-deps.sh
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	out=benchmarks/results/peers-$$(date -u +%Y%m%dT%H%M%SZ).json; \
 	$(PY) -m benchmarks.suite.run --out $$out && $(PY) -m benchmarks.suite.plots $$out && \
-	$(PY) -m benchmarks.suite.report $$out --write docs/benchmarks.md
+	$(PY) -m benchmarks.report --from $$out
 
 ## bench-quick: the regression pass before and after a change (embedded produce, Producer.send, ack latency,
 ## Consumer.consume, peak RSS; the daemon's produce, consume and latency; about 8 minutes a side for 3 passes).

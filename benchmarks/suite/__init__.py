@@ -18,7 +18,8 @@ Modules:
 ``seed002``           seed 002's single-node experiments on LKSTREAM's storage: batch x fsync
                       sweep with the knee, sequential vs random write, seek time vs log size.
 ``run``               the runner (``python -m benchmarks.suite.run``), writes JSON results.
-``report``            JSON result -> the Markdown section of docs/benchmarks.md.
+``report``            JSON result -> every table of the run as Markdown (docs/benchmarks.md's own
+                      tables come from ``benchmarks.report``).
 ``plots``             JSON result -> PNGs under docs/img/.
 
 The suite is never part of the test command (it lives outside ``tests/``).
