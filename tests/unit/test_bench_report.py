@@ -15,8 +15,20 @@ import pytest
 
 from benchmarks.report import page
 from benchmarks.report.__main__ import main
+from benchmarks.report.tables import TABLES
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_table_of_the_benchmarks_page_is_what_its_result_files_give() -> None:
+    text = page.PAGE.read_text()
+    found = page.blocks(text)
+    assert {b.name for b in found} == set(TABLES), "every renderer has its table in the page, and only those"
+    for block in found:
+        assert text[block.body_start : block.body_end] == page.render(block), (
+            f"table {block.name!r} of docs/benchmarks.md differs from {' '.join(block.files)}:"
+            " run `python -m benchmarks.report --write`"
+        )
 
 
 def _tree(tmp_path: Path, body: str) -> Path:
