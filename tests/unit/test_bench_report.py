@@ -31,6 +31,11 @@ def test_every_table_of_the_benchmarks_page_is_what_its_result_files_give() -> N
         )
 
 
+def test_the_results_folder_holds_exactly_what_the_docs_cite() -> None:
+    assert page.missing() == [], "cited by a page but not in benchmarks/results/"
+    assert page.uncited() == [], "in benchmarks/results/ but cited by no page: git rm it (git keeps old runs)"
+
+
 def _tree(tmp_path: Path, body: str) -> Path:
     """A repository-shaped directory with one page and the result files the test page cites."""
     (tmp_path / "docs").mkdir()
