@@ -58,6 +58,15 @@ def _unit(value: float | None, fld: str) -> str:
     return f"{num(value)} msg/s"
 
 
+def _both(f: _Figures, size: int, fld: str) -> str:
+    """The embedded produce figure through ``Producer.send`` and through ``produce_many``."""
+    lk = "lkstream-embedded"
+    return (
+        f"{_unit(f.of(lk, 'produce', size, fld), fld)} (`Producer.send`),"
+        f" {_unit(f.of(lk, 'produce_many', size, fld), fld)} (`produce_many`)"
+    )
+
+
 def _rss(f: _Figures, system: str) -> str:
     value = _median(f.s.field(system, "resources", "peak_rss_MB"))
     return "n/a" if value is None else f"{value:,.0f} MB"
@@ -70,13 +79,13 @@ def glance(peers: Result, quick: Result, recovery: Result) -> list[str]:
     rows = [
         [
             "[Embedded produce](#embedded-produce-and-consume), 200 B records",
-            _unit(f.of(lk, "produce_many", 200, "msg_per_s"), "msg_per_s") + " (`produce_many`)",
+            _both(f, 200, "msg_per_s"),
             f.best_peer("produce", 200, "msg_per_s"),
             "",
         ],
         [
             "[Embedded produce](#embedded-produce-and-consume), 4 KiB records",
-            _unit(f.of(lk, "produce", 4096, "MB_per_s"), "MB_per_s") + " (`Producer.send`)",
+            _both(f, 4096, "MB_per_s"),
             f.best_peer("produce", 4096, "MB_per_s"),
             f"disk {f.limit('fio_seq_write_buffered')} buffered, {f.limit('fio_seq_write_fdatasync')} fdatasync'd",
         ],
@@ -89,7 +98,7 @@ def glance(peers: Result, quick: Result, recovery: Result) -> list[str]:
         [
             "[Daemon produce](#the-daemon-grpc-http-and-the-kafka-protocol), 200 B, one client",
             _unit(f.of("lkstream-daemon", "produce_many", 200, "msg_per_s"), "msg_per_s")
-            + " (gRPC `produce_many`), "
+            + " (Python client, `produce_many`), "
             + _unit(f.of("lkstream-kafka", "produce", 200, "msg_per_s"), "msg_per_s")
             + " (Kafka API)",
             f.best_peer("produce", 200, "msg_per_s"),
@@ -98,7 +107,7 @@ def glance(peers: Result, quick: Result, recovery: Result) -> list[str]:
         [
             "[Daemon consume](#the-daemon-grpc-http-and-the-kafka-protocol), 200 B, one client",
             _unit(f.of("lkstream-daemon", "consume", 200, "msg_per_s"), "msg_per_s")
-            + " (gRPC), "
+            + " (Python client), "
             + _unit(f.of("lkstream-kafka", "consume", 200, "msg_per_s"), "msg_per_s")
             + " (Kafka API)",
             f.best_peer("consume", 200, "msg_per_s"),
