@@ -160,7 +160,7 @@ def span_of_whole_batches(buf: bytes | bytearray | memoryview, min_offset: int =
 
 #: Batches below this are checksummed without releasing the GIL: releasing it costs more than the
 #: CRC of a batch of a few hundred KiB (about 8 us), and lets the group-commit thread take the GIL
-#: from the producer in the middle of its call (docs/benchmarks.md, issue 14 phase 2).
+#: from the producer in the middle of its call (docs/benchmarks-notes.md, "The embedded ack tail").
 GIL_RELEASE_BYTES: Final = 1 << 20
 
 

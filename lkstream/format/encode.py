@@ -7,7 +7,7 @@ same bytes by tests (and both to aiokafka's builder, whose output they reproduce
 byte: leader epoch -1, producer fields -1, timestamps relative to the first record,
 the compressed records section kept whatever its size).
 
-Why our own encoder (docs/benchmarks.md, issue 14): aiokafka's builder appends record
+Why our own encoder (docs/benchmarks-notes.md, "The encoder"): aiokafka's builder appends record
 by record into a buffer that grows by reallocation, makes a result object per record,
 and computes the CRC-32C in software at 2.4 GB/s. Here the first pass sizes the batch
 exactly, the second writes every record into it, no Python object is made per record,

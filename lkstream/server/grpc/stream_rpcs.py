@@ -3,7 +3,7 @@
 Why streams: a unary call costs the daemon and the client a call set-up each
 (HTTP/2 headers, a call object, the access check, a completion on each side):
 about 0.4 ms per call on the project's 2-core machine, against 0.16 ms for one
-message each way on an open stream (docs/benchmarks.md, the "Issue 14" section).
+message each way on an open stream (docs/benchmarks-notes.md, "The cost of a call").
 A client keeps one stream open per connection and sends every produce (or
 fetch) on it, and may send the next request before the previous is answered.
 
