@@ -19,7 +19,8 @@ Rules of both streams:
   then the request against the rule of its unary twin
   (:data:`~lkstream.server.grpc.permissions.RPC_NEEDS`), so revoking a token or
   an ACL takes effect on an open stream at its next request (answered
-  UNAUTHENTICATED or PERMISSION_DENIED in its ``error``).
+  UNAUTHENTICATED or PERMISSION_DENIED in its ``error``); a fetch that long-polls
+  is checked again after its wait, before it reads.
 
 ``ProduceStream`` appends each request's ``record_batch`` as soon as it is read
 (``Broker.begin_produce_batch``), in request order, and answers once the append
@@ -82,7 +83,7 @@ class StreamRpcs:
     access: Access
     stopping: StopSignal
     append_batch: Callable[[pb.ProduceRequest, int | None, int], tuple[pb.ProduceResponse, Acknowledgement]]
-    _fetch: Callable[[pb.FetchRequest], Any]
+    _fetch: Callable[[pb.FetchRequest, Callable[[], object]], Any]
 
     def _authorize(self, credentials: str | None, rpc: str, request: Any) -> None:
         """Authenticate the stream's ``authorization`` value again, then check ``request`` as ``rpc`` would be."""
@@ -169,7 +170,10 @@ class StreamRpcs:
         started = time.perf_counter()
         try:
             self._authorize(credentials, "Fetch", request)
-            response: pb.FetchResponse = await self._fetch(request)
+            # A long poll asks again after its wait: nothing that arrived after a revocation is delivered.
+            response: pb.FetchResponse = await self._fetch(
+                request, lambda: self._authorize(credentials, "Fetch", request)
+            )
         except LkstreamError as exc:
             response = pb.FetchResponse(error=self._stream_error(exc))
         self.metrics.observe_fetch(time.perf_counter() - started)

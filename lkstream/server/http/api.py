@@ -115,7 +115,7 @@ from lkstream.server.http.models import (
     topic_json,
 )
 from lkstream.server.http.openapi import openapi_document
-from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY
+from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY, RECHECK_KEY
 from lkstream.storage.names import validate_group
 from lkstream.wire.contract import status_for
 
@@ -366,6 +366,10 @@ class HttpApi:
             reads = self._read_all(targets, body)
             if body.max_wait_ms and sum(n for _, n in reads) < body.min_bytes:
                 reads = await self._long_poll(targets, body, reads)
+                # The token or an ACL may have gone while it waited: then nothing is delivered (401/403).
+                recheck = request.get(RECHECK_KEY)
+                if recheck is not None:
+                    recheck()
         finally:
             self.metrics.observe_fetch(time.perf_counter() - started)
         group = body.group
