@@ -126,6 +126,20 @@ class BrokerConfig(BaseModel):
         16 * MiB, ge=0, description="Newest batches kept in memory by all partitions together (oldest dropped first)."
     )
     checkpoint_interval_ms: int = Field(1000, ge=1, description="How often checkpoint.meta follows group commit.")
+    producer_id_expiration_ms: int = Field(
+        86_400_000,
+        ge=1,
+        le=2**63 - 1,
+        description="An idempotent producer's state is kept this long after its last write, then forgotten "
+        "(Kafka's producer.id.expiration.ms).",
+    )
+    max_producer_states: int = Field(
+        200_000,
+        ge=1,
+        le=100_000_000,
+        description="Idempotent-producer states (one per producer and partition, 300-400 bytes each) kept at "
+        "once; a new producer beyond it is refused until states expire (ProducerStateLimitError).",
+    )
 
     @model_validator(mode="after")
     def _batch_holds_a_message(self) -> BrokerConfig:

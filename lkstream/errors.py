@@ -17,7 +17,8 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── OffsetOutOfRangeError          offset outside [log_start_offset, next_offset]
     ├── CorruptRecordError             a batch failed its length, magic or CRC check
     ├── BackpressureError              in-flight bytes above ``max_inflight_bytes`` (retriable)
-    │   └── OverloadedError            listeners hold ``max_admitted_bytes`` of requests: refused unread (retriable)
+    │   ├── OverloadedError            listeners hold ``max_admitted_bytes`` of requests: refused unread (retriable)
+    │   └── ProducerStateLimitError    ``max_producer_states`` producer states kept: a new producer waits (retriable)
     ├── StorageError                   an OS-level I/O failure, with the path
     │   ├── DiskFullError              ENOSPC / EDQUOT (retriable once space is freed)
     │   ├── TooManyOpenFilesError      EMFILE / ENFILE: the descriptor limit (retriable)
@@ -159,6 +160,30 @@ class OverloadedError(BackpressureError):
         self.size = size
         self.limit = limit
         self.retry_after_ms = retry_after_ms
+
+
+class ProducerStateLimitError(BackpressureError):
+    """A new idempotent producer was refused: the broker keeps ``max_producer_states`` producer states.
+
+    Each state (one per producer and partition) lives until ``producer_id_expiration_ms``
+    after its producer's last write; none is forgotten earlier, so duplicates are always
+    recognised within that window, and a producer the partition does not know waits for
+    room. Nothing was written; retrying succeeds once states expire. ``limit`` is
+    ``max_producer_states``.
+    """
+
+    retriable = True
+
+    def __init__(self, limit: int, expiration_ms: int) -> None:
+        LkstreamError.__init__(
+            self,
+            f"producer state limit reached: the broker remembers max_producer_states={limit} idempotent "
+            f"producers, each for producer_id_expiration_ms={expiration_ms} after its last write; nothing was "
+            "written, retry later (or raise max_producer_states)",
+        )
+        self.inflight_bytes = 0
+        self.limit = limit
+        self.expiration_ms = expiration_ms
 
 
 class StorageError(LkstreamError):

@@ -65,6 +65,7 @@ from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, Partition
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.producer_ids import ProducerIdAllocator
+from lkstream.storage.producers import ProducerStateBudget
 from lkstream.storage.topics import TopicSettings, TopicStore
 from lkstream.storage.trash import TrashEmptier
 
@@ -158,6 +159,8 @@ class Broker(GroupCalls):
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
         #: Request bytes the daemon's listeners hold before decoding (issue 12, finding 8).
         self.admission = AdmissionBudget(self.config.max_admitted_bytes)
+        #: Idempotent-producer states all partitions keep together (max_producer_states; issue 28, finding 7).
+        self.producer_states = ProducerStateBudget(self.config.max_producer_states)
         self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
         #: What recovery found in each partition opened at start. Partitions created later are not
@@ -261,6 +264,7 @@ class Broker(GroupCalls):
             retention_bytes=settings.retention_bytes,
             visible_after_fsync=self.config.fsync_mode == "sync",
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
 
     def _open_topic(self, name: str, *, new: bool = False) -> _Topic:
@@ -306,6 +310,7 @@ class Broker(GroupCalls):
             file_factory=self.files.file,
             # Files of a new, empty partition are created at its first write, if any.
             new_files=self.files.deferred_file if new else None,
+            producer_budget=self.producer_states,
         )
         return Partition(
             name,
@@ -791,6 +796,15 @@ class Broker(GroupCalls):
                 continue  # deleted concurrently
         return deleted
 
+    def expire_producers(self) -> int:
+        """Forget idempotent producers silent for ``producer_id_expiration_ms`` in every open partition."""
+        with self._lock:
+            partitions = [p for t in self._topics.values() for p in t.partitions.opened()]
+        expired = 0
+        for partition in partitions:
+            expired += partition.log.expire_producers()
+        return expired
+
     def _tick_groups(self) -> None:
         while not self._stop_maintenance.wait(GROUP_TICK_S):
             try:
@@ -806,6 +820,10 @@ class Broker(GroupCalls):
                 self.enforce_retention()
             except Exception:  # keep retention alive; the error is in the log
                 log.exception("retention failed")
+            try:
+                self.expire_producers()
+            except Exception:  # keep the maintenance loop alive; the error is in the log
+                log.exception("expiring idempotent producers failed")
 
     def _has_lkstream_members(self, group: str) -> bool:
         return bool(self.groups.describe(group).members)

@@ -42,6 +42,7 @@ from lkstream.errors import (
     OverloadedError,
     PartitionLimitError,
     ProducerFencedError,
+    ProducerStateLimitError,
     ProtocolVersionError,
     RebalanceInProgressError,
     RecordTooLargeError,
@@ -73,6 +74,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (TopicExistsError, Code.ALREADY_EXISTS),
     (OffsetOutOfRangeError, Code.OUT_OF_RANGE),
     (OverloadedError, Code.RESOURCE_EXHAUSTED),  # refused before it was decoded: retry after retry_after_ms
+    (ProducerStateLimitError, Code.RESOURCE_EXHAUSTED),  # a new idempotent producer waits for states to expire
     (BackpressureError, Code.RESOURCE_EXHAUSTED),
     (DiskFullError, Code.RESOURCE_EXHAUSTED),
     (TooManyOpenFilesError, Code.RESOURCE_EXHAUSTED),
