@@ -92,6 +92,16 @@ class BrokerConfig(BaseModel):
         512, ge=0, description="Descriptors left to sockets and metadata files when max_open_files is 0."
     )
     auto_create_topics: bool = Field(True, description="Create unknown topics on first produce.")
+    auto_create_partitions_burst: int = Field(
+        100,
+        ge=1,
+        le=1_000_000,
+        description="Partitions each principal (or client address, without auth) may auto-create at once; "
+        "beyond it auto-creation is throttled (AutoCreateThrottledError).",
+    )
+    auto_create_partitions_per_s: int = Field(
+        10, ge=1, le=1_000_000, description="How fast each caller's auto_create_partitions_burst refills."
+    )
     retention_ms: int = Field(-1, ge=-1, description="Delete sealed segments older than this; -1 keeps forever.")
     retention_bytes: int = Field(
         -1,

@@ -29,6 +29,7 @@ from typing import Any, Final, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.admission import AdmissionBudget
+from lkstream.broker.autocreate import AutoCreateBudget
 from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
@@ -45,6 +46,7 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
     PartitionLimitError,
     RecordTooLargeError,
+    TopicExistsError,
     UnknownTopicError,
     map_os_errors,
 )
@@ -159,6 +161,10 @@ class Broker(GroupCalls):
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
         #: Request bytes the daemon's listeners hold before decoding (issue 12, finding 8).
         self.admission = AdmissionBudget(self.config.max_admitted_bytes)
+        #: How fast each principal or client address may auto-create topics (issue 28, finding 6).
+        self.auto_creates = AutoCreateBudget(
+            self.config.auto_create_partitions_per_s, self.config.auto_create_partitions_burst
+        )
         #: Idempotent-producer states all partitions keep together (max_producer_states; issue 28, finding 7).
         self.producer_states = ProducerStateBudget(self.config.max_producer_states)
         self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
@@ -343,6 +349,33 @@ class Broker(GroupCalls):
             self._check_open()
             self._create_locked(name, settings)
         self.groups.topics_changed()
+
+    def auto_create_topic(self, name: str, *, requester: str) -> int:
+        """The partition count of ``name``, auto-creating it first if it is missing, as a caller's
+        request that names it does (a produce, a Kafka Metadata request).
+
+        ``requester`` is who asks (a principal, or a client address): each has a budget
+        (:mod:`lkstream.broker.autocreate`). Raises :class:`UnknownTopicError` when auto-creation
+        is off, :class:`AutoCreateThrottledError` when the requester's budget is spent and
+        :class:`PartitionLimitError` past ``max_partitions``; nothing is created then. Admin work:
+        surfaces call it in a worker thread.
+        """
+        try:
+            return self.partitions_for(name)
+        except UnknownTopicError:
+            if not self.config.auto_create_topics:
+                raise
+        validate_topic(name)
+        partitions = self.config.partitions
+        self.auto_creates.take(requester, partitions, name)
+        try:
+            self.create_topic(name)
+        except TopicExistsError:  # another caller created it meanwhile: this one created nothing
+            self.auto_creates.give_back(requester, partitions)
+        except BaseException:
+            self.auto_creates.give_back(requester, partitions)
+            raise
+        return self.partitions_for(name)
 
     def _create_locked(self, name: str, settings: TopicSettings) -> _Topic:
         """Create and open a topic, all or nothing. Caller holds ``_lock``.

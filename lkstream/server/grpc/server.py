@@ -50,6 +50,7 @@ from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batch, decode_batches, iter_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
+from lkstream.security.principal import requester_of
 from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.grpc.access import call_principal, recheck_call
 from lkstream.server.grpc.group_rpcs import GroupRpcs
@@ -87,6 +88,14 @@ def _package_version() -> str:
 
 
 __version__ = _package_version()
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``, ``unix:/path``)."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return peer
+    return rest.rsplit(":", 1)[0].strip("[]")
 
 
 def _record(record: Record) -> pb.Record:
@@ -159,18 +168,18 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         started = time.perf_counter()
         try:
             async with guard(context, self.metrics):
-                return await self._produce(request)
+                return await self._produce(request, self.requester(context))
         finally:
             self.metrics.observe_produce(time.perf_counter() - started)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def _produce(self, request: pb.ProduceRequest, requester: str) -> pb.ProduceResponse:
         explicit = request.partition if request.HasField("partition") else None
         if request.record_batch:
-            return await self._produce_batch(request, explicit)
+            return await self._produce_batch(request, explicit, requester)
         if not request.values:
             raise InvalidArgumentError("a produce request needs values or a record_batch")
-        await self._ensure_topic(request.topic, create=True)
+        await ensure_topic(self.broker, request.topic, requester=requester)
         key = request.key or None
         records = [(key, value) for value in request.values]
         results = await self.broker.produce_many(request.topic, records, partition=explicit)
@@ -179,8 +188,10 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
             partition=results[0][0], offsets=offsets, base_offset=offsets[0], last_offset=offsets[-1]
         )
 
-    async def _produce_batch(self, request: pb.ProduceRequest, explicit: int | None) -> pb.ProduceResponse:
-        count = await self._ensure_topic(request.topic, create=True)
+    async def _produce_batch(
+        self, request: pb.ProduceRequest, explicit: int | None, requester: str
+    ) -> pb.ProduceResponse:
+        count = await ensure_topic(self.broker, request.topic, requester=requester)
         response, ack = self.append_batch(request, explicit, count)
         await ack.wait()
         return response
@@ -202,9 +213,9 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
             raise InvalidArgumentError(f"record_batch rejected: {exc}") from exc
         return pb.ProduceResponse(partition=pid, base_offset=base, last_offset=last), ack
 
-    async def _ensure_topic(self, name: str, *, create: bool) -> int:
-        """Partition count of ``name``; create it first (in a worker thread) if asked and the broker auto-creates."""
-        return await ensure_topic(self.broker, name, create=create)
+    def requester(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """Who makes this call, for the per-caller auto-create budget: its principal, else its address."""
+        return requester_of(call_principal(), peer_host(context.peer()))
 
     # -- fetch and subscribe ---------------------------------------------------------------------
 
@@ -400,7 +411,7 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
                 return pb.AdminResponse(topics=self.visible(ResourceType.TOPIC, self.broker.list_topics()))
             if action == "describe_topic":
                 d = request.describe_topic
-                await self._ensure_topic(d.name, create=d.create_if_missing)
+                await ensure_topic(self.broker, d.name, requester=self.requester(context), create=d.create_if_missing)
                 return await asyncio.to_thread(self._describe_topic, d.name)
             raise InvalidArgumentError("an admin request needs one action")
         raise AssertionError("unreachable")  # pragma: no cover
