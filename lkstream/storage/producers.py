@@ -73,7 +73,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -106,6 +106,7 @@ _SNAP_HEAD: Final = struct.Struct(">4sHqI")  # magic, version, covered offset, c
 _SNAP_ENTRY_V1: Final = struct.Struct(">qhB")
 _SNAP_ENTRY: Final = struct.Struct(">qhqB")  # producer_id, epoch, last append, batch count
 _SNAP_BATCH: Final = struct.Struct(">iiqq")
+_LAST_SEQUENCE: Final = struct.Struct(">i")
 _SNAP_MAGIC: Final = b"LKPS"
 _SNAP_VERSION: Final = 2
 
@@ -141,16 +142,6 @@ def next_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
-@dataclass(frozen=True, slots=True)
-class KeptBatch:
-    """One batch a producer appended, as the table remembers it."""
-
-    first_sequence: int
-    last_sequence: int
-    base_offset: int
-    last_offset: int
-
-
 class _Producer:
     """One producer's state in one partition; its batches packed (24 bytes each, oldest first) to stay small."""
 
@@ -161,11 +152,13 @@ class _Producer:
         self.last_append_ms = last_append_ms
         self.batches = batches
 
-    def kept(self) -> Iterator[KeptBatch]:
-        return (KeptBatch(*fields) for fields in _SNAP_BATCH.iter_unpack(self.batches))
+    def last_sequence(self) -> int:
+        """The last sequence of the newest kept batch (there is one)."""
+        value: int = _LAST_SEQUENCE.unpack_from(self.batches, len(self.batches) - _SNAP_BATCH.size + 4)[0]
+        return value
 
-    def add(self, batch: KeptBatch) -> None:
-        packed = _SNAP_BATCH.pack(batch.first_sequence, batch.last_sequence, batch.base_offset, batch.last_offset)
+    def add(self, first_sequence: int, last_sequence: int, base_offset: int, last_offset: int) -> None:
+        packed = _SNAP_BATCH.pack(first_sequence, last_sequence, base_offset, last_offset)
         self.batches = (self.batches + packed)[-BATCHES_KEPT * _SNAP_BATCH.size :]
 
 
@@ -260,20 +253,19 @@ class ProducerStateTable:
             raise ProducerFencedError(fields.producer_id, fields.epoch, entry.epoch)
         if fields.epoch > entry.epoch or not entry.batches:
             return None
-        last = -1
-        for kept in entry.kept():
-            if kept.first_sequence == fields.first_sequence and kept.last_sequence == fields.last_sequence:
-                return kept.base_offset, kept.last_offset
-            last = kept.last_sequence
-        if fields.first_sequence != next_sequence(last, 1):
-            raise OutOfOrderSequenceError(fields.producer_id, fields.first_sequence, next_sequence(last, 1))
-        return None
+        expected = next_sequence(entry.last_sequence(), 1)
+        if fields.first_sequence == expected:
+            return None  # the next batch, the common case (a kept one cannot start there: see BATCHES_KEPT)
+        for first, last, base_offset, last_offset in _SNAP_BATCH.iter_unpack(entry.batches):
+            if first == fields.first_sequence and last == fields.last_sequence:
+                return base_offset, last_offset
+        raise OutOfOrderSequenceError(fields.producer_id, fields.first_sequence, expected)
 
     def record(self, fields: ProducerFields, base_offset: int, last_offset: int) -> None:
         """Remember an appended batch (after :meth:`check` said to append it), appended now."""
         now = self._clock()
-        self._remember(fields, KeptBatch(fields.first_sequence, fields.last_sequence, base_offset, last_offset), now)
-        self._expire_oldest(now)
+        if self._remember(fields, base_offset, last_offset, now):
+            self._expire_oldest(now)  # a new producer: forget expired ones as the table grows
 
     def expire(self, now_ms: int | None = None) -> int:
         """Forget every producer whose last append is ``expiration_ms`` old; return how many."""
@@ -324,17 +316,21 @@ class ProducerStateTable:
             forgotten += 1
         return forgotten
 
-    def _remember(self, fields: ProducerFields, batch: KeptBatch, when_ms: int) -> None:
+    def _remember(self, fields: ProducerFields, base_offset: int, last_offset: int, when_ms: int) -> bool:
+        """Remember a batch appended at ``when_ms``; True if its producer is new to the table."""
         entry = self._producers.get(fields.producer_id)
+        new = entry is None
         if entry is None:
             entry = _Producer(fields.epoch, when_ms)
             self._producers[fields.producer_id] = entry
             self.budget.take()
-        elif fields.epoch > entry.epoch:
-            entry.epoch, entry.batches = fields.epoch, b""
-        entry.last_append_ms = max(entry.last_append_ms, when_ms)
-        self._producers.move_to_end(fields.producer_id)
-        entry.add(batch)
+        else:
+            if fields.epoch > entry.epoch:
+                entry.epoch, entry.batches = fields.epoch, b""
+            entry.last_append_ms = max(entry.last_append_ms, when_ms)
+            self._producers.move_to_end(fields.producer_id)
+        entry.add(fields.first_sequence, fields.last_sequence, base_offset, last_offset)
+        return new
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -446,8 +442,7 @@ class ProducerStateTable:
             header = parse_header(raw)
             fields = producer_fields(raw) if len(raw) >= HEADER_SIZE else None
             if fields is not None and header.base_offset >= start:
-                kept = KeptBatch(fields.first_sequence, fields.last_sequence, header.base_offset, header.last_offset)
-                self._remember(fields, kept, written_by_ms)
+                self._remember(fields, header.base_offset, header.last_offset, written_by_ms)
             position += header.size
 
 
