@@ -197,3 +197,42 @@ def test_an_http_long_poll_delivers_nothing_that_arrives_after_a_revocation(secu
     status, answer = asyncio.run(scenario())
     assert status == 401, answer
     assert "after" not in json.dumps(answer)
+
+
+def test_concurrent_calls_of_two_principals_never_see_each_others_authority(secure_daemon: SecureFactory) -> None:
+    """The call's authority lives in the call's own task: interleaved calls keep their own."""
+    daemon = secure_daemon()
+    tokens = {user: daemon.token(user) for user in ("alice", "bob")}
+    for user in tokens:
+        daemon.grant(AclEntry.build(user, "read", "topic", f"{user}.", pattern="prefix"))
+    with lkstream.connect(daemon.address, token=daemon.admin_token) as admin:
+        for user in tokens:
+            admin.create_topic(f"{user}.t", 1)
+
+    async def scenario() -> dict[str, set[tuple[str, ...]]]:
+        seen: dict[str, set[tuple[str, ...]]] = {user: set() for user in tokens}
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            admin_call = channel.unary_unary(
+                "/lkstream.Broker/Admin", response_deserializer=pb.AdminResponse.FromString
+            )
+            follow = channel.unary_stream("/lkstream.Broker/Subscribe", response_deserializer=pb.Record.FromString)
+            streams = [
+                follow(
+                    pb.FetchRequest(topic=f"{user}.t", partition=0, offset=0).SerializeToString(),
+                    metadata=_metadata(token),
+                    timeout=30,
+                )
+                for user, token in tokens.items()
+            ]
+            listing = pb.AdminRequest(list_topics=pb.ListTopics()).SerializeToString()
+
+            async def ask(user: str) -> None:
+                answer = await admin_call(listing, metadata=_metadata(tokens[user]), timeout=30)
+                seen[user].add(tuple(answer.topics))
+
+            await asyncio.gather(*(ask(user) for _ in range(50) for user in tokens))
+            for stream in streams:
+                stream.cancel()
+        return seen
+
+    assert asyncio.run(scenario()) == {"alice": {("alice.t",)}, "bob": {("bob.t",)}}
