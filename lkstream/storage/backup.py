@@ -182,6 +182,9 @@ def staged(final: str, what: str) -> Iterator[str]:
     """A temporary sibling of ``final`` to fill; fsynced and renamed to ``final`` on success, removed on failure."""
     staging = f"{final.rstrip('/')}.{what}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
+    # Made here, never reused: whatever still sits at that name (a link planted beside the target)
+    # fails the mkdir instead of receiving the files.
+    os.mkdir(staging)
     try:
         yield staging
         _fsync_tree(staging)

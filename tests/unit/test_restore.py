@@ -214,3 +214,12 @@ def test_escaped_writes_control_characters_as_escapes() -> None:
         "part12",
         "00000000000000000042.idx",
     )
+
+
+def test_a_link_planted_at_the_staging_name_receives_nothing(backup: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"restored.restoring-{os.getpid()}").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(FileExistsError):
+        restore_backup(str(backup), str(tmp_path / "restored"))
+    assert list(elsewhere.iterdir()) == []
