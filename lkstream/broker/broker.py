@@ -29,6 +29,7 @@ from typing import Any, Final, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.admission import AdmissionBudget
+from lkstream.broker.autocreate import AutoCreateBudget
 from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
@@ -45,6 +46,7 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
     PartitionLimitError,
     RecordTooLargeError,
+    TopicExistsError,
     UnknownTopicError,
     map_os_errors,
 )
@@ -65,6 +67,7 @@ from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, Partition
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.producer_ids import ProducerIdAllocator
+from lkstream.storage.producers import ProducerStateBudget
 from lkstream.storage.topic_config import NO_OVERRIDES, ConfigEntry, EffectiveTopicConfig, TopicConfig
 from lkstream.storage.topics import StoredTopic, TopicSettings, TopicStore
 from lkstream.storage.trash import TrashEmptier
@@ -167,6 +170,12 @@ class Broker(GroupCalls):
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
         #: Request bytes the daemon's listeners hold before decoding (issue 12, finding 8).
         self.admission = AdmissionBudget(self.config.max_admitted_bytes)
+        #: How fast each principal or client address may auto-create topics (issue 28, finding 6).
+        self.auto_creates = AutoCreateBudget(
+            self.config.auto_create_partitions_per_s, self.config.auto_create_partitions_burst
+        )
+        #: Idempotent-producer states all partitions keep together (max_producer_states; issue 28, finding 7).
+        self.producer_states = ProducerStateBudget(self.config.max_producer_states)
         self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
         #: Called as ``observer(topic, effective)`` after :meth:`alter_topic_configs` changed a topic's
@@ -275,6 +284,7 @@ class Broker(GroupCalls):
             retention_bytes=max(-1, effective.retention_bytes) if effective.delete else -1,
             visible_after_fsync=self.config.fsync_mode == "sync",
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
 
     def _open_topic(self, name: str, *, new: bool = False) -> _Topic:
@@ -323,6 +333,7 @@ class Broker(GroupCalls):
             file_factory=self.files.file,
             # Files of a new, empty partition are created at its first write, if any.
             new_files=self.files.deferred_file if new else None,
+            producer_budget=self.producer_states,
         )
         return Partition(
             name,
@@ -377,6 +388,33 @@ class Broker(GroupCalls):
         topic_config = base.with_changes(set=shorthands) if shorthands else base
         topic_config.checked(self.config)
         return topic_config
+
+    def auto_create_topic(self, name: str, *, requester: str) -> int:
+        """The partition count of ``name``, auto-creating it first if it is missing, as a caller's
+        request that names it does (a produce, a Kafka Metadata request).
+
+        ``requester`` is who asks (a principal, or a client address): each has a budget
+        (:mod:`lkstream.broker.autocreate`). Raises :class:`UnknownTopicError` when auto-creation
+        is off, :class:`AutoCreateThrottledError` when the requester's budget is spent and
+        :class:`PartitionLimitError` past ``max_partitions``; nothing is created then. Admin work:
+        surfaces call it in a worker thread.
+        """
+        try:
+            return self.partitions_for(name)
+        except UnknownTopicError:
+            if not self.config.auto_create_topics:
+                raise
+        validate_topic(name)
+        partitions = self.config.partitions
+        self.auto_creates.take(requester, partitions, name)
+        try:
+            self.create_topic(name)
+        except TopicExistsError:  # another caller created it meanwhile: this one created nothing
+            self.auto_creates.give_back(requester, partitions)
+        except BaseException:
+            self.auto_creates.give_back(requester, partitions)
+            raise
+        return self.partitions_for(name)
 
     def _create_locked(self, name: str, partitions: int, configs: TopicConfig | None = None) -> _Topic:
         """Create and open a topic, all or nothing. Caller holds ``_lock``.
@@ -866,6 +904,15 @@ class Broker(GroupCalls):
                 continue  # deleted concurrently
         return deleted
 
+    def expire_producers(self) -> int:
+        """Forget idempotent producers silent for ``producer_id_expiration_ms`` in every open partition."""
+        with self._lock:
+            partitions = [p for t in self._topics.values() for p in t.partitions.opened()]
+        expired = 0
+        for partition in partitions:
+            expired += partition.log.expire_producers()
+        return expired
+
     def _tick_groups(self) -> None:
         while not self._stop_maintenance.wait(GROUP_TICK_S):
             try:
@@ -881,6 +928,10 @@ class Broker(GroupCalls):
                 self.enforce_retention()
             except Exception:  # keep retention alive; the error is in the log
                 log.exception("retention failed")
+            try:
+                self.expire_producers()
+            except Exception:  # keep the maintenance loop alive; the error is in the log
+                log.exception("expiring idempotent producers failed")
 
     def _has_lkstream_members(self, group: str) -> bool:
         return bool(self.groups.describe(group).members)

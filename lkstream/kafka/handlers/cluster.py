@@ -21,6 +21,7 @@ from lkstream.kafka.errors import error_code
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import CLUSTER_RESOURCE
 from lkstream.kafka.topic_ids import NIL
+from lkstream.security.principal import requester_of
 from lkstream.storage.names import validate_topic
 from lkstream.storage.topic_config import TopicConfig
 
@@ -160,11 +161,9 @@ def _topic_partitions(ctx: RequestContext, name: str, auto_create: bool) -> tupl
     if not (auto_create and broker.config.auto_create_topics and ctx.allowed("create", "topic", name)):
         return ErrorCode.unknown_topic_or_partition, 0
     try:
-        validate_topic(name)
-        broker.create_topic(name)
-    except LkstreamError as exc:
-        if error_code(exc) != ErrorCode.topic_already_exists:
-            return _topic_error(exc), 0
+        broker.auto_create_topic(name, requester=requester_of(ctx.principal, ctx.client_host))
+    except LkstreamError as exc:  # throttled (THROTTLING_QUOTA_EXCEEDED), max_partitions (POLICY_VIOLATION), ...
+        return _topic_error(exc), 0
     # Kafka answers LEADER_NOT_AVAILABLE right after an auto-create; here the topic is ready at once.
     return 0, broker.partitions_for(name)
 
@@ -185,9 +184,8 @@ def _auto_create(ctx: RequestContext, names: list[str]) -> None:
     """
     for name in names:
         if ctx.allowed("describe", "topic", name) and ctx.allowed("create", "topic", name):
-            with contextlib.suppress(LkstreamError):
-                validate_topic(name)
-                ctx.broker.create_topic(name)
+            with contextlib.suppress(LkstreamError):  # per caller's budget (issue 28, finding 6)
+                ctx.broker.auto_create_topic(name, requester=requester_of(ctx.principal, ctx.client_host))
 
 
 def _topic_error(error: LkstreamError) -> ErrorCode:

@@ -82,6 +82,7 @@ from lkstream.errors import (
 from lkstream.format.codec import decode_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
+from lkstream.security.principal import ANONYMOUS, requester_of
 from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.http.errors import (
     JSON_TYPE,
@@ -115,7 +116,7 @@ from lkstream.server.http.models import (
     topic_json,
 )
 from lkstream.server.http.openapi import openapi_document
-from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY
+from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY, RECHECK_KEY
 from lkstream.storage.names import validate_group
 from lkstream.wire.contract import status_for
 
@@ -273,10 +274,13 @@ class HttpApi:
         started = time.perf_counter()
         try:
             entries = body.topic_partitions
+            # Auto-creation is budgeted per caller (issue 28, finding 6): its principal, else its address.
+            requester = requester_of(request.get(PRINCIPAL_KEY, ANONYMOUS), request.remote)
             outcomes: list[list[tuple[int, int]] | BaseException]
             if len(entries) == 1:
                 try:
-                    outcomes = [await self._append_entry(entries[0], await self._prepare_entry(entries[0]))]
+                    prepared_runs = await self._prepare_entry(entries[0], requester)
+                    outcomes = [await self._append_entry(entries[0], prepared_runs)]
                 except LkstreamError as exc:
                     outcomes = [exc]
             else:
@@ -288,7 +292,7 @@ class HttpApi:
                 prepared: list[_Runs | LkstreamError] = []
                 for entry in entries:
                     try:
-                        prepared.append(await self._prepare_entry(entry))
+                        prepared.append(await self._prepare_entry(entry, requester))
                     except LkstreamError as exc:
                         prepared.append(exc)
                 appends = (self._append_entry(e, runs) for e, runs in zip(entries, prepared, strict=True))
@@ -313,12 +317,12 @@ class HttpApi:
             return error_response(http_status(first_error), error_info(first_error), results=results)
         return json_response({"results": results})
 
-    async def _prepare_entry(self, entry: ProduceEntry) -> _Runs:
-        """Check ``entry`` and create its topic if it is missing and may be auto-created."""
+    async def _prepare_entry(self, entry: ProduceEntry, requester: str) -> _Runs:
+        """Check ``entry`` and create its topic if it is missing and may be auto-created (by ``requester``)."""
         runs = produce_runs(entry.records, entry.partition)
         self._refuse_before_creating(entry.topic, runs)
         with contextlib.suppress(UnknownTopicError):  # auto-creation is off: the produce says unknown_topic
-            await ensure_topic(self.broker, entry.topic)  # an auto-create, in a worker thread
+            await ensure_topic(self.broker, entry.topic, requester=requester)  # an auto-create, in a worker thread
         return runs
 
     async def _append_entry(self, entry: ProduceEntry, runs: _Runs | LkstreamError) -> list[tuple[int, int]]:
@@ -366,6 +370,10 @@ class HttpApi:
             reads = self._read_all(targets, body)
             if body.max_wait_ms and sum(n for _, n in reads) < body.min_bytes:
                 reads = await self._long_poll(targets, body, reads)
+                # The token or an ACL may have gone while it waited: then nothing is delivered (401/403).
+                recheck = request.get(RECHECK_KEY)
+                if recheck is not None:
+                    recheck()
         finally:
             self.metrics.observe_fetch(time.perf_counter() - started)
         group = body.group

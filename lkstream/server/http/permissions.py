@@ -55,6 +55,10 @@ TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 PRINCIPAL_KEY: Final = web.RequestKey("lkstream.principal", Principal)
 #: A JSON body the access check parsed already, for the handler to reuse.
 PARSED_BODY_KEY: Final = web.RequestKey("lkstream.parsed_body", BaseModel)
+#: Asks again whether the request's caller may still make it (its token, then the route's needs);
+#: raises AuthenticationError / AuthorizationError. For a handler that answers long after the check
+#: (a long poll); absent with authentication off.
+RECHECK_KEY: Final = web.RequestKey[Callable[[], None]]("lkstream.recheck")
 
 
 @dataclass(frozen=True)

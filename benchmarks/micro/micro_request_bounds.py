@@ -13,7 +13,7 @@ partitions), Metadata of 10 topics, an OffsetCommit of 100 partitions, a JoinGro
 the walk costs at most 1.5 times kio's decode (a microsecond or less for the small requests,
 beside the tens of microseconds a handler takes).
 
-    .venv/bin/python benchmarks/micro_request_bounds.py [--quick] [--runs N]
+    .venv/bin/python -m benchmarks.micro.micro_request_bounds [--quick] [--runs N]
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-from _common import base_parser, emit, log, machine_facts, summary
 from kio.schema.fetch.v11 import request as fetch11
 from kio.schema.fetch.v12 import request as fetch12
 from kio.schema.join_group.v7 import request as join7
 from kio.schema.metadata.v9 import request as metadata9
 from kio.schema.offset_commit.v8 import request as commit8
 
+from benchmarks._common import base_parser, emit, log, machine_facts, summary
 from lkstream.kafka import kio_codec
 from lkstream.kafka.bounds import request_walk
 from lkstream.kafka.protocol import ApiKey
