@@ -46,6 +46,7 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
     PartitionLimitError,
     RecordTooLargeError,
+    TopicExistsError,
     UnknownTopicError,
     map_os_errors,
 )
@@ -127,7 +128,9 @@ class _Topic:
 
     @property
     def settings(self) -> TopicSettings:
-        return TopicSettings(len(self.partitions), self.effective.retention_ms, self.effective.retention_bytes)
+        # Any negative retention.bytes means "no limit" (Kafka's); TopicSettings spells it -1.
+        retention_bytes = max(-1, self.effective.retention_bytes)
+        return TopicSettings(len(self.partitions), self.effective.retention_ms, retention_bytes)
 
     def route_cache(self, partitions: int) -> dict[Any, int]:
         """Keys seen by the produce fast path and their partitions, valid for ``partitions`` partitions."""
@@ -363,6 +366,27 @@ class Broker(GroupCalls):
             self._create_locked(name, count, topic_config)
         self.groups.topics_changed()
 
+    def validate_topic_creation(
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        configs: Mapping[str, str | None] | TopicConfig | None = None,
+    ) -> None:
+        """Everything :meth:`create_topic` checks, creating nothing (Kafka's ``validate_only``)."""
+        count = self.config.partitions if partitions is None else partitions
+        self._new_topic_config(configs, retention_ms, retention_bytes)
+        TopicSettings(count)
+        validate_topic(name)
+        self._check_open()
+        if name in self._topics:
+            raise TopicExistsError(name)
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        if existing + count > self.config.max_partitions:
+            raise PartitionLimitError(name, count, existing, self.config.max_partitions)
+
     def _new_topic_config(
         self,
         configs: Mapping[str, str | None] | TopicConfig | None,
@@ -444,16 +468,7 @@ class Broker(GroupCalls):
         """
         with self._lock:
             self._check_open()
-            topic = self._topic(name, create=False)
-            if not isinstance(count, int) or count <= len(topic.partitions):
-                raise InvalidArgumentError(
-                    f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
-                )
-            existing = sum(len(t.partitions) for t in self._topics.values())
-            added = count - len(topic.partitions)
-            if existing + added > self.config.max_partitions:
-                raise PartitionLimitError(name, added, existing, self.config.max_partitions)
-            TopicSettings(count)  # the count's own bound
+            topic = self.validate_partition_count(name, count)
             fresh: list[Partition] = []
             try:
                 fresh.extend(
@@ -469,6 +484,20 @@ class Broker(GroupCalls):
             topic.partitions.grow(fresh)
             self.topics_version += 1
         self.groups.topics_changed()
+
+    def validate_partition_count(self, name: str, count: int) -> _Topic:
+        """What :meth:`create_partitions` checks, changing nothing (Kafka's ``validate_only``)."""
+        topic = self._topic(name, create=False)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= len(topic.partitions):
+            raise InvalidArgumentError(
+                f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
+            )
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        added = count - len(topic.partitions)
+        if existing + added > self.config.max_partitions:
+            raise PartitionLimitError(name, added, existing, self.config.max_partitions)
+        TopicSettings(count)  # the count's own bound
+        return topic
 
     def list_topics(self) -> list[str]:
         return sorted(self._topics)
@@ -488,6 +517,14 @@ class Broker(GroupCalls):
     def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
         """Every topic config of ``name`` with its value, source and synonyms (Kafka's DescribeConfigs)."""
         return self._topic(name, create=False).configs.describe(self.config)
+
+    def validate_topic_configs(
+        self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
+    ) -> TopicConfig:
+        """The overrides :meth:`alter_topic_configs` would leave, checked; nothing changes (``validate_only``)."""
+        configs = self._topic(name, create=False).configs.with_changes(set=set, delete=delete)
+        configs.checked(self.config)
+        return configs
 
     def alter_topic_configs(
         self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()

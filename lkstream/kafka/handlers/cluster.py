@@ -23,7 +23,6 @@ from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import CLUSTER_RESOURCE
 from lkstream.kafka.topic_ids import NIL
 from lkstream.storage.names import validate_topic
-from lkstream.storage.topic_config import TopicConfig
 
 _UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
 
@@ -220,31 +219,18 @@ async def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) ->
     if topic.assignments:
         return ErrorCode.invalid_request, "manual replica assignment is not supported", -1
     partitions = ctx.broker.config.partitions if topic.num_partitions == -1 else topic.num_partitions
+    if partitions < 1:
+        return ErrorCode.invalid_partitions, f"num_partitions must be >= 1, got {partitions}", -1
     configs: dict[str, str | None] = {}
     for config in topic.configs:
         if config.name in configs:
             return ErrorCode.invalid_config, f"topic config {config.name!r} is given twice", -1
         configs[config.name] = config.value
     try:
-        parsed = TopicConfig.parse(configs)
-        parsed.checked(ctx.broker.config)
-    except LkstreamError as exc:
-        return error_code(exc), str(exc), -1
-    if partitions < 1:
-        return ErrorCode.invalid_partitions, f"num_partitions must be >= 1, got {partitions}", -1
-    try:
-        validate_topic(topic.name)
-        if ctx.broker.partitions_for(topic.name) >= 0:
-            return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", -1
-    except KeyError:
-        pass
-    except LkstreamError as exc:
-        return _topic_error(exc), str(exc), -1
-    if validate_only:
-        return 0, None, partitions
-    try:
-        # Creating directories and fsyncing them: off the event loop.
-        await asyncio.to_thread(ctx.broker.create_topic, topic.name, partitions, configs=parsed)
+        # Everything a create checks (configs, name, existence, the partition limit), creating nothing.
+        ctx.broker.validate_topic_creation(topic.name, partitions, configs=configs)
+        if not validate_only:  # creating directories and fsyncing them: off the event loop
+            await asyncio.to_thread(ctx.broker.create_topic, topic.name, partitions, configs=configs)
     except LkstreamError as exc:
         return _topic_error(exc), str(exc), -1
     return 0, None, partitions
