@@ -213,7 +213,7 @@ async def _alter_one(
     if not ctx.allowed("alter_configs", "topic", name):
         raise _Refused(ErrorCode.topic_authorization_failed)
     try:
-        current = ctx.broker.describe_topic(name).configs
+        current = ctx.broker.topic_overrides(name)
     except (LkstreamError, KeyError) as exc:
         raise _Refused(ErrorCode.unknown_topic_or_partition, str(exc)) from None
     if incremental:
