@@ -38,6 +38,7 @@ from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partitio
 from lkstream.broker.partition_table import PartitionTable
 from lkstream.broker.partitioner import StickyPartitioner, route_records
 from lkstream.broker.tail import TailBudget
+from lkstream.broker.topic_policy import apply_topic_policy, check_size, topic_codec
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
@@ -50,6 +51,7 @@ from lkstream.errors import (
     UnknownTopicError,
     map_os_errors,
 )
+from lkstream.format.batch import stamp_log_append_time
 from lkstream.format.codec import Compression, Headers, Record, encode_batch
 from lkstream.format.produce import (
     BATCH_OVERHEAD,
@@ -128,7 +130,9 @@ class _Topic:
 
     @property
     def settings(self) -> TopicSettings:
-        return TopicSettings(len(self.partitions), self.effective.retention_ms, self.effective.retention_bytes)
+        # Any negative retention.bytes means "no limit" (Kafka's); TopicSettings spells it -1.
+        retention_bytes = max(-1, self.effective.retention_bytes)
+        return TopicSettings(len(self.partitions), self.effective.retention_ms, retention_bytes)
 
     def route_cache(self, partitions: int) -> dict[Any, int]:
         """Keys seen by the produce fast path and their partitions, valid for ``partitions`` partitions."""
@@ -372,6 +376,27 @@ class Broker(GroupCalls):
             self._create_locked(name, count, topic_config)
         self.groups.topics_changed()
 
+    def validate_topic_creation(
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        configs: Mapping[str, str | None] | TopicConfig | None = None,
+    ) -> None:
+        """Everything :meth:`create_topic` checks, creating nothing (Kafka's ``validate_only``)."""
+        count = self.config.partitions if partitions is None else partitions
+        self._new_topic_config(configs, retention_ms, retention_bytes)
+        TopicSettings(count)
+        validate_topic(name)
+        self._check_open()
+        if name in self._topics:
+            raise TopicExistsError(name)
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        if existing + count > self.config.max_partitions:
+            raise PartitionLimitError(name, count, existing, self.config.max_partitions)
+
     def _new_topic_config(
         self,
         configs: Mapping[str, str | None] | TopicConfig | None,
@@ -480,16 +505,7 @@ class Broker(GroupCalls):
         """
         with self._lock:
             self._check_open()
-            topic = self._topic(name, create=False)
-            if not isinstance(count, int) or count <= len(topic.partitions):
-                raise InvalidArgumentError(
-                    f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
-                )
-            existing = sum(len(t.partitions) for t in self._topics.values())
-            added = count - len(topic.partitions)
-            if existing + added > self.config.max_partitions:
-                raise PartitionLimitError(name, added, existing, self.config.max_partitions)
-            TopicSettings(count)  # the count's own bound
+            topic = self.validate_partition_count(name, count)
             fresh: list[Partition] = []
             try:
                 fresh.extend(
@@ -506,6 +522,20 @@ class Broker(GroupCalls):
             self.topics_version += 1
         self.groups.topics_changed()
 
+    def validate_partition_count(self, name: str, count: int) -> _Topic:
+        """What :meth:`create_partitions` checks, changing nothing (Kafka's ``validate_only``)."""
+        topic = self._topic(name, create=False)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= len(topic.partitions):
+            raise InvalidArgumentError(
+                f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
+            )
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        added = count - len(topic.partitions)
+        if existing + added > self.config.max_partitions:
+            raise PartitionLimitError(name, added, existing, self.config.max_partitions)
+        TopicSettings(count)  # the count's own bound
+        return topic
+
     def list_topics(self) -> list[str]:
         return sorted(self._topics)
 
@@ -517,6 +547,10 @@ class Broker(GroupCalls):
 
     # -- topic configs ----------------------------------------------------------------------------
 
+    def topic_overrides(self, name: str) -> TopicConfig:
+        """The config overrides set on topic ``name`` (cheap: no partition stats, unlike :meth:`describe_topic`)."""
+        return self._topic(name, create=False).configs
+
     def topic_config(self, name: str) -> EffectiveTopicConfig:
         """The configs that apply to topic ``name``: its overrides over the broker's defaults."""
         return self._topic(name, create=False).effective
@@ -524,6 +558,14 @@ class Broker(GroupCalls):
     def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
         """Every topic config of ``name`` with its value, source and synonyms (Kafka's DescribeConfigs)."""
         return self._topic(name, create=False).configs.describe(self.config)
+
+    def validate_topic_configs(
+        self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
+    ) -> TopicConfig:
+        """The overrides :meth:`alter_topic_configs` would leave, checked; nothing changes (``validate_only``)."""
+        configs = self._topic(name, create=False).configs.with_changes(set=set, delete=delete)
+        configs.checked(self.config)
+        return configs
 
     def alter_topic_configs(
         self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
@@ -694,10 +736,16 @@ class Broker(GroupCalls):
             batch = bytearray(batch)
         # A batch from outside (gRPC record_batch, the Kafka listener) is checked completely:
         # a correct CRC over wrong records would poison every read across it (issue 12).
-        validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
-        target = self.partition(self._topic(topic, create=True).name, pid)
-        with self._acknowledgement(len(batch)) as ack:
-            result = ack.append(target, batch, owned=owned)
+        header = validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
+        found = self._topic(topic, create=True)
+        target = self.partition(found.name, pid)
+        # The topic's configs (max.message.bytes, timestamps, compression.type, LogAppendTime): topic_policy.
+        policed, append_time = apply_topic_policy(
+            found.name, batch, header, found.effective, now_ms=self._clock.now_ms(), limits=self._limits
+        )
+        with self._acknowledgement(len(policed)) as ack:
+            result = ack.append(target, policed, owned=owned or policed is not batch)
+        ack.log_append_time_ms = append_time
         return (result.base_offset, result.last_offset), ack
 
     def init_producer_id(self) -> tuple[int, int]:
@@ -742,10 +790,17 @@ class Broker(GroupCalls):
         *,
         view: bool = False,
     ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
-        """Encode and append; return the results and what acknowledges them."""
+        """Encode and append; return the results and what acknowledges them.
+
+        The topic's ``compression.type`` (unless ``producer``) picks the codec, batches are split at
+        its ``max.message.bytes`` (within ``max_batch_bytes``), and a LogAppendTime topic's batches
+        are stamped: what Kafka's broker would do to these batches (:mod:`lkstream.broker.topic_policy`).
+        """
         self._check_open()
-        codec = Compression.parse(compression)
         topic = self._topic(topic_name, create=True)
+        forced = topic_codec(topic.effective)
+        codec = Compression.parse(compression) if forced is None else forced
+        limit = min(self.config.max_batch_bytes, topic.effective.max_message_bytes)
         if partition is not None:
             self.partition(topic.name, partition)
         partitions = len(topic.partitions)
@@ -758,7 +813,7 @@ class Broker(GroupCalls):
             timestamp_ms=self._clock.now_ms(),
             route_cache=topic.route_cache(partitions),
         )
-        if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
+        if encoded is not None and all(len(batch) <= limit for _, batch in encoded.batches):
             return self._append_call(topic, encoded, view=view)
         pairs, headers = normalise_records(records)
         if not pairs:
@@ -766,31 +821,46 @@ class Broker(GroupCalls):
         sizes = record_sizes(pairs)
         self._check_sizes(sizes)
         routes = route_records(pairs, len(topic.partitions), partition, self._sticky)
+        # Every batch is built and checked before the first append: a refused one appends nothing.
+        built = []
+        for pid, indices in routes.items():
+            for chunk in chunk_by_size(indices, sizes, limit):
+                batch = encode_batch(
+                    pairs if len(chunk) == len(pairs) else [pairs[i] for i in chunk],
+                    headers=None if headers is None else [headers[i] for i in chunk],
+                    compression=codec,
+                    timestamp_ms=self._clock.now_ms(),
+                )
+                check_size(topic.name, len(batch), topic.effective)
+                built.append((pid, chunk, batch))
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
         with self._acknowledgement(sum(sizes) + RECORD_OVERHEAD * len(sizes) + BATCH_OVERHEAD) as ack:
-            for pid, indices in routes.items():
-                for chunk in chunk_by_size(indices, sizes, self.config.max_batch_bytes):
-                    batch = encode_batch(
-                        pairs if len(chunk) == len(pairs) else [pairs[i] for i in chunk],
-                        headers=None if headers is None else [headers[i] for i in chunk],
-                        compression=codec,
-                        timestamp_ms=self._clock.now_ms(),
-                    )
-                    base = ack.append(topic.partitions[pid], batch, owned=True).base_offset
-                    for delta, i in enumerate(chunk):
-                        results[i] = (pid, base + delta)
+            for pid, chunk, batch in built:
+                self._stamp(topic, batch, ack)
+                base = ack.append(topic.partitions[pid], batch, owned=True).base_offset
+                for delta, i in enumerate(chunk):
+                    results[i] = (pid, base + delta)
         return results, ack
+
+    def _stamp(self, topic: _Topic, batch: bytearray, ack: Acknowledgement) -> None:
+        """Stamp a batch the broker encoded with the append time, when the topic wants LogAppendTime."""
+        if topic.effective.log_append_time:
+            ack.log_append_time_ms = self._clock.now_ms()
+            stamp_log_append_time(batch, ack.log_append_time_ms)
 
     def _append_call(
         self, topic: _Topic, encoded: EncodedCall, *, view: bool = False
     ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
-        """Append the fast path's batches (each fits ``max_batch_bytes``); see :mod:`lkstream.broker.encoder`."""
+        """Append the fast path's batches (each fits the topic's limit); see :mod:`lkstream.broker.encoder`."""
         largest = max(encoded.largest)
         if largest > self.config.max_message_bytes:
             raise RecordTooLargeError(largest, self.config.max_message_bytes)
         total = sum(len(batch) for _, batch in encoded.batches)
         with self._acknowledgement(total) as ack:
-            bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
+            bases = []
+            for pid, batch in encoded.batches:
+                self._stamp(topic, batch, ack)
+                bases.append(ack.append(topic.partitions[pid], batch, owned=True).base_offset)
         return encoded.results(bases, view=view), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:

@@ -205,6 +205,24 @@ def check_batch(
     return header
 
 
+_ATTRIBUTES: Final = struct.Struct(">h")
+_TIMESTAMP: Final = struct.Struct(">q")
+_CRC: Final = struct.Struct(">I")
+
+
+def stamp_log_append_time(batch: bytearray | memoryview, now_ms: int) -> None:
+    """Mark ``batch`` LogAppendTime, its max timestamp ``now_ms``, and recompute its CRC, in place.
+
+    What Kafka's broker does for a topic with ``message.timestamp.type=LogAppendTime``: readers
+    take ``max_timestamp`` as every record's timestamp. The records are not touched; the CRC
+    pass is the only work that grows with the batch.
+    """
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, attributes | TIMESTAMP_TYPE_MASK)
+    _TIMESTAMP.pack_into(batch, MAX_TIMESTAMP_AT, now_ms)
+    _CRC.pack_into(batch, CRC_AT, compute_crc(batch))
+
+
 def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
     """Write ``base_offset`` into a batch in place (the CRC does not cover it)."""
     _BASE_OFFSET.pack_into(batch, BASE_OFFSET_AT, base_offset)

@@ -60,6 +60,7 @@ _CRC: Final = struct.Struct(">I")
 _LENGTH: Final = struct.Struct(">i")
 _ATTRIBUTES: Final = struct.Struct(">h")
 _SLOT: Final = struct.Struct("=I")
+_COMPRESSION_BITS: Final = 0x07
 
 Encoded = tuple[bytearray, int]  # a batch without its CRC, and its largest key + value in bytes
 Routed = tuple[list[tuple[int, bytearray, int]], bytes]  # [(partition, batch, largest)], slots
@@ -261,6 +262,38 @@ def finish(batch: bytearray, compression: int = 0) -> bytearray:
         _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, compression)
     _CRC.pack_into(batch, CRC_AT, compute_crc(batch))
     return batch
+
+
+#: Kafka's ``compression.gzip.level`` -1: zlib's own default level.
+_ZLIB_DEFAULT_LEVEL: Final = 6
+
+
+def recompress(
+    batch: bytes | bytearray | memoryview, records: bytes | memoryview, compression: int, level: int | None = None
+) -> bytearray:
+    """``batch`` with its records section ``records`` (uncompressed) compressed by ``compression`` at ``level``.
+
+    What Kafka's broker does when a topic's ``compression.type`` differs from the producer's codec:
+    every header field (producer id, epoch, base sequence, timestamps, counts) is kept, the
+    attributes get the new codec, and the length and CRC are set for the new bytes. ``level``
+    None is the codec's default; gzip's -1 is zlib's default.
+    """
+    out = bytearray(memoryview(batch)[:HEADER_SIZE])
+    if compression:
+        codec = _compressor(compression)
+        if level is None:
+            out += codec(bytes(records))
+        elif compression == 1:
+            out += codec(bytes(records), _ZLIB_DEFAULT_LEVEL if level == -1 else level)  # type: ignore[call-arg]
+        else:
+            out += codec(bytes(records), level)  # type: ignore[call-arg]
+    else:
+        out += records
+    (attributes,) = _ATTRIBUTES.unpack_from(out, ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(out, ATTRIBUTES_AT, (attributes & ~_COMPRESSION_BITS) | compression)
+    _LENGTH.pack_into(out, BATCH_LENGTH_AT, len(out) - 12)
+    _CRC.pack_into(out, CRC_AT, compute_crc(out))
+    return out
 
 
 def encode(

@@ -191,6 +191,12 @@ _FLUSH: Final = (
 )
 
 
+_FLUSH_DOC: Final = (
+    "Only Kafka's default (never forced): when data reaches the disk is the broker's fsync_mode, fsync_interval_ms "
+    "and fsync_group_bytes (docs/durability.md)."
+)
+
+
 @dataclass(frozen=True)
 class ConfigKey:
     """One topic config.
@@ -258,9 +264,9 @@ KEYS: Final[dict[str, ConfigKey]] = {
              "Kafka waits this long before removing a deleted segment so that reads in flight finish; LKSTREAM's "
              "readers keep an open segment readable after its removal, so the files go at once.",
              synonym="log.segment.delete.delay.ms", check=_at_least(0)),
-        _key("flush.messages", _LONG, LONG_MAX, _O, "Not per topic here: " + _FLUSH + ".",
+        _key("flush.messages", _LONG, LONG_MAX, _O, _FLUSH_DOC,
              synonym="log.flush.interval.messages", check=_at_least(1), refuse=_only(LONG_MAX, _FLUSH)),
-        _key("flush.ms", _LONG, LONG_MAX, _O, "Not per topic here: " + _FLUSH + ".",
+        _key("flush.ms", _LONG, LONG_MAX, _O, _FLUSH_DOC,
              synonym="log.flush.interval.ms", check=_at_least(0), refuse=_only(LONG_MAX, _FLUSH)),
         _key("follower.replication.throttled.replicas", _LIST, (), _S,
              "Replication throttle; a single node has no followers to throttle.", check=_throttled_replicas),

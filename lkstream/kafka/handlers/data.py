@@ -249,6 +249,7 @@ def _append(
     else:
         try:
             (answer.base_offset, _last), ack = ctx.broker.begin_produce_batch(topic, part.partition, part.records)
+            answer.log_append_time_ms = ack.log_append_time_ms
             return ack
         except LkstreamError as exc:
             answer.error_code, answer.error_message = _produce_error(exc), str(exc)[:500]

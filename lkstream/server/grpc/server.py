@@ -59,6 +59,7 @@ from lkstream.server.grpc.stream_rpcs import STREAMS, StreamRpcs
 from lkstream.server.stop_signal import StopSignal
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
+from lkstream.storage.topic_config import ConfigEntry
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import (
@@ -109,8 +110,20 @@ def _record(record: Record) -> pb.Record:
     )
 
 
+def _config_entry(entry: ConfigEntry) -> pb.TopicConfigEntry:
+    return pb.TopicConfigEntry(
+        name=entry.name,
+        value=entry.value,
+        source=entry.source.name,
+        type=entry.type.name,
+        documentation=entry.documentation,
+        synonyms=[pb.ConfigSynonym(name=s.name, value=s.value, source=s.source.name) for s in entry.synonyms],
+    )
+
+
 def _topic_info(description: TopicDescription) -> pb.TopicInfo:
     return pb.TopicInfo(
+        configs=description.configs.to_json(),
         name=description.name,
         partitions=description.settings.partitions,
         retention_ms=description.settings.retention_ms,
@@ -412,7 +425,11 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
             if action == "describe_topic":
                 d = request.describe_topic
                 await ensure_topic(self.broker, d.name, requester=self.requester(context), create=d.create_if_missing)
-                return await asyncio.to_thread(self._describe_topic, d.name)
+                return await asyncio.to_thread(self._describe_topic, d.name, entries=d.include_config_entries)
+            if action == "alter_topic_configs":
+                return await asyncio.to_thread(self._alter_topic_configs, request.alter_topic_configs)
+            if action == "create_partitions":
+                return await asyncio.to_thread(self._create_partitions, request.create_partitions)
             raise InvalidArgumentError("an admin request needs one action")
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -421,16 +438,33 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         return Access.owner(call_principal()) if self.access.enabled else None
 
     def _create_topic(self, c: pb.CreateTopic) -> pb.AdminResponse:
-        self.broker.create_topic(
+        create = self.broker.validate_topic_creation if c.validate_only else self.broker.create_topic
+        create(
             c.name,
             c.partitions or None,
             retention_ms=c.retention_ms if c.HasField("retention_ms") else None,
             retention_bytes=c.retention_bytes if c.HasField("retention_bytes") else None,
+            configs=dict(c.configs),
         )
+        return pb.AdminResponse() if c.validate_only else self._describe_topic(c.name)
+
+    def _alter_topic_configs(self, a: pb.AlterTopicConfigs) -> pb.AdminResponse:
+        alter = self.broker.validate_topic_configs if a.validate_only else self.broker.alter_topic_configs
+        alter(a.name, dict(a.set), list(a.delete))
+        return self._describe_topic(a.name)
+
+    def _create_partitions(self, c: pb.CreatePartitions) -> pb.AdminResponse:
+        if c.validate_only:
+            self.broker.validate_partition_count(c.name, c.count)
+        else:
+            self.broker.create_partitions(c.name, c.count)
         return self._describe_topic(c.name)
 
-    def _describe_topic(self, name: str) -> pb.AdminResponse:
-        return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(name)))
+    def _describe_topic(self, name: str, *, entries: bool = False) -> pb.AdminResponse:
+        info = _topic_info(self.broker.describe_topic(name))
+        if entries:
+            info.config_entries.extend(_config_entry(e) for e in self.broker.describe_topic_configs(name))
+        return pb.AdminResponse(topic=info)
 
     def visible(self, resource_type: ResourceType, names: list[str]) -> list[str]:
         """The names of ``names`` the calling principal may describe (all of them without authentication)."""

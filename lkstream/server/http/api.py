@@ -13,7 +13,9 @@ port. Routes (documented with curl examples in ``docs/http.md``):
                             by appends; with ``group``: from the group's committed offsets,
                             committing the next offsets once the answer is built
 ``GET|POST /topics``        list, create
-``GET|DELETE /topics/{t}``  describe (with per-partition offsets), delete
+``GET|DELETE /topics/{t}``  describe (with per-partition offsets and config overrides), delete
+``/topics/{t}/configs``     ``GET`` every config with its source, ``PATCH`` set/delete overrides;
+``/topics/{t}/partitions``  ``POST`` grows the topic (:mod:`lkstream.server.http.topic_admin`)
 ``GET /groups/{group}``     committed offsets and lag per topic-partition
 ``GET /openapi.json``       the OpenAPI 3.1 document (:mod:`lkstream.server.http.openapi`)
 ==========================  ======================================================================
@@ -117,6 +119,7 @@ from lkstream.server.http.models import (
 )
 from lkstream.server.http.openapi import openapi_document
 from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY, RECHECK_KEY
+from lkstream.server.http.topic_admin import TopicAdminRoutes
 from lkstream.storage.names import validate_group
 from lkstream.wire.contract import status_for
 
@@ -194,6 +197,7 @@ class HttpApi:
         router.add_post("/topics", self.create_topic)
         router.add_get("/topics/{topic}", self.describe_topic)
         router.add_delete("/topics/{topic}", self.delete_topic)
+        TopicAdminRoutes(self.broker, self.check_ready, self.parsed_body).add_routes(app)
         router.add_get("/groups/{group}", self.describe_group)
         router.add_get("/openapi.json", self.openapi)
 
@@ -526,7 +530,11 @@ class HttpApi:
 
     def _create_topic(self, body: CreateTopicRequest) -> dict[str, Any]:
         self.broker.create_topic(
-            body.name, body.partitions, retention_ms=body.retention_ms, retention_bytes=body.retention_bytes
+            body.name,
+            body.partitions,
+            retention_ms=body.retention_ms,
+            retention_bytes=body.retention_bytes,
+            configs=body.configs,
         )
         return topic_json(self.broker.describe_topic(body.name))
 

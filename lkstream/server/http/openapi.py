@@ -13,8 +13,10 @@ from lkstream.server.http.models import (
     API_VERSION,
     GROUP_PATTERN,
     TOPIC_PATTERN,
+    AlterTopicConfigsRequest,
     ConsumeRequest,
     ConsumeResponse,
+    CreatePartitionsRequest,
     CreateTopicRequest,
     ErrorResponse,
     EventProduced,
@@ -22,6 +24,7 @@ from lkstream.server.http.models import (
     ProduceErrorResponse,
     ProduceRequest,
     ProduceResponse,
+    TopicConfigs,
     TopicInfo,
     TopicList,
     _Request,
@@ -38,6 +41,9 @@ _MODELS: Final[Sequence[type[BaseModel]]] = (
     CreateTopicRequest,
     TopicInfo,
     TopicList,
+    AlterTopicConfigsRequest,
+    CreatePartitionsRequest,
+    TopicConfigs,
     GroupOffsets,
     ErrorResponse,
 )
@@ -179,6 +185,29 @@ def openapi_document() -> dict[str, Any]:
                     "operationId": "deleteTopic",
                     "summary": "Delete a topic, its data and its committed offsets.",
                     "responses": {"204": {"description": "Deleted."}, **_errors(400, 404, 503)},
+                },
+            },
+            "/topics/{topic}/configs": {
+                "parameters": [topic],
+                "get": {
+                    "operationId": "describeTopicConfigs",
+                    "summary": "Every topic config with its value, source and synonyms (Kafka's DescribeConfigs).",
+                    "responses": {"200": _json(TopicConfigs, "The configs."), **_errors(400, 404, 503)},
+                },
+                "patch": {
+                    "operationId": "alterTopicConfigs",
+                    "summary": "Set and delete config overrides (Kafka's IncrementalAlterConfigs).",
+                    "requestBody": with_body(AlterTopicConfigsRequest),
+                    "responses": {"200": _json(TopicInfo, "The topic."), **_errors(400, 404, 413, 503)},
+                },
+            },
+            "/topics/{topic}/partitions": {
+                "parameters": [topic],
+                "post": {
+                    "operationId": "createPartitions",
+                    "summary": "Grow a topic to more partitions (Kafka's CreatePartitions).",
+                    "requestBody": with_body(CreatePartitionsRequest),
+                    "responses": {"200": _json(TopicInfo, "The topic."), **_errors(400, 404, 413, 503)},
                 },
             },
             "/groups/{group}": {

@@ -16,6 +16,8 @@ The rules are the gRPC ones (docs/security.md):
 ``GET /topics``                nothing: the answer lists only topics the caller may ``describe``
 ``POST /topics``               ``create`` on the topic
 ``GET|DELETE /topics/{t}``     ``describe`` / ``delete`` on the topic
+``GET|PATCH /topics/{t}/configs``  ``describe_configs`` / ``alter_configs`` on the topic
+``POST /topics/{t}/partitions``  ``create`` on the topic
 ``GET /groups/{group}``        ``describe`` on the group; rows only for topics it may ``describe``
 ``POST /produce/{partition}``  as ``POST /produce`` on ``server.http_default_topic`` (it may create it)
 ``GET /fetch/{partition}``     ``read`` on the default topic; ``create`` when the call would create it
@@ -39,7 +41,13 @@ from lkstream.broker.broker import Broker
 from lkstream.errors import LkstreamError, UnknownTopicError
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.principal import Principal
-from lkstream.server.http.models import ConsumeRequest, CreateTopicRequest, ProduceRequest
+from lkstream.server.http.models import (
+    AlterTopicConfigsRequest,
+    ConsumeRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    ProduceRequest,
+)
 from lkstream.server.needs import Need, would_create
 
 READ, WRITE, CREATE, DELETE, DESCRIBE = (
@@ -122,6 +130,10 @@ ROUTE_NEEDS: Final[dict[str, RouteRule]] = {
     "POST /topics": RouteRule(lambda call: [(CREATE, TOPIC, call.body.name)], body=CreateTopicRequest),
     "GET /topics/{topic}": RouteRule(_topic_in_path(DESCRIBE)),
     "DELETE /topics/{topic}": RouteRule(_topic_in_path(DELETE)),
+    "GET /topics/{topic}/configs": RouteRule(_topic_in_path(Operation.DESCRIBE_CONFIGS)),
+    "PATCH /topics/{topic}/configs": RouteRule(_topic_in_path(Operation.ALTER_CONFIGS), body=AlterTopicConfigsRequest),
+    # Growing a topic is creating partitions, as on the Kafka listener and gRPC.
+    "POST /topics/{topic}/partitions": RouteRule(_topic_in_path(CREATE), body=CreatePartitionsRequest),
     "GET /groups/{group}": RouteRule(lambda call: [(DESCRIBE, GROUP, call.match_info["group"])], filtered=True),
     "POST /produce/{partition}": RouteRule(
         lambda call: [(WRITE, TOPIC, call.default_topic), *_default_topic_missing(call)]
