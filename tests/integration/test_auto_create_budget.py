@@ -4,7 +4,7 @@
 up ``max_partitions``; every later create then failed with INVALID_TOPIC_EXCEPTION (Kafka) or
 INVALID_ARGUMENT (gRPC), which does not say that a limit was reached. Here a real daemon gets
 the same storm: the storming caller is throttled (THROTTLING_QUOTA_EXCEEDED, RESOURCE_EXHAUSTED,
-HTTP 429), another caller is not, and the limit is POLICY_VIOLATION / RESOURCE_EXHAUSTED / 507
+HTTP 429), another caller is not, and the limit is POLICY_VIOLATION / RESOURCE_EXHAUSTED / 409
 with a message naming ``max_partitions`` on every surface.
 """
 
@@ -117,7 +117,7 @@ def test_the_partition_limit_is_a_clear_refusal_on_every_surface(start_daemon: D
             admin(request.SerializeToString(), timeout=10)
         assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     answer = Api(daemon.http_address).post("/topics", {"name": "more", "partitions": 1})
-    assert answer.status == 507, answer.body
+    assert answer.status == 409, answer.body
     assert answer.error_code == "partition_limit" and "max_partitions" in answer.body["error"]["message"]
     with RawKafka(daemon.kafka_address) as kafka:
         assert metadata(kafka, ["auto.kafka"]) == {"auto.kafka": ErrorCode.policy_violation}

@@ -199,8 +199,8 @@ def test_a_topic_past_max_partitions_is_refused_at_once_and_the_daemon_restarts(
     daemon = start_daemon(max_partitions=4096)
     api = Api(daemon.http_address)
     refused = api.post("/topics", {"name": "huge", "partitions": 10_000})
-    # A limit reached, not a bad argument (issue 28, finding 6): 507 / RESOURCE_EXHAUSTED.
-    assert refused.status == 507 and refused.error_code == "partition_limit", refused.body
+    # A limit reached, not a bad argument (issue 28, finding 6): 409 / RESOURCE_EXHAUSTED.
+    assert refused.status == 409 and refused.error_code == "partition_limit", refused.body
     assert "max_partitions is 4096" in refused.body["error"]["message"]
     channel, stub = _stub(daemon)
     with channel:

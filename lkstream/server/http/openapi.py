@@ -60,7 +60,7 @@ def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
 _ERRORS: Final = {
     400: "Malformed request (bad JSON, wrong types, invalid names or base64, bad partition).",
     404: "Unknown topic.",
-    409: "Conflict (the topic already exists).",
+    409: "Conflict (the topic already exists, or max_partitions would be passed).",
     413: "Request body, record or batch too large.",
     416: "Offset out of range: the error carries earliest and latest.",
     429: "Backpressure: too many bytes in flight; see Retry-After.",
@@ -146,7 +146,7 @@ def openapi_document() -> dict[str, Any]:
                     "requestBody": with_body(ProduceRequest),
                     "responses": {
                         "200": _json(ProduceResponse, "Offsets per entry; an entry may carry its own error."),
-                        **_errors(400, 404, 413, 429, 503, model=ProduceErrorResponse),
+                        **_errors(400, 404, 409, 413, 429, 503, model=ProduceErrorResponse),
                     },
                 }
             },
@@ -207,7 +207,7 @@ def openapi_document() -> dict[str, Any]:
                     "operationId": "createPartitions",
                     "summary": "Grow a topic to more partitions (Kafka's CreatePartitions).",
                     "requestBody": with_body(CreatePartitionsRequest),
-                    "responses": {"200": _json(TopicInfo, "The topic."), **_errors(400, 404, 413, 503)},
+                    "responses": {"200": _json(TopicInfo, "The topic."), **_errors(400, 404, 409, 413, 503)},
                 },
             },
             "/groups/{group}": {
@@ -229,7 +229,7 @@ def openapi_document() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": _json(EventProduced, "Where the record went, once acknowledged."),
-                        **_errors(400, 413, 429, 503),
+                        **_errors(400, 409, 413, 429, 503),
                     },
                 },
             },
