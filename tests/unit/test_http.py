@@ -243,6 +243,10 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "TooManyOpenFilesError": (429, "too_many_open_files"),
         "StorageAccessError": (409, "storage_access"),
         "PartitionLimitError": (400, "partition_limit"),
+        # issue 24 / 28 (groups): Kafka's INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED, OFFSET_METADATA_TOO_LARGE
+        "InvalidSessionTimeoutError": (400, "invalid_session_timeout"),
+        "GroupMaxSizeReachedError": (429, "group_max_size_reached"),
+        "OffsetMetadataTooLargeError": (400, "offset_metadata_too_large"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:
