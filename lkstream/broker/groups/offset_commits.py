@@ -41,6 +41,8 @@ from lkstream.storage.offsets import Committed, OffsetStore
 
 Metadata = Mapping[TopicPartition, str]
 
+__all__ = ["Committed", "Metadata", "OffsetCalls", "check_int", "check_offsets", "check_owns", "check_stale"]
+
 
 class OffsetCalls:
     """The offset calls of the group coordinator (a mixin: the coordinator supplies what is declared here)."""

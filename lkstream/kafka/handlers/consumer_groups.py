@@ -142,17 +142,20 @@ def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
         assignor = ASSIGNORS.get(request.server_assignor)
         if assignor is None:
             raise UnknownAssignorError(request.server_assignor, tuple(name for name in ASSIGNORS if name))
-        described = broker.groups.describe(request.group_id)
-        member = next((m for m in described.members if m.member_id == request.member_id), None)
-        if known and member is not None and member.topics == frozenset(topics):
+        current = broker.groups.member_topics(request.group_id, request.member_id) if request.member_id else None
+        if known and current == frozenset(topics):
             return str(request.member_id)  # the client repeats an unchanged subscription
+        limits = broker.groups.limits
         joined = broker.groups.join(
             request.group_id,
             list(topics),
-            member_id=request.member_id if known or member is not None else None,
+            member_id=request.member_id if known or current is not None else None,
             instance_id=request.instance_id,
             assignor=assignor,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
+            # The broker chooses KIP-848 sessions (Kafka's group.consumer.session.timeout.ms): within the bounds.
+            session_timeout_ms=min(
+                max(SESSION_TIMEOUT_MS, limits.min_session_timeout_ms), limits.max_session_timeout_ms
+            ),
             rebalance_timeout_ms=_rebalance_timeout_ms(request.rebalance_timeout),
             client_id=client_id,
             client_host=ctx.client_host,
