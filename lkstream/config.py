@@ -154,6 +154,11 @@ class BrokerConfig(BaseModel):
         description="Members of all groups together, joined or pending; beyond it the oldest pending member id "
         "is forgotten, or the join refused (GROUP_MAX_SIZE_REACHED).",
     )
+    group_consumer_migration_policy: Literal["bidirectional", "upgrade", "downgrade", "disabled"] = Field(
+        "bidirectional",
+        description="Kafka's group.consumer.migration.policy: which way a group of classic members converts "
+        "when consumer-protocol members join (upgrade) or the last one leaves (downgrade).",
+    )
     offset_metadata_max_bytes: int = Field(
         4096,
         ge=0,

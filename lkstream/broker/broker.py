@@ -798,8 +798,7 @@ class Broker(GroupCalls):
     def _tick_groups(self) -> None:
         while not self._stop_maintenance.wait(GROUP_TICK_S):
             try:
-                self.groups.tick()
-                self.classic_groups.tick()
+                self.tick_groups()
             except Exception:  # keep expiring members; the error is in the log
                 log.exception("group coordinator tick failed")
 

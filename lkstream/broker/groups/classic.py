@@ -63,11 +63,13 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from lkstream.broker.groups.classic_handover import ClassicHandover
 from lkstream.broker.groups.classic_state import (
     ClassicGroup,
     ClassicMember,
     ClassicState,
     Completion,
+    HeldByConsumerGroupError,
     JoinAnswer,
     MemberIdRequiredError,
     PendingMember,
@@ -101,6 +103,7 @@ __all__ = [
     "ClassicMember",
     "ClassicState",
     "ClassicStats",
+    "HeldByConsumerGroupError",
     "JoinAnswer",
     "MemberIdRequiredError",
     "decode_assignment",
@@ -122,7 +125,7 @@ class ClassicStats:
     deadlines: int
 
 
-class ClassicGroups:
+class ClassicGroups(ClassicHandover):
     """The classic-protocol groups of one broker (see the module docstring). Thread-safe."""
 
     def __init__(
@@ -175,7 +178,7 @@ class ClassicGroups:
                 now = self._clock.monotonic_ms()
                 self._expire_locked(now, done)
                 if self._in_other(group):
-                    raise InconsistentGroupProtocolError(group, protocol_type, "lkstream (server-side assignment)")
+                    raise HeldByConsumerGroupError(group, protocol_type)
                 g = self._groups.setdefault(group, ClassicGroup(group))
                 try:
                     self._check_protocols_locked(g, member_id, instance_id, protocol_type, offered)

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from lkstream.errors import GroupError, MemberOwnerError
+from lkstream.errors import GroupError, InconsistentGroupProtocolError, MemberOwnerError
 
 
 class ClassicState(enum.StrEnum):
@@ -29,6 +29,13 @@ class MemberIdRequiredError(GroupError):
     def __init__(self, group: str, member_id: str) -> None:
         super().__init__(group, f"group {group!r}: join again with member id {member_id!r}")
         self.member_id = member_id
+
+
+class HeldByConsumerGroupError(InconsistentGroupProtocolError):
+    """The group is held by consumer-protocol members (KIP-848): a classic member joins it there."""
+
+    def __init__(self, group: str, protocol_type: str) -> None:
+        super().__init__(group, protocol_type, "the consumer protocol (server-side assignment)")
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,17 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from lkstream.broker.groups.assignors import EAGER_ASSIGNORS, get_assignor
+from lkstream.broker.groups.classic_members import ClassicMemberCalls
+from lkstream.broker.groups.coordinator_state import (
+    GroupEntry,
+    Member,
+    check_released,
+    check_subscription,
+    deadline_of,
+    owned_by,
+)
 from lkstream.broker.groups.deadlines import Deadlines
 from lkstream.broker.groups.errors import (
     FencedInstanceError,
@@ -109,14 +117,13 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import GroupMaxSizeReachedError, InvalidArgumentError, MemberOwnerError, UnknownTopicError
+from lkstream.errors import GroupMaxSizeReachedError, InvalidArgumentError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import (
     validate_client_id,
     validate_group,
     validate_instance_id,
     validate_member_id,
-    validate_topic,
 )
 from lkstream.storage.offsets import OffsetStore
 
@@ -126,61 +133,7 @@ DEFAULT_ASSIGNOR = "range"
 _MAX_FENCED_IDS = 1024  # remembered per group, so a zombie hears "fenced" rather than "unknown"
 
 
-@dataclass
-class _Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    topics: frozenset[str]
-    assignor: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    last_seen: float
-    generation: int = 0
-    owned: set[TopicPartition] = field(default_factory=set)
-    target: set[TopicPartition] = field(default_factory=set)
-    revoke_since: float | None = None  # when it was first told to revoke something still owned
-    owner: str | None = None  # the principal that joined with this member id (None: a trusted caller)
-
-    @property
-    def sort_key(self) -> str:
-        # Static members are ordered by instance id, so a restart keeps their place in range/roundrobin.
-        return f"i:{self.instance_id}" if self.instance_id is not None else f"m:{self.member_id}"
-
-
-@dataclass
-class _GroupState:
-    name: str
-    generation: int = 0
-    assignor: str | None = None
-    members: dict[str, _Member] = field(default_factory=dict)
-    instances: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    owners: dict[TopicPartition, str] = field(default_factory=dict)  # partition -> owning member id
-    fenced: dict[str, str] = field(default_factory=dict)  # fenced member id -> instance id
-    partition_counts: dict[str, int] = field(default_factory=dict)
-    barrier: bool = False  # eager rebalance: nothing is granted until every member released everything
-
-
-def _check_subscription(topics: Iterable[str]) -> frozenset[str]:
-    if isinstance(topics, str):
-        raise InvalidArgumentError("topics must be a collection of topic names, not one string")
-    subscribed = frozenset(validate_topic(t) for t in topics)
-    if not subscribed:
-        raise InvalidArgumentError("a group member must subscribe to at least one topic")
-    return subscribed
-
-
-def _check_released(released: Iterable[TopicPartition]) -> list[TopicPartition]:
-    out = []
-    for tp in released:
-        if not isinstance(tp, tuple) or len(tp) != 2:
-            raise InvalidArgumentError(f"invalid released partition {tp!r}: use (topic, partition)")
-        out.append((tp[0], tp[1]))
-    return out
-
-
-class GroupCoordinator(OffsetCalls):
+class GroupCoordinator(OffsetCalls, ClassicMemberCalls):
     """Consumer groups of one broker (see the module docstring for the protocol). Thread-safe.
 
     ``partitions_for(topic)`` returns a topic's partition count and raises
@@ -216,10 +169,11 @@ class GroupCoordinator(OffsetCalls):
             lambda client_id: f"{client_id[:64] or 'member'}-{uuid.uuid4().hex}"
         )
         self._lock = threading.Lock()
-        self._groups: dict[str, _GroupState] = {}
+        self._groups: dict[str, GroupEntry] = {}
         # When to look at each member (group, member id) next: its session or revocation deadline.
         self._deadlines: Deadlines[tuple[str, str]] = Deadlines()
         self._member_count = 0
+        self._downgradable: set[str] = set()
         self._init_commit_locks()
         self.changed = GroupChanged()
         """Notified (per group) on every change a member could act on; long-polls wait on it."""
@@ -248,7 +202,7 @@ class GroupCoordinator(OffsetCalls):
         ``owner``: the principal joining (None: a trusted caller); see "Ownership" above.
         """
         validate_group(group)
-        subscribed = _check_subscription(topics)
+        subscribed = check_subscription(topics)
         get_assignor(assignor)
         check_int("session_timeout_ms", session_timeout_ms, 1)
         self.limits.check_session_timeout(group, session_timeout_ms)
@@ -266,7 +220,7 @@ class GroupCoordinator(OffsetCalls):
             raise InconsistentGroupProtocolError(group, assignor, "a Kafka client group (classic protocol)")
         with self._lock:
             now = self._expire_locked()
-            g = self._groups.setdefault(group, _GroupState(group))
+            g = self._groups.setdefault(group, GroupEntry(group))
             try:
                 return self._join_locked(
                     g,
@@ -287,7 +241,7 @@ class GroupCoordinator(OffsetCalls):
 
     def _join_locked(
         self,
-        g: _GroupState,
+        g: GroupEntry,
         subscribed: frozenset[str],
         *,
         member_id: str | None,
@@ -314,7 +268,7 @@ class GroupCoordinator(OffsetCalls):
             if new_member_id is not None and (new_member_id in g.members or new_member_id in g.fenced):
                 raise InvalidArgumentError(f"member id {new_member_id!r} is taken in group {g.name!r}")
             self._check_room_locked(g)
-            member = _Member(
+            member = Member(
                 member_id=new_member_id or self._new_member_id(client_id),
                 instance_id=instance_id,
                 client_id=client_id,
@@ -347,7 +301,7 @@ class GroupCoordinator(OffsetCalls):
         member.generation = g.generation
         return JoinResult(member.member_id, g.generation, assignor, rebalance)
 
-    def _check_room_locked(self, g: _GroupState) -> None:
+    def _check_room_locked(self, g: GroupEntry) -> None:
         """Kafka's ``group.max.size`` for the group, and LKSTREAM's bound on all groups together."""
         if len(g.members) >= self.limits.max_group_size:
             raise GroupMaxSizeReachedError(g.name, self.limits.max_group_size, "the group")
@@ -355,23 +309,23 @@ class GroupCoordinator(OffsetCalls):
             raise GroupMaxSizeReachedError(g.name, self.limits.max_members, "all groups together")
 
     def _find_joining_locked(
-        self, g: _GroupState, member_id: str | None, instance_id: str | None, owner: str | None
-    ) -> _Member | None:
+        self, g: GroupEntry, member_id: str | None, instance_id: str | None, owner: str | None
+    ) -> Member | None:
         """The member a join continues (a known id, or a static takeover); None for a new member."""
         if member_id is not None and member_id in g.members:
-            return _owned_by(g, g.members[member_id], owner)
+            return owned_by(g, g.members[member_id], owner)
         if member_id is not None and member_id in g.fenced:
             # A zombie of a restarted static member must not fence its successor in turn.
             self._raise_unknown(g, member_id)
         if instance_id is not None and instance_id in g.instances:
-            return self._take_over_locked(g, _owned_by(g, g.members[g.instances[instance_id]], owner))
+            return self._take_over_locked(g, owned_by(g, g.members[g.instances[instance_id]], owner))
         if member_id is not None:
             self._raise_unknown(g, member_id)
         return None
 
-    def _take_over_locked(self, g: _GroupState, old: _Member) -> _Member:
+    def _take_over_locked(self, g: GroupEntry, old: Member) -> Member:
         """A static member restarted: a new member id inherits the old one's identity; the old id is fenced."""
-        new = _Member(
+        new = Member(
             member_id=self._new_member_id(old.client_id),
             instance_id=old.instance_id,
             client_id=old.client_id,
@@ -386,11 +340,12 @@ class GroupCoordinator(OffsetCalls):
             target=old.target,
             revoke_since=old.revoke_since,
             owner=old.owner,
+            classic=old.classic,
         )
         del g.members[old.member_id]
         g.members[new.member_id] = new
         self._deadlines.cancel((g.name, old.member_id))
-        self._deadlines.schedule((g.name, new.member_id), _deadline(new))
+        self._deadlines.schedule((g.name, new.member_id), deadline_of(new))
         assert old.instance_id is not None
         g.instances[old.instance_id] = new.member_id
         for tp in new.owned:
@@ -415,7 +370,7 @@ class GroupCoordinator(OffsetCalls):
         ``generation`` (if given) must not be newer than the group's. The
         member's generation becomes the group's current one.
         """
-        freed = _check_released(released)
+        freed = check_released(released)
         with self._lock:
             now = self._expire_locked()
             g, member = self._live_member_locked(group, member_id, owner)
@@ -442,7 +397,7 @@ class GroupCoordinator(OffsetCalls):
         owner: str | None = None,
     ) -> SyncResult:
         """The member's assignment, once it is stable for that member; else :class:`RebalanceInProgressError`."""
-        freed = _check_released(released)
+        freed = check_released(released)
         with self._lock:
             now = self._expire_locked()
             g, member = self._live_member_locked(group, member_id, owner)
@@ -539,12 +494,12 @@ class GroupCoordinator(OffsetCalls):
 
     # -- internals (all under self._lock) ------------------------------------------------------------
 
-    def _raise_unknown(self, g: _GroupState | None, member_id: str) -> None:
+    def _raise_unknown(self, g: GroupEntry | None, member_id: str) -> None:
         if g is not None and member_id in g.fenced:
             raise FencedInstanceError(g.name, member_id, g.fenced[member_id])
         raise UnknownMemberError(g.name if g is not None else "?", member_id)
 
-    def _live_member_locked(self, group: str, member_id: str, owner: str | None = None) -> tuple[_GroupState, _Member]:
+    def _live_member_locked(self, group: str, member_id: str, owner: str | None = None) -> tuple[GroupEntry, Member]:
         validate_group(group)
         validate_member_id(member_id)
         g = self._groups.get(group)
@@ -553,7 +508,7 @@ class GroupCoordinator(OffsetCalls):
                 raise UnknownMemberError(group, member_id)
             self._raise_unknown(g, member_id)
         assert g is not None
-        member = _owned_by(g, g.members[member_id], owner)
+        member = owned_by(g, g.members[member_id], owner)
         member.last_seen = self._clock.monotonic_ms()
         return g, member
 
@@ -570,7 +525,7 @@ class GroupCoordinator(OffsetCalls):
         owner: str | None,
     ) -> None:
         _group, member = self._live_member_locked(group, member_id, owner)
-        check_stale(group, member_id, generation, member.generation)
+        check_stale(group, member_id, generation, self.commit_generation(member))
         check_owns(group, member_id, member.owned, partitions)
 
     def _count(self, topic: str) -> int:
@@ -585,10 +540,10 @@ class GroupCoordinator(OffsetCalls):
             if pid >= count:
                 raise InvalidArgumentError(f"invalid partition {pid} for topic {topic!r}: it has {count} partition(s)")
 
-    def _counts_locked(self, g: _GroupState) -> dict[str, int]:
+    def _counts_locked(self, g: GroupEntry) -> dict[str, int]:
         return {t: self._count(t) for t in sorted({t for m in g.members.values() for t in m.topics})}
 
-    def _rebalance_locked(self, g: _GroupState, now: float) -> None:
+    def _rebalance_locked(self, g: GroupEntry, now: float) -> None:
         """Compute a new target with the group's assignor and start a new generation."""
         g.generation += 1
         g.partition_counts = self._counts_locked(g)
@@ -611,13 +566,13 @@ class GroupCoordinator(OffsetCalls):
             self._update_revoke_clock(g, member, now)
         self.changed.notify(g.name)
 
-    def _to_revoke(self, g: _GroupState, member: _Member) -> set[TopicPartition]:
+    def _to_revoke(self, g: GroupEntry, member: Member) -> set[TopicPartition]:
         return set(member.owned) if g.barrier else member.owned - member.target
 
-    def _stable_for(self, g: _GroupState, member: _Member) -> bool:
+    def _stable_for(self, g: GroupEntry, member: Member) -> bool:
         return not g.barrier and member.owned == member.target
 
-    def _update_revoke_clock(self, g: _GroupState, member: _Member, now: float) -> None:
+    def _update_revoke_clock(self, g: GroupEntry, member: Member, now: float) -> None:
         if not self._to_revoke(g, member):
             member.revoke_since = None
         elif member.revoke_since is None:
@@ -625,7 +580,7 @@ class GroupCoordinator(OffsetCalls):
             self._deadlines.schedule((g.name, member.member_id), now + member.rebalance_timeout_ms)
 
     def _reconcile_locked(
-        self, g: _GroupState, member: _Member, released: list[TopicPartition], now: float
+        self, g: GroupEntry, member: Member, released: list[TopicPartition], now: float
     ) -> set[TopicPartition]:
         changed = False
         for tp in released:
@@ -648,7 +603,7 @@ class GroupCoordinator(OffsetCalls):
             self.changed.notify(g.name)  # others may now be granted what was freed
         return assigned
 
-    def _remove_locked(self, g: _GroupState, member: _Member, now: float) -> None:
+    def _remove_locked(self, g: GroupEntry, member: Member, now: float) -> None:
         for tp in member.owned:
             del g.owners[tp]
         del g.members[member.member_id]
@@ -656,16 +611,17 @@ class GroupCoordinator(OffsetCalls):
         self._deadlines.cancel((g.name, member.member_id))
         if member.instance_id is not None and g.instances.get(member.instance_id) == member.member_id:
             del g.instances[member.instance_id]
+        self._note_removed_locked(g, member)
         self._rebalance_locked(g, now)
         self._drop_if_empty_locked(g)
 
-    def _drop_if_empty_locked(self, g: _GroupState) -> None:
+    def _drop_if_empty_locked(self, g: GroupEntry) -> None:
         """Forget a group without members: nothing of it is needed (its offsets are in the store)."""
         if not g.members and self._groups.get(g.name) is g:
             del self._groups[g.name]
             self.changed.forget(g.name)
 
-    def _state_locked(self, g: _GroupState) -> GroupState:
+    def _state_locked(self, g: GroupEntry) -> GroupState:
         if not g.members:
             return GroupState.EMPTY
         if g.barrier or any(m.owned != m.target for m in g.members.values()):
@@ -691,20 +647,5 @@ class GroupCoordinator(OffsetCalls):
                 self._remove_locked(g, member, now)
                 removed += 1
             else:
-                self._deadlines.schedule((name, member_id), _deadline(member))
+                self._deadlines.schedule((name, member_id), deadline_of(member))
         return removed
-
-
-def _deadline(member: _Member) -> float:
-    """When ``member`` expires unless heard from (session) or it releases what it must (rebalance)."""
-    session = member.last_seen + member.session_timeout_ms
-    if member.revoke_since is None:
-        return session
-    return min(session, member.revoke_since + member.rebalance_timeout_ms)
-
-
-def _owned_by(g: _GroupState, member: _Member, owner: str | None) -> _Member:
-    """``member``, unless ``owner`` is a principal other than the one that joined with it."""
-    if owner is not None and owner != member.owner:
-        raise MemberOwnerError(g.name, member.member_id, owner)
-    return member

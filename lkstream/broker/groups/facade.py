@@ -21,6 +21,7 @@ from lkstream.broker.groups.classic import (
     decode_assignment,
     decode_subscription,
 )
+from lkstream.broker.groups.conversion import run_downgrades
 from lkstream.broker.groups.coordinator import (
     DEFAULT_ASSIGNOR,
     DEFAULT_REBALANCE_TIMEOUT_MS,
@@ -202,6 +203,15 @@ class GroupCalls:
         if not start <= to <= end:
             raise OffsetOutOfRangeError(topic, pid, to, start, end)
         return to
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    def tick_groups(self) -> None:
+        """Expire silent members of both coordinators and hand back groups whose last consumer-protocol
+        member went (KIP-848's online downgrade); the broker's group thread calls it."""
+        self.groups.tick()
+        self.classic_groups.tick()
+        run_downgrades(self.classic_groups, self.groups, self.groups.limits.migration_policy)
 
     # -- inspection ------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""``GroupLimits``: the bounds both group coordinators enforce (BrokerConfig's ``group_*`` keys).
+"""``GroupLimits``: the bounds (and the conversion policy) of both group coordinators (BrokerConfig's group keys).
 
 Kafka's own bounds (``group.min.session.timeout.ms``, ``group.max.session.timeout.ms``,
 ``group.max.size``, ``offset.metadata.max.bytes``) with Kafka's defaults, and one LKSTREAM
@@ -10,7 +10,7 @@ grow the coordinators without end.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from lkstream.errors import InvalidSessionTimeoutError, OffsetMetadataTooLargeError
 
@@ -35,6 +35,8 @@ class GroupLimits:
     max_group_size: int = MAX_GROUP_SIZE
     max_members: int = MAX_MEMBERS
     offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES
+    #: Kafka's ``group.consumer.migration.policy`` (:mod:`lkstream.broker.groups.conversion`).
+    migration_policy: Literal["bidirectional", "upgrade", "downgrade", "disabled"] = "bidirectional"
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> GroupLimits:
@@ -44,6 +46,7 @@ class GroupLimits:
             max_group_size=config.group_max_size,
             max_members=config.max_group_members,
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            migration_policy=config.group_consumer_migration_policy,
         )
 
     def check_session_timeout(self, group: str, session_timeout_ms: int) -> None:

@@ -24,6 +24,7 @@ from lkstream.broker.groups.classic import ClassicState, MemberIdRequiredError
 from lkstream.errors import GroupMaxSizeReachedError, GroupNotEmptyError, LkstreamError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import NODE_ID, RequestContext
+from lkstream.kafka.handlers import classic_routing
 from lkstream.kafka.handlers.offsets import group_error, offset_commit, offset_fetch
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
@@ -100,7 +101,8 @@ async def join_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
         return answer(ErrorCode.group_authorization_failed)
     session_ms = _ms(request.session_timeout)
     try:
-        future = ctx.server.groups.join(
+        joined = await classic_routing.join(
+            ctx,
             request.group_id,
             member_id=request.member_id,
             instance_id=getattr(request, "group_instance_id", None),
@@ -109,11 +111,8 @@ async def join_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", session_ms)),
             client_id=header.client_id,
-            client_host=ctx.client_host,
             require_known_member_id=version >= 4,
-            owner=ctx.owner,
         )
-        joined = await asyncio.wrap_future(future)
     except MemberIdRequiredError as exc:
         return answer(ErrorCode.member_id_required, member_id=exc.member_id)
     except GroupMaxSizeReachedError:
@@ -139,22 +138,22 @@ async def sync_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
     request = kio_codec.decode_request(ApiKey.SYNC_GROUP, header.api_version, frame, header.body_offset)
     response_cls = kio_codec.response_type(ApiKey.SYNC_GROUP, header.api_version)
     group = ctx.server.groups.snapshot(request.group_id)
-    protocol_type = group.protocol_type if group else None
-    protocol = group.protocol if group else None
+    protocol_type = group.protocol_type if group else getattr(request, "protocol_type", None)
+    protocol = group.protocol if group else getattr(request, "protocol_name", None)
     code: int
     if not ctx.allowed("read", "group", request.group_id):
         code, assignment = ErrorCode.group_authorization_failed, b""
     else:
         try:
-            future = ctx.server.groups.sync(
+            assignment = await classic_routing.sync(
+                ctx,
                 request.group_id,
                 request.member_id,
                 request.generation_id,
-                {a.member_id: bytes(a.assignment) for a in request.assignments},
-                getattr(request, "group_instance_id", None),
-                owner=ctx.owner,
+                assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+                instance_id=getattr(request, "group_instance_id", None),
             )
-            code, assignment = 0, await asyncio.wrap_future(future)
+            code = 0
         except LkstreamError as exc:
             code, assignment = group_error(exc), b""
     return kio_codec.encode(
@@ -172,12 +171,12 @@ async def heartbeat(ctx: RequestContext, header: RequestHeader, frame: bytes) ->
         code = ErrorCode.group_authorization_failed
     else:
         try:
-            ctx.server.groups.heartbeat(
+            classic_routing.heartbeat(
+                ctx,
                 request.group_id,
                 request.member_id,
                 request.generation_id,
                 getattr(request, "group_instance_id", None),
-                owner=ctx.owner,
             )
         except LkstreamError as exc:
             code = group_error(exc)
@@ -193,7 +192,7 @@ async def leave_group(ctx: RequestContext, header: RequestHeader, frame: bytes) 
         leaving = [(request.member_id, None)]
     if not ctx.allowed("read", "group", request.group_id):
         return kio_codec.encode(kio_codec.make(response_cls, error_code=ErrorCode.group_authorization_failed))
-    results = ctx.server.groups.leave(request.group_id, leaving, owner=ctx.owner)
+    results = classic_routing.leave(ctx, request.group_id, leaving)
     codes = [0 if r is None else group_error(r) for r in results]
     if header.api_version < 3:
         return kio_codec.encode(kio_codec.make(response_cls, error_code=codes[0]))
