@@ -407,3 +407,31 @@ def test_consumer_protocol_payloads_decode_and_garbage_decodes_to_nothing() -> N
     assert decode_assignment(_assignment({"a": [0, 2], "b": [1]})) == {("a", 0), ("a", 2), ("b", 1)}
     assert decode_subscription(b"\x00") == frozenset()
     assert decode_assignment(b"\x00\x01\x00\x00\x00\x05") == frozenset()
+
+
+def test_a_member_answered_after_a_long_rebalance_is_not_expired_at_once() -> None:
+    """Its session restarts with the answer (Kafka's completeAndScheduleNextHeartbeatExpiration): a
+    member that waited longer than its session for the others must still have time to sync."""
+    env = Env()
+    first = env.new_member()
+    env.groups.sync("g", first.member_id, first.generation, {}).result(0)
+    second = env.join(pending_id(env), known=True)  # waits for the first member to rejoin
+    for _ in range(5):  # the first member keeps its session alive, but rejoins only after 25 s
+        env.clock.advance(5_000)
+        with pytest.raises(RebalanceInProgressError):
+            env.groups.heartbeat("g", first.member_id, first.generation)
+    env.join(first.member_id, known=True).result(0)
+    answer = second.result(0)
+    env.clock.advance(1)
+    env.groups.tick()
+    snapshot = env.groups.snapshot("g")
+    assert snapshot is not None and answer.member_id in snapshot.members  # still there, free to sync
+    synced = env.groups.sync("g", answer.member_id, answer.generation, {})
+    env.groups.sync("g", first.member_id, answer.generation, {answer.member_id: b"a"}).result(0)  # the leader's
+    assert synced.result(0) == b"a"
+
+
+def pending_id(env: Env) -> str:
+    with pytest.raises(MemberIdRequiredError) as required:
+        env.join(known=True)
+    return required.value.member_id

@@ -595,3 +595,16 @@ def test_verify_replays_the_journal_and_reports_its_damage(tmp_path: Path) -> No
     journal_path(tmp_path).write_bytes(bytes(data))
     errors = [p for p in verify_data_dir(str(tmp_path)).problems if p.severity == "error"]
     assert len(errors) == 1 and errors[0].position == len(JOURNAL_MAGIC)
+
+
+def test_hashed_offset_file_golden_vector(tmp_path: Path) -> None:
+    """The second example of docs/format.md, section 9.5: metadata, and a group id the readable name cannot carry."""
+    store = OffsetStore(str(tmp_path), clock=ManualClock(1_700_000_000_000))
+    store.commit_many("payments team/eu", {("market.ticks", 0): 2}, metadata={("market.ticks", 0): "host-7"})
+    store.close()
+    path = tmp_path / "offsets" / "~6d7aa3dfb11d55ffe3b1c264d2659d0c8f852a8a.offset"
+    assert store.path_for("payments team/eu", "market.ticks", 0) == str(path)
+    assert path.read_bytes() == (
+        b'{"offset": 2, "committed_ms": 1700000000000, "metadata": "host-7", '
+        b'"group": "payments team/eu", "topic": "market.ticks", "partition": 0}\n'
+    )

@@ -20,7 +20,7 @@ State machine (Kafka's names)::
   (oldest first) when all groups together hold ``limits.max_members``.
 * A join's session timeout must lie within ``limits`` (Kafka's
   ``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms``:
-  INVALID_SESSION_TIMEOUT otherwise); a group takes at most
+  INVALIDSESSION_TIMEOUT otherwise); a group takes at most
   ``limits.max_group_size`` members (GROUP_MAX_SIZE_REACHED, Kafka's rule).
 * A rebalance completes when every member has sent its JoinGroup, or when the
   longest rebalance timeout passed (members that did not rejoin are removed).
@@ -61,7 +61,6 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 from lkstream.broker.groups.classic_handover import ClassicHandover
 from lkstream.broker.groups.classic_state import (
@@ -79,13 +78,13 @@ from lkstream.broker.groups.classic_state import (
     run,
     select_protocol,
 )
+from lkstream.broker.groups.classic_upkeep import PENDING, REBALANCE, SESSION, ClassicStats, ClassicUpkeep, Due
 from lkstream.broker.groups.consumer_protocol import decode_assignment, decode_subscription
 from lkstream.broker.groups.deadlines import Deadlines
 from lkstream.broker.groups.limits import GroupLimits
 from lkstream.errors import (
     FencedInstanceError,
     GroupError,
-    GroupMaxSizeReachedError,
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
     InvalidArgumentError,
@@ -110,22 +109,8 @@ __all__ = [
     "decode_subscription",
 ]
 
-# Deadline keys: (kind, group, member id); kinds: a member's session, a pending id, a group's rebalance.
-_SESSION, _PENDING, _REBALANCE = "session", "pending", "rebalance"
-_Due = tuple[str, str, str]
 
-
-@dataclass(frozen=True)
-class ClassicStats:
-    """What the classic coordinator holds (bounded: see :class:`~lkstream.broker.groups.limits.GroupLimits`)."""
-
-    groups: int
-    members: int
-    pending: int
-    deadlines: int
-
-
-class ClassicGroups(ClassicHandover):
+class ClassicGroups(ClassicUpkeep, ClassicHandover):
     """The classic-protocol groups of one broker (see the module docstring). Thread-safe."""
 
     def __init__(
@@ -140,7 +125,7 @@ class ClassicGroups(ClassicHandover):
         self._groups: dict[str, ClassicGroup] = {}
         self._in_other = in_other_coordinator
         self.limits = limits or GroupLimits()
-        self._deadlines: Deadlines[_Due] = Deadlines()
+        self._deadlines: Deadlines[Due] = Deadlines()
         self._pending_order: OrderedDict[tuple[str, str], None] = OrderedDict()  # oldest first
         self._member_count = 0
 
@@ -204,7 +189,7 @@ class ClassicGroups(ClassicHandover):
                 member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
                 member.last_seen = now
                 member.join = future
-                self._deadlines.schedule((_SESSION, group, member.member_id), now + session_timeout_ms)
+                self._deadlines.schedule((SESSION, group, member.member_id), now + session_timeout_ms)
                 # Kafka answers an unchanged follower at once in some states; a rebalance is always correct.
                 if g.state is not ClassicState.PREPARING_REBALANCE:
                     self._prepare_rebalance_locked(g, now, done)
@@ -233,35 +218,6 @@ class ClassicGroups(ClassicHandover):
         common = set.intersection(*({name for name, _ in m.protocols} for m in others))
         if not common & {name for name, _ in offered}:
             raise InconsistentGroupProtocolError(g.name, ",".join(n for n, _ in offered), ",".join(sorted(common)))
-
-    def _check_size_locked(self, g: ClassicGroup, member_id: str, now: float, done: list[Completion]) -> None:
-        """Kafka's ``acceptJoiningMember``: a full group refuses new members (and one that shrank, the last ones)."""
-        limit = self.limits.max_group_size
-        known = g.members.get(member_id) if member_id else None
-        if g.state in (ClassicState.EMPTY, ClassicState.DEAD):
-            return
-        if g.state is ClassicState.PREPARING_REBALANCE:
-            accepted = (known is not None and known.join is not None) or g.awaiting_join() < limit
-        else:
-            accepted = known is not None or len(g.members) < limit
-        if not accepted:
-            if known is not None:
-                self._remove_locked(g, known)
-                self._member_left_locked(g, now, done)
-            raise GroupMaxSizeReachedError(g.name, limit, "the group")
-
-    def _make_room_locked(self, g: ClassicGroup) -> None:
-        """Keep all groups together under ``limits.max_members``: forget the oldest pending ids, else refuse."""
-        limit = self.limits.max_members
-        while self._member_count + len(self._pending_order) >= limit and self._pending_order:
-            (name, oldest), _ = self._pending_order.popitem(last=False)
-            holder = self._groups.get(name)
-            if holder is not None:
-                self._forget_pending_locked(holder, oldest)
-                if holder is not g:
-                    self._drop_if_idle_locked(holder)
-        if self._member_count + len(self._pending_order) >= limit:
-            raise GroupMaxSizeReachedError(g.name, limit, "all groups together")
 
     def _admit_locked(
         self,
@@ -300,7 +256,7 @@ class ClassicGroups(ClassicHandover):
         if require_known and instance_id is None:
             g.pending[new_id] = PendingMember(now + session_timeout_ms, owner)
             self._pending_order[(g.name, new_id)] = None
-            self._deadlines.schedule((_PENDING, g.name, new_id), now + session_timeout_ms)
+            self._deadlines.schedule((PENDING, g.name, new_id), now + session_timeout_ms)
             raise MemberIdRequiredError(g.name, new_id)
         return self._add_member_locked(g, new_id, instance_id, now, owner)
 
@@ -322,8 +278,8 @@ class ClassicGroups(ClassicHandover):
         g.members[new.member_id] = new
         g.instances[old.instance_id] = new.member_id
         g.fenced.add(old.member_id)
-        self._deadlines.cancel((_SESSION, g.name, old.member_id))
-        self._deadlines.schedule((_SESSION, g.name, new.member_id), new.last_seen + new.session_timeout_ms)
+        self._deadlines.cancel((SESSION, g.name, old.member_id))
+        self._deadlines.schedule((SESSION, g.name, new.member_id), new.last_seen + new.session_timeout_ms)
         if g.leader == old.member_id:
             g.leader = new.member_id
         for waiter in (old.join, old.sync):
@@ -346,7 +302,7 @@ class ClassicGroups(ClassicHandover):
         g.state = ClassicState.PREPARING_REBALANCE
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
         g.rebalance_deadline = now + timeout
-        self._deadlines.schedule((_REBALANCE, g.name, ""), g.rebalance_deadline)
+        self._deadlines.schedule((REBALANCE, g.name, ""), g.rebalance_deadline)
 
     def _maybe_complete_join_locked(
         self, g: ClassicGroup, now: float, done: list[Completion], *, force: bool = False
@@ -358,7 +314,7 @@ class ClassicGroups(ClassicHandover):
         for member in [m for m in g.members.values() if m.join is None]:
             self._remove_locked(g, member)
         g.generation += 1
-        self._deadlines.cancel((_REBALANCE, g.name, ""))
+        self._deadlines.cancel((REBALANCE, g.name, ""))
         if not g.members:
             g.state, g.protocol, g.protocol_type, g.leader = ClassicState.EMPTY, None, None, None
             return
@@ -550,10 +506,6 @@ class ClassicGroups(ClassicHandover):
         with self._lock:
             return sorted(name for name, g in self._groups.items() if g.members or g.generation)
 
-    def stats(self) -> ClassicStats:
-        with self._lock:
-            return ClassicStats(len(self._groups), self._member_count, len(self._pending_order), len(self._deadlines))
-
     def forget(self, group: str) -> None:
         """Drop an empty group (DeleteGroups); GroupNotEmptyError while it has members."""
         with self._lock:
@@ -586,7 +538,7 @@ class ClassicGroups(ClassicHandover):
     def _remove_locked(self, g: ClassicGroup, member: ClassicMember) -> None:
         del g.members[member.member_id]
         self._member_count -= 1
-        self._deadlines.cancel((_SESSION, g.name, member.member_id))
+        self._deadlines.cancel((SESSION, g.name, member.member_id))
         if member.instance_id is not None and g.instances.get(member.instance_id) == member.member_id:
             del g.instances[member.instance_id]
         for waiter in (member.join, member.sync):
@@ -599,56 +551,12 @@ class ClassicGroups(ClassicHandover):
         if not g.members:
             g.state, g.leader = ClassicState.EMPTY, None
             g.generation += 1
-            self._deadlines.cancel((_REBALANCE, g.name, ""))
+            self._deadlines.cancel((REBALANCE, g.name, ""))
             return
         if g.state is ClassicState.PREPARING_REBALANCE:
             self._maybe_complete_join_locked(g, now, done)
         else:
             self._prepare_rebalance_locked(g, now, done)
-
-    def _forget_pending_locked(self, g: ClassicGroup, member_id: str) -> None:
-        g.pending.pop(member_id, None)
-        self._pending_order.pop((g.name, member_id), None)
-        self._deadlines.cancel((_PENDING, g.name, member_id))
-
-    def _drop_if_idle_locked(self, g: ClassicGroup) -> None:
-        if g.idle and self._groups.get(g.name) is g:
-            del self._groups[g.name]
-            self._deadlines.cancel((_REBALANCE, g.name, ""))
-
-    def _expire_locked(self, now: float, done: list[Completion]) -> None:
-        """Act on the deadlines that are due: O(log n) each, never a walk over all groups."""
-        for kind, name, member_id in self._deadlines.pop_due(now):
-            g = self._groups.get(name)
-            if g is None:
-                continue
-            if kind == _PENDING:
-                pending = g.pending.get(member_id)
-                if pending is not None and pending.deadline <= now:
-                    self._forget_pending_locked(g, member_id)
-                elif pending is not None:
-                    self._deadlines.schedule((kind, name, member_id), pending.deadline)
-            elif kind == _SESSION:
-                self._check_session_locked(g, member_id, now, done)
-            elif g.state is ClassicState.PREPARING_REBALANCE:
-                if now >= g.rebalance_deadline:
-                    self._maybe_complete_join_locked(g, now, done, force=True)
-                else:
-                    self._deadlines.schedule((kind, name, ""), g.rebalance_deadline)
-            self._drop_if_idle_locked(g)
-
-    def _check_session_locked(self, g: ClassicGroup, member_id: str, now: float, done: list[Completion]) -> None:
-        member = g.members.get(member_id)
-        if member is None:
-            return
-        deadline = member.last_seen + member.session_timeout_ms
-        if member.waiting:
-            self._deadlines.schedule((_SESSION, g.name, member_id), now + member.session_timeout_ms)
-        elif now > deadline:
-            self._remove_locked(g, member)
-            self._member_left_locked(g, now, done)
-        else:
-            self._deadlines.schedule((_SESSION, g.name, member_id), deadline)
 
     @staticmethod
     def _fail_later(done: list[Completion], future: Future[bytes], error: Exception) -> None:

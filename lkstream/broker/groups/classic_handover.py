@@ -24,6 +24,7 @@ from lkstream.broker.groups.classic_state import (
     run,
     select_protocol,
 )
+from lkstream.broker.groups.classic_upkeep import SESSION
 from lkstream.broker.groups.consumer_protocol import (
     decode_assignment,
     decode_subscription,
@@ -37,8 +38,6 @@ from lkstream.storage.clock import Clock
 
 if TYPE_CHECKING:
     from lkstream.broker.groups.coordinator import GroupCoordinator
-
-_SESSION = "session"
 
 
 class ClassicHandover:
@@ -77,7 +76,7 @@ class ClassicHandover:
                             done.append(functools.partial(reject, waiter, error))
                     del g.members[member.member_id]
                     self._member_count -= 1
-                    self._deadlines.cancel((_SESSION, group, member.member_id))
+                    self._deadlines.cancel((SESSION, group, member.member_id))
                 for member_id in list(g.pending):
                     self._forget_pending_locked(g, member_id)
                 self._drop_if_idle_locked(g)
@@ -134,7 +133,7 @@ class ClassicHandover:
         self._member_count += 1
         if adopted.instance_id is not None:
             g.instances[adopted.instance_id] = adopted.member_id
-        self._deadlines.schedule((_SESSION, g.name, adopted.member_id), now + adopted.session_timeout_ms)
+        self._deadlines.schedule((SESSION, g.name, adopted.member_id), now + adopted.session_timeout_ms)
 
     # What the mixin needs from ClassicGroups.
     @abstractmethod

@@ -96,6 +96,7 @@ from lkstream.broker.groups.coordinator_state import (
     deadline_of,
     owned_by,
 )
+from lkstream.broker.groups.coordinator_upkeep import CoordinatorUpkeep
 from lkstream.broker.groups.deadlines import Deadlines
 from lkstream.broker.groups.errors import (
     FencedInstanceError,
@@ -117,7 +118,7 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import GroupMaxSizeReachedError, InvalidArgumentError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import (
     validate_client_id,
@@ -133,7 +134,7 @@ DEFAULT_ASSIGNOR = "range"
 _MAX_FENCED_IDS = 1024  # remembered per group, so a zombie hears "fenced" rather than "unknown"
 
 
-class GroupCoordinator(OffsetCalls, ClassicMemberCalls):
+class GroupCoordinator(CoordinatorUpkeep, OffsetCalls, ClassicMemberCalls):
     """Consumer groups of one broker (see the module docstring for the protocol). Thread-safe.
 
     ``partitions_for(topic)`` returns a topic's partition count and raises
@@ -301,13 +302,6 @@ class GroupCoordinator(OffsetCalls, ClassicMemberCalls):
         member.generation = g.generation
         return JoinResult(member.member_id, g.generation, assignor, rebalance)
 
-    def _check_room_locked(self, g: GroupEntry) -> None:
-        """Kafka's ``group.max.size`` for the group, and LKSTREAM's bound on all groups together."""
-        if len(g.members) >= self.limits.max_group_size:
-            raise GroupMaxSizeReachedError(g.name, self.limits.max_group_size, "the group")
-        if self._member_count >= self.limits.max_members:
-            raise GroupMaxSizeReachedError(g.name, self.limits.max_members, "all groups together")
-
     def _find_joining_locked(
         self, g: GroupEntry, member_id: str | None, instance_id: str | None, owner: str | None
     ) -> Member | None:
@@ -414,24 +408,6 @@ class GroupCoordinator(OffsetCalls, ClassicMemberCalls):
             now = self._expire_locked()
             g, member = self._live_member_locked(group, member_id, owner)
             self._remove_locked(g, member, now)
-
-    def has_members(self, group: str) -> bool:
-        """Whether ``group`` has a live member here (O(1): asked by the other coordinator on every join)."""
-        with self._lock:
-            g = self._groups.get(group)
-            return g is not None and bool(g.members)
-
-    def member_topics(self, group: str, member_id: str) -> frozenset[str] | None:
-        """The subscription of a live member, or None if ``member_id`` is not one."""
-        with self._lock:
-            g = self._groups.get(group)
-            member = None if g is None else g.members.get(member_id)
-            return None if member is None else member.topics
-
-    def stats(self) -> tuple[int, int, int]:
-        """(groups, members, scheduled deadlines) held: bounded by ``limits`` (issue 28, finding 5)."""
-        with self._lock:
-            return len(self._groups), self._member_count, len(self._deadlines)
 
     def tick(self) -> int:
         """Expire dead members and pick up partition-count changes; returns how many members were removed.
@@ -615,37 +591,9 @@ class GroupCoordinator(OffsetCalls, ClassicMemberCalls):
         self._rebalance_locked(g, now)
         self._drop_if_empty_locked(g)
 
-    def _drop_if_empty_locked(self, g: GroupEntry) -> None:
-        """Forget a group without members: nothing of it is needed (its offsets are in the store)."""
-        if not g.members and self._groups.get(g.name) is g:
-            del self._groups[g.name]
-            self.changed.forget(g.name)
-
     def _state_locked(self, g: GroupEntry) -> GroupState:
         if not g.members:
             return GroupState.EMPTY
         if g.barrier or any(m.owned != m.target for m in g.members.values()):
             return GroupState.REBALANCING
         return GroupState.STABLE
-
-    def _expire_locked(self) -> float:
-        now = self._clock.monotonic_ms()
-        self._expire_due_locked(now)
-        return now
-
-    def _expire_due_locked(self, now: float) -> int:
-        """Remove the members whose session or revocation deadline passed; O(log n) per due deadline."""
-        removed = 0
-        for name, member_id in self._deadlines.pop_due(now):
-            g = self._groups.get(name)
-            member = None if g is None else g.members.get(member_id)
-            if g is None or member is None:
-                continue
-            if now - member.last_seen > member.session_timeout_ms or (
-                member.revoke_since is not None and now - member.revoke_since > member.rebalance_timeout_ms
-            ):
-                self._remove_locked(g, member, now)
-                removed += 1
-            else:
-                self._deadlines.schedule((name, member_id), deadline_of(member))
-        return removed
