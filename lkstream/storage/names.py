@@ -84,6 +84,14 @@ def validate_group(name: object) -> str:
     return name
 
 
+def escaped(name: str) -> str:
+    """``name`` for a terminal or a log line: printable characters as they are, the others escaped
+    (``\\x1b``, ``\\n``), so a group id cannot move the cursor or forge a line of output."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode() for c in name)
+
+
 def is_plain_group(name: str) -> bool:
     """Whether ``name`` follows the rule group ids had before issue 24 (the topic rule, no ``__``, no
     trailing ``_``): such ids keep their readable offset file names, ``{group}__{topic}__part{pid}``.

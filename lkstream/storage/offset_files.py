@@ -154,7 +154,7 @@ def _key_in_body(doc: dict[str, Any], name: str) -> Key:
     group, topic, pid = doc["group"], doc["topic"], doc["partition"]
     validate_group(group)
     validate_topic(topic)
-    if not _is_count(pid):
+    if not is_count(pid):
         raise ValueError(f"partition {pid!r} is not a non-negative integer")
     key = (group, topic, pid)
     if offset_file_name(key) != name:
@@ -164,7 +164,7 @@ def _key_in_body(doc: dict[str, Any], name: str) -> Key:
 
 def _value_in_body(doc: dict[str, Any], path: str) -> Value:
     offset = doc["offset"]
-    if not _is_count(offset):
+    if not is_count(offset):
         return CorruptRecordError(f"committed offset {offset!r} is not a non-negative integer", path=path)
     ms = doc.get("committed_ms", 0)
     topic_id = doc.get("topic_id")
@@ -173,7 +173,7 @@ def _value_in_body(doc: dict[str, Any], path: str) -> Value:
     metadata = doc.get("metadata", "")
     if not isinstance(metadata, str):
         return CorruptRecordError(f"metadata {metadata!r} is not a string", path=path)
-    return Committed(offset, ms if _is_count(ms) else 0, topic_id, metadata)
+    return Committed(offset, ms if is_count(ms) else 0, topic_id, metadata)
 
 
 def load_snapshot(directory: str) -> dict[Key, Value]:
@@ -195,5 +195,5 @@ def load_snapshot(directory: str) -> dict[Key, Value]:
     return values
 
 
-def _is_count(value: object) -> bool:
+def is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0

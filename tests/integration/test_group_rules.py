@@ -11,7 +11,11 @@ surface shares with the Kafka listener (tests/kafka_wire/test_kafka_group_rules.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +26,8 @@ from tests.integration.conftest import DaemonFactory
 from tests.integration.http_support import Api
 
 pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[2]
 
 GROUP_IDS = ["with space", "a/b:c@d", "double__under_", "ünïcödé", "g" * 300]
 
@@ -73,3 +79,24 @@ def test_lkstream_commits_keep_their_own_rules(start_daemon: DaemonFactory) -> N
             broker.commit_offsets("strict-group", {("strict", 0): 1})
         broker.commit_offsets("strict-group", {("strict", 0): 0})
         assert broker.describe_group("strict-group").state.value == "Empty"
+
+
+def test_the_cli_shows_any_group_id_without_letting_it_drive_the_terminal(start_daemon: DaemonFactory) -> None:
+    daemon = start_daemon()
+    group = "evil\x1b[2Jgroup\nforged line"  # a Kafka group id may hold control characters
+    with lkstream.connect(daemon.address) as broker:
+        broker.create_topic("shown", 1)
+        broker.produce_many_sync("shown", [(None, b"a")])
+        broker.commit_offsets(group, {("shown", 0): 1})
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "lkstream.cli", "groups", "list", "--bootstrap", daemon.address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "evil\\x1b[2Jgroup\\nforged line" in done.stdout
+    assert "\x1b" not in done.stdout and "forged line" not in done.stdout.replace("\\nforged line", "")

@@ -608,3 +608,36 @@ def test_hashed_offset_file_golden_vector(tmp_path: Path) -> None:
         b'{"offset": 2, "committed_ms": 1700000000000, "metadata": "host-7", '
         b'"group": "payments team/eu", "topic": "market.ticks", "partition": 0}\n'
     )
+
+
+def test_verify_reads_hashed_offset_files_and_reports_a_damaged_one(tmp_path: Path) -> None:
+    from lkstream import Broker
+    from lkstream.storage.verify import verify_data_dir
+
+    with Broker(persist_dir=str(tmp_path)) as broker:
+        broker.create_topic("t", 1)
+        broker.produce_many_sync("t", [(None, b"v")])
+        broker.commit_offsets("a b/c", {("t", 0): 1})
+        broker.commit_offsets("plain", {("t", 0): 1})
+    report = verify_data_dir(str(tmp_path))
+    assert report.offset_files == 2 and report.problems == []
+    (hashed,) = (tmp_path / "offsets").glob("~*.offset")
+    hashed.write_bytes(b"{half")
+    damaged = verify_data_dir(str(tmp_path)).problems
+    assert [(p.severity, Path(p.path).name) for p in damaged] == [("error", hashed.name)]
+    assert "its key is unknown" in damaged[0].message
+
+
+def test_backup_and_restore_keep_kafka_group_ids_and_metadata(tmp_path: Path) -> None:
+    from lkstream import Broker
+    from lkstream.storage.backup import backup_data_dir, restore_backup
+
+    with Broker(persist_dir=str(tmp_path / "data")) as broker:
+        broker.create_topic("t", 1)
+        broker.produce_many_sync("t", [(None, b"v")])
+        broker.groups.commit_unfenced("ünï code/g", {("t", 0): 1}, metadata={("t", 0): "note"}, any_offset=True)
+    backup_data_dir(str(tmp_path / "data"), str(tmp_path / "backup"))
+    restore_backup(str(tmp_path / "backup"), str(tmp_path / "restored"))
+    with OffsetStore(str(tmp_path / "restored"), read_only=True) as restored:
+        found = restored.read_committed_metadata("ünï code/g", "t", 0)
+    assert found is not None and (found.offset, found.metadata) == (1, "note")
