@@ -252,3 +252,20 @@ def test_an_empty_coordinator_group_with_offsets_is_listed_as_empty(coordinator:
     coordinator.commit("g", None, None, {("t", 0): 0})
     assert coordinator.describe("g").state is GroupState.EMPTY
     assert coordinator.stats()[0] == 0
+
+
+def test_the_broker_tick_visits_every_group_only_after_a_topic_change(tmp_path: Path) -> None:
+    from lkstream import Broker
+
+    with Broker(persist_dir=str(tmp_path / "data")) as broker:
+        broker.create_topic("t", 2)
+        for i in range(100):
+            broker.join_group(f"g{i}", ["t", "later"])
+        broker.tick_groups()  # catches up with the topics as they are
+        walled = broker.groups._groups
+        broker.groups._groups = NoWalk(walled)  # type: ignore[assignment]
+        broker.tick_groups()  # nothing changed: no visit of every group
+        broker.groups._groups = walled
+        broker.produce_many_sync("later", [(None, b"v")])  # auto-created: no topics_changed() call
+        broker.tick_groups()
+        assert broker.describe_group("g0").members[0].target == {("t", 0), ("t", 1), ("later", 0)}

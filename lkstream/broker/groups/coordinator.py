@@ -409,17 +409,20 @@ class GroupCoordinator(CoordinatorUpkeep, OffsetCalls, ClassicMemberCalls):
             g, member = self._live_member_locked(group, member_id, owner)
             self._remove_locked(g, member, now)
 
-    def tick(self) -> int:
-        """Expire dead members and pick up partition-count changes; returns how many members were removed.
+    def tick(self, *, partitions: bool = True) -> int:
+        """Expire dead members and, with ``partitions``, pick up partition-count changes; returns how many
+        members were removed.
 
-        The broker calls this periodically (every few hundred ms is plenty).
+        The broker calls this periodically (every few hundred ms is plenty), with ``partitions`` only
+        when a topic appeared, went or grew since the last look: that check visits every group.
         """
         with self._lock:
             now = self._clock.monotonic_ms()
             removed = self._expire_due_locked(now)
-            for g in self._groups.values():
-                if g.members and self._counts_locked(g) != g.partition_counts:
-                    self._rebalance_locked(g, now)
+            if partitions:
+                for g in self._groups.values():
+                    if g.members and self._counts_locked(g) != g.partition_counts:
+                        self._rebalance_locked(g, now)
             return removed
 
     def topics_changed(self) -> None:
