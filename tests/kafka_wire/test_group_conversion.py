@@ -148,3 +148,23 @@ def test_a_classic_group_of_another_protocol_type_is_not_upgraded(kafka_bootstra
         refused = heartbeat(kafka_bootstrap, member_id="modern-1")
         assert refused.error_code == ErrorCode.group_id_not_found  # type: ignore[attr-defined]
     assert kafka_broker.classic_groups.has_members("gw")
+
+
+def test_a_classic_kafka_client_joins_a_group_of_lkstream_consumers_as_a_classic_member(
+    kafka_bootstrap: str, kafka_broker: Broker
+) -> None:
+    kafka_broker.create_topic("mt", PARTITIONS)
+    native = kafka_broker.join_group(GROUP, ["mt"], assignor="cooperative-sticky")
+    assert len(kafka_broker.heartbeat(GROUP, native.member_id).owned) == PARTITIONS
+    classic = member(kafka_bootstrap, "classic")
+    released: frozenset[tuple[str, int]] = frozenset()
+    deadline = time.monotonic() + DEADLINE_S
+    while owned(classic) != PARTITIONS // 2:
+        assert time.monotonic() < deadline, classic.assignment()
+        classic.poll(0.05)
+        answer = kafka_broker.heartbeat(GROUP, native.member_id, released=released)  # the LKSTREAM member's loop
+        released = answer.revoke
+        assert not {("mt", tp.partition) for tp in classic.assignment()} & (answer.owned - answer.revoke)
+    assert len(answer.owned - answer.revoke) == PARTITIONS // 2
+    kafka_broker.leave_group(GROUP, native.member_id)
+    classic.close()
