@@ -65,6 +65,7 @@ from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, Partition
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.producer_ids import ProducerIdAllocator
+from lkstream.storage.ranges import SendableRead
 from lkstream.storage.topics import TopicSettings, TopicStore
 from lkstream.storage.trash import TrashEmptier
 
@@ -693,6 +694,13 @@ class Broker(GroupCalls):
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise InvalidArgumentError(f"offset must be an integer, got {offset!r}")
         return self.partition(topic, partition).read_raw(offset, max_bytes)
+
+    def fetch_for_send(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, min_one: bool = True, zero_copy: bool = True
+    ) -> SendableRead:
+        """:meth:`fetch` as stored bytes or a file range to send as is (:meth:`Partition.read_for_send`)."""
+        self._check_open()
+        return self.partition(topic, partition).read_for_send(offset, max_bytes, min_one=min_one, zero_copy=zero_copy)
 
     def read_from(
         self,

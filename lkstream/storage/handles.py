@@ -294,6 +294,24 @@ class BudgetedFile:
         finally:
             self._budget._release(self)
 
+    def pinned(self) -> tuple[int, Callable[[], None]]:
+        """The descriptor, kept open (not evicted, not closed by :meth:`close`) until ``unpin()`` is called.
+
+        For read ranges sent after the log's lock is released (:mod:`lkstream.storage.ranges`).
+        """
+        if self._closed:
+            raise StorageError("file is closed", path=self.path)
+        fd = self._budget._acquire(self)
+        released = False
+
+        def unpin() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._budget._release(self)
+
+        return fd, unpin
+
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the end; return the position it starts at."""
         start = self._size
