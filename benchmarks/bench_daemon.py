@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -99,7 +100,8 @@ PY_SPY = REPO / ".venv" / "bin" / "py-spy"
 class DaemonProcess:
     """``python -m lkstream.grpc_server`` on loopback with free ports; stopped by PID."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, server: dict[str, object] | None = None) -> None:
+        """``server``: more ``server.`` settings (e.g. ``{"kafka_zero_copy": False}``)."""
         self.root = root
         data = root / "data"
         config = root / "daemon.yml"
@@ -114,7 +116,7 @@ class DaemonProcess:
             "  grpc_port: 0\n"
             "  http_host: 127.0.0.1\n"
             "  http_port: 0\n"
-            "  kafka_port: 0\n"
+            "  kafka_port: 0\n" + "".join(f"  {key}: {json.dumps(value)}\n" for key, value in (server or {}).items())
         )
         self.stdout_path = root / "daemon.out"
         self.stderr_path = root / "daemon.err"
