@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from lkstream.broker.acks import Acknowledgement
-from lkstream.broker.admission import Admission
+from lkstream.broker.admission import SMALL_REQUEST_BYTES, Admission
 from lkstream.errors import (
     InvalidArgumentError,
     LkstreamError,
@@ -59,6 +59,8 @@ MAX_TIMESTAMP = -3
 MAX_FETCH_WAIT_S = 30.0
 #: A Fetch waits at least this long for room in the admission budget before answering no records.
 _MIN_ADMISSION_WAIT_S = 0.1
+#: What a Fetch holds before it reads: the smallest request the budget counts as record data.
+_ROOM_TO_READ = SMALL_REQUEST_BYTES + 1
 
 
 def _partition_error(error: Exception) -> ErrorCode:
@@ -318,7 +320,7 @@ async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> Hel
     deadline = time.monotonic() + min(request.max_wait.total_seconds(), MAX_FETCH_WAIT_S)
     waited_out = False
     while True:
-        held = await _admit_read(ctx, wanted, max_bytes, deadline)
+        held = await _admit_read(ctx, deadline)
         try:
             answers, total, idle = _read_all(ctx, wanted, max_bytes if held is not None else 0)
         except BaseException:
@@ -359,20 +361,22 @@ def _wanted_partitions(ctx: RequestContext, topics: Any) -> list[_Wanted]:
     return [(topic, pid, offset, limit, allowed[topic]) for (topic, pid), (offset, limit) in merged.items()]
 
 
-async def _admit_read(ctx: RequestContext, wanted: list[_Wanted], max_bytes: int, deadline: float) -> Admission | None:
-    """Hold what one read of ``wanted`` may bring into memory in the admission budget (None: no room in time).
+async def _admit_read(ctx: RequestContext, deadline: float) -> Admission | None:
+    r"""Room in the admission budget for a read that may bring record data into memory (None: none in time).
 
-    The read then answers within that (:meth:`Admission.resize` to what it kept in memory: file
-    ranges take none). Without room before the long poll's deadline the read answers no records,
-    as a poll that found nothing: the client asks again.
+    What is held before the read is one record-data-sized slot, so a Fetch waits while the budget
+    is full of data; the read then :meth:`Admission.resize`\ s it to the bytes it kept in memory
+    (file ranges take none), which never refuses: the reads of a loop turn add at most one answer
+    each beyond the budget, and what they hold is given back once written. Without room before the
+    long poll's deadline the read answers no records, as a poll that found nothing: the client asks
+    again.
     """
-    bound = min(max_bytes, sum(max(0, limit) for _, _, _, limit, allowed in wanted if allowed))
     budget = ctx.broker.admission
-    held = budget.admit_now(bound)
+    held = budget.admit_now(_ROOM_TO_READ)
     if held is not None:
         return held
     try:
-        return await budget.admit(bound, "kafka", max(deadline - time.monotonic(), _MIN_ADMISSION_WAIT_S))
+        return await budget.admit(_ROOM_TO_READ, "kafka", max(deadline - time.monotonic(), _MIN_ADMISSION_WAIT_S))
     except OverloadedError:
         return None
 
