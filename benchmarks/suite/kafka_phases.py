@@ -13,20 +13,26 @@ compare brokers, not clients:
 ``consume_aiokafka``    issue 25: the ``consume`` phase's topic read again with aiokafka (``getmany`` of
                         up to 10,000, 8 MiB per partition as the confluent-kafka consumer).
 ``e2e_10k_aiokafka``    issue 25: produce-to-consume latency at 10,000 msg/s with aiokafka's producer
-                        (``linger_ms`` 1, acks=all) and consumer (``fetch_max_wait_ms`` 10) in one loop.
+                        (``linger_ms`` 1, acks=all) and consumer (``fetch_max_wait_ms`` 10), the consumer
+                        in a process of its own (``aiokafka_reader``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
+from _common import REPO  # type: ignore[import-not-found]
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from confluent_kafka import Consumer, Producer
 
+from benchmarks.suite import aiokafka_reader
 from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, steady_consumed
-from benchmarks.suite.core import BenchError, Schedule, run_open_async, stamped, unstamp
+from benchmarks.suite.core import BenchError, Schedule, run_open_async, stamped
 
 IDEMPOTENT_BATCH_BYTES = 20_000
 GROUP_JOIN_TIMEOUT_S = 60.0
@@ -126,52 +132,47 @@ class KafkaClientPhases:
 
     def e2e_aiokafka(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
         self._create(topic, 1)
-        return asyncio.run(self._e2e_aiokafka(topic, schedule, value_size))
-
-    async def _e2e_aiokafka(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1, acks="all")
-        # a short fetch wait, as the confluent-kafka e2e reader: latency-sensitive, not throughput-bound
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10)
-        await producer.start()
-        await consumer.start()
-        pad = bytes(value_size - 16)
         warm = int(schedule.total * WARMUP_FRACTION)
-        lat: list[float] = []
-        got = 0
-        last = 0.0
-        target = [schedule.total]
-
-        async def reader() -> None:
-            nonlocal got, last
-            while got < target[0]:
-                batches = await consumer.getmany(timeout_ms=50)
-                now = last = time.perf_counter()
-                for records in batches.values():
-                    for record in records:
-                        scheduled, seq = unstamp(record.value or bytes(16))
-                        if seq >= warm:
-                            lat.append(now - scheduled)
-                        got += 1
-
+        deadline_s = 3 * schedule.seconds + 30
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.suite.aiokafka_reader",
+            self.bootstrap,
+            topic,
+            str(warm),
+            str(deadline_s),
+        ]
+        reader = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
         try:
-            partition = TopicPartition(topic, 0)
-            consumer.assign([partition])
-            await consumer.seek_to_beginning(partition)
-            reading = asyncio.ensure_future(reader())
-            await asyncio.sleep(0.3)
+            assert reader.stdout is not None
+            if reader.stdout.readline().strip() != aiokafka_reader.READY:
+                raise BenchError(f"{self.name}: the aiokafka reader did not start")
+            start, sent = asyncio.run(self._send_aiokafka(topic, schedule, value_size))
+            out, _ = reader.communicate(timeout=deadline_s + 30)
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait()
+        result = json.loads(out.strip().splitlines()[-1])
+        if result["received"] < sent:
+            raise BenchError(f"{self.name}: aiokafka e2e received {result['received']} of {sent}")
+        return AckRun(result["latencies_s"], result["received"], result["last"] - start)
+
+    async def _send_aiokafka(self, topic: str, schedule: Schedule, value_size: int) -> tuple[float, int]:
+        """The open-model sends of the aiokafka e2e phase, then the reader's end marker; (start, sent)."""
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1, acks="all")
+        await producer.start()
+        pad = bytes(value_size - 16)
+        try:
 
             async def send(scheduled: float, first: int, count: int) -> None:
                 for seq in range(first, first + count):
                     await producer.send(topic, stamped(scheduled, seq, pad), partition=0)
 
             start, sent = await run_open_async(schedule, send)
-            target[0] = sent
+            await producer.send(topic, stamped(time.perf_counter(), aiokafka_reader.END_SEQ, pad), partition=0)
             await producer.flush()
-            try:
-                await asyncio.wait_for(reading, 3 * schedule.seconds + 30)
-            except TimeoutError:
-                raise BenchError(f"{self.name}: aiokafka e2e received {got} of {sent}") from None
         finally:
-            await consumer.stop()
             await producer.stop()
-        return AckRun(lat, got, last - start)
+        return start, sent
