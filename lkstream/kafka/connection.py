@@ -333,12 +333,17 @@ class Connection:
                     return
                 self._pending.popleft()
                 self._room.set()
-                if isinstance(body, list | HeldResponse):
-                    await self._write_chunks(header, body)
-                else:
-                    self._write(header, body)
-                if self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
-                    await self._writer.drain()
+                try:
+                    if isinstance(body, list | HeldResponse):
+                        await self._write_chunks(header, body)
+                    else:
+                        self._write(header, body)
+                    if self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
+                        await self._writer.drain()
+                except ConnectionError as exc:  # the client left while its answer was being sent
+                    log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+                    self._writer.transport.abort()  # the read loop ends; serve() releases the rest
+                    return
         finally:
             self._sender = None
 

@@ -176,3 +176,31 @@ def test_an_answer_being_sent_is_never_interleaved_with_a_later_one(
         assert struct.unpack_from(">iihq", answers[1][1], 4 + 2 + len(TOPIC)) == (1, 0, 0, RECORDS)
     finally:
         runner.stop()
+
+
+def test_a_client_that_leaves_in_the_middle_of_an_answer_gives_its_file_back(tmp_path: Path) -> None:
+    # fsync_mode none: no group commit pins a file meanwhile, so every pin seen is the answer's range
+    with Broker(persist_dir=str(tmp_path / "data"), hot_tail_bytes=0, fsync_mode="none") as broker:
+        runner = _listener(broker)
+        try:
+            _produce(runner.bootstrap)
+            assert broker.files.pins == 0
+            host, port = runner.bootstrap.rsplit(":", 1)
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            sock.connect((host, int(port)))
+            sock.sendall(fetch_v4([(TOPIC, [(0, 0, 8 << 20)])], max_bytes=8 << 20))
+            deadline = time.monotonic() + 10
+            while broker.files.pins == 0:  # the range is held while sendfile waits for the socket
+                assert time.monotonic() < deadline, "no range was sent"
+                time.sleep(0.01)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset in the middle of the answer
+            deadline = time.monotonic() + 10
+            while broker.files.pins:
+                assert time.monotonic() < deadline, f"{broker.files.pins} descriptors still pinned"
+                time.sleep(0.01)
+            assert runner.server.send_stats.sendfile_bytes == 0  # the answer was never sent whole
+            assert _consume_confluent(runner.bootstrap) == _values()  # the listener serves on
+        finally:
+            runner.stop()
