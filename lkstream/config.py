@@ -165,6 +165,13 @@ class BrokerConfig(BaseModel):
         description="Request bytes the daemon's listeners (gRPC, HTTP, Kafka) hold at once, read and not yet "
         "answered; beyond it a request is refused before it is decoded (Overloaded: RESOURCE_EXHAUSTED, HTTP 429).",
     )
+    fetch_max_bytes: int = Field(
+        55 * MiB,
+        ge=1024,
+        le=2**31 - 1,
+        description="Record bytes of one Kafka Fetch answer, whatever the client asks (Kafka's fetch.max.bytes); "
+        "the first batch may exceed it, so a consumer always progresses.",
+    )
     hot_tail_bytes: int = Field(8 * MiB, ge=0, description="Newest batches kept in memory per partition.")
     hot_tail_total_bytes: int = Field(
         16 * MiB, ge=0, description="Newest batches kept in memory by all partitions together (oldest dropped first)."

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -99,13 +100,17 @@ PY_SPY = REPO / ".venv" / "bin" / "py-spy"
 class DaemonProcess:
     """``python -m lkstream.grpc_server`` on loopback with free ports; stopped by PID."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, server: dict[str, object] | None = None, broker: dict[str, object] | None = None
+    ) -> None:
+        """``server``: more ``server.`` settings (e.g. ``{"kafka_zero_copy": False}``); ``broker``: broker keys."""
         self.root = root
         data = root / "data"
         config = root / "daemon.yml"
         config.write_text(
             f"persist_dir: {data}\n"
-            "fsync_mode: group\n"
+            + "".join(f"{key}: {json.dumps(value)}\n" for key, value in (broker or {}).items())
+            + "fsync_mode: group\n"
             "fsync_interval_ms: 100\n"
             "fsync_group_bytes: 131072\n"
             "partitions: 1\n"
@@ -114,7 +119,7 @@ class DaemonProcess:
             "  grpc_port: 0\n"
             "  http_host: 127.0.0.1\n"
             "  http_port: 0\n"
-            "  kafka_port: 0\n"
+            "  kafka_port: 0\n" + "".join(f"  {key}: {json.dumps(value)}\n" for key, value in (server or {}).items())
         )
         self.stdout_path = root / "daemon.out"
         self.stderr_path = root / "daemon.err"

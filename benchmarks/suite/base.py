@@ -25,6 +25,17 @@ class Consumed:
     msgs: int
     nbytes: int
     seconds: float
+    #: From the first receipt on (the client's start-up, e.g. librdkafka's 0.5 s offset query, left
+    #: out): messages after the first batch received, and the seconds after it. None: not measured.
+    steady_msgs: int | None = None
+    steady_seconds: float | None = None
+
+
+def steady_consumed(count: int, nbytes: int, started: float, ended: float, first: tuple[int, float] | None) -> Consumed:
+    """A :class:`Consumed` with its steady part: what came after the first batch (``(messages, time)``)."""
+    if first is None or ended <= first[1]:
+        return Consumed(count, nbytes, ended - started)
+    return Consumed(count, nbytes, ended - started, count - first[0], ended - first[1])
 
 
 @dataclass
@@ -115,6 +126,14 @@ class System(abc.ABC):
 
     def ack_latency_one_call(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
         """Optional: one produce call per message, awaited before the next (LKSTREAM ``produce_many`` of one)."""
+        return None
+
+    def consume_aiokafka(self, topic: str, partitions: int, expected: int, timeout: float) -> Consumed | None:
+        """Optional (Kafka-protocol systems): :meth:`consume` with aiokafka (``getmany``)."""
+        return None
+
+    def e2e_aiokafka(self, topic: str, schedule: Schedule, value_size: int) -> AckRun | None:
+        """Optional (Kafka-protocol systems): :meth:`e2e` with aiokafka's producer and consumer."""
         return None
 
 

@@ -47,6 +47,9 @@ KEY_FIELD: dict[str, tuple[str, bool]] = {
     "produce_idempotent": ("msg_per_s", True),
     "consume_idempotent": ("msg_per_s", True),
     "group_join": ("seconds", False),
+    # issue 25 (the Kafka listener's read path): aiokafka beside confluent-kafka
+    "consume_aiokafka": ("msg_per_s", True),
+    "e2e_10k_aiokafka": ("p99_ms", False),
     "resources": ("peak_rss_MB", False),
 }
 

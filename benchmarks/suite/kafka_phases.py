@@ -10,20 +10,34 @@ compare brokers, not clients:
                         ``subscribe()`` to the first record (librdkafka's defaults otherwise).
 ``ack_10k_unbatched``   produce ack latency at 10,000 msg/s with ``linger.ms=0`` (compared with the
                         gRPC path's ``ack_10k`` in the same run).
+``consume_aiokafka``    issue 25: the ``consume`` phase's topic read again with aiokafka (``getmany`` of
+                        up to 10,000, 8 MiB per partition as the confluent-kafka consumer).
+``e2e_10k_aiokafka``    issue 25: produce-to-consume latency at 10,000 msg/s with aiokafka's producer
+                        (``linger_ms`` 1, acks=all) and consumer (``fetch_max_wait_ms`` 10), the consumer
+                        in a process of its own (``aiokafka_reader``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
+from _common import REPO  # type: ignore[import-not-found]
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from confluent_kafka import Consumer, Producer
 
-from benchmarks.suite.base import AckRun, Produced
-from benchmarks.suite.core import BenchError, Schedule
+from benchmarks.suite import aiokafka_reader
+from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, steady_consumed
+from benchmarks.suite.core import BenchError, Schedule, run_open_async, stamped
 
 IDEMPOTENT_BATCH_BYTES = 20_000
 GROUP_JOIN_TIMEOUT_S = 60.0
+#: aiokafka's consumer with the confluent-kafka consumer's limits (peer_tansu._consumer).
+AIOKAFKA_CONSUMER = {"fetch_max_bytes": 52_428_800, "max_partition_fetch_bytes": 8_388_608}
 
 
 class KafkaClientPhases:
@@ -87,3 +101,78 @@ class KafkaClientPhases:
         finally:
             consumer.close()
         raise BenchError(f"group_join: no record within {GROUP_JOIN_TIMEOUT_S} s")
+
+    def consume_aiokafka(self, topic: str, partitions: int, expected: int, timeout: float) -> Consumed:
+        return asyncio.run(self._consume_aiokafka(topic, partitions, expected, timeout))
+
+    async def _consume_aiokafka(self, topic: str, partitions: int, expected: int, timeout: float) -> Consumed:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **AIOKAFKA_CONSUMER)
+        await consumer.start()
+        try:
+            assigned = [TopicPartition(topic, p) for p in range(partitions)]
+            consumer.assign(assigned)
+            await consumer.seek_to_beginning(*assigned)
+            count = nbytes = 0
+            started = time.perf_counter()
+            deadline = started + timeout
+            first: tuple[int, float] | None = None
+            while count < expected and time.perf_counter() < deadline:
+                batches = await consumer.getmany(timeout_ms=500, max_records=min(10_000, expected - count))
+                for records in batches.values():
+                    count += len(records)
+                    nbytes += sum(len(r.value or b"") for r in records)
+                if first is None and count:
+                    first = (count, time.perf_counter())
+            ended = time.perf_counter()
+        finally:
+            await consumer.stop()
+        if count < expected:
+            raise BenchError(f"{self.name}: aiokafka consumed {count} of {expected}")
+        return steady_consumed(count, nbytes, started, ended, first)
+
+    def e2e_aiokafka(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
+        self._create(topic, 1)
+        warm = int(schedule.total * WARMUP_FRACTION)
+        deadline_s = 3 * schedule.seconds + 30
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.suite.aiokafka_reader",
+            self.bootstrap,
+            topic,
+            str(warm),
+            str(deadline_s),
+        ]
+        reader = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        try:
+            assert reader.stdout is not None
+            if reader.stdout.readline().strip() != aiokafka_reader.READY:
+                raise BenchError(f"{self.name}: the aiokafka reader did not start")
+            start, sent = asyncio.run(self._send_aiokafka(topic, schedule, value_size))
+            out, _ = reader.communicate(timeout=deadline_s + 30)
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait()
+        result = json.loads(out.strip().splitlines()[-1])
+        if result["received"] < sent:
+            raise BenchError(f"{self.name}: aiokafka e2e received {result['received']} of {sent}")
+        return AckRun(result["latencies_s"], result["received"], result["last"] - start)
+
+    async def _send_aiokafka(self, topic: str, schedule: Schedule, value_size: int) -> tuple[float, int]:
+        """The open-model sends of the aiokafka e2e phase, then the reader's end marker; (start, sent)."""
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1, acks="all")
+        await producer.start()
+        pad = bytes(value_size - 16)
+        try:
+
+            async def send(scheduled: float, first: int, count: int) -> None:
+                for seq in range(first, first + count):
+                    await producer.send(topic, stamped(scheduled, seq, pad), partition=0)
+
+            start, sent = await run_open_async(schedule, send)
+            await producer.send(topic, stamped(time.perf_counter(), aiokafka_reader.END_SEQ, pad), partition=0)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        return start, sent

@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, System
+from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, System, steady_consumed
 from benchmarks.suite.core import (
     BenchError,
     Schedule,
@@ -195,6 +195,7 @@ class Tansu(KafkaClientPhases, System):
             count = nbytes = 0
             started = time.perf_counter()
             deadline = started + timeout
+            first: tuple[int, float] | None = None  # (messages, time) when the first batch arrived
             while count < expected and time.perf_counter() < deadline:
                 # never ask for more than is left: consume() waits for num_messages or its timeout
                 for msg in consumer.consume(num_messages=min(10_000, expected - count), timeout=0.5):
@@ -202,12 +203,14 @@ class Tansu(KafkaClientPhases, System):
                         raise BenchError(f"{self.name} consume: {msg.error()}")
                     nbytes += len(msg.value() or b"")
                     count += 1
-            seconds = time.perf_counter() - started
+                if first is None and count:
+                    first = (count, time.perf_counter())
+            ended = time.perf_counter()
         finally:
             consumer.close()
         if count < expected:
             raise BenchError(f"{self.name}: consumed {count} of {expected}")
-        return Consumed(count, nbytes, seconds)
+        return steady_consumed(count, nbytes, started, ended, first)
 
     def ack_latency(self, topic: str, schedule: Schedule, value_size: int) -> AckRun:
         return self._ack_latency_with(LATENCY_CONFIG, topic, schedule, value_size)

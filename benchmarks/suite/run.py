@@ -103,6 +103,9 @@ QUICK = Profile(
     seek_sizes=(8 * MiB, 64 * MiB),
     seek_samples=1000,
 )
+# Issue 25's rows (the Kafka listener's read path): consume 500,000 records of 200 B (at 4 KiB, what
+# 3 s of producing gives), 1 and 8 partitions; the latency phases as in the full profile.
+READPATH = Profile(sizes=(200, 4096), max_msgs=500_000, max_seconds=3.0, consume_timeout=60.0)
 
 
 def all_systems() -> dict[str, Callable[[], System]]:
@@ -290,6 +293,9 @@ class Block:
         nbytes = res.nbytes if metric.startswith("consume") else res.msgs * size
         row.update(msgs=res.msgs, seconds=res.seconds, msg_per_s=res.msgs / res.seconds)
         row["MB_per_s"] = nbytes / res.seconds / MB
+        if getattr(res, "steady_seconds", None):
+            # from the first batch received on: the client's start-up left out (issue 25)
+            row["steady_msg_per_s"] = res.steady_msgs / res.steady_seconds
         return row
 
     def throughput(self, size: int, parts: int, values: list[bytes]) -> float:
@@ -312,6 +318,19 @@ class Block:
                 "consume", topic, size, parts, lambda: s.consume(topic, parts, expected, p.consume_timeout)
             )
 
+        def consume_aiokafka() -> dict[str, Any] | None:
+            expected = rows.get("produce", {}).get("msgs")
+            if not expected:
+                return None
+            row = self._throughput(
+                "consume_aiokafka",
+                topic,
+                size,
+                parts,
+                lambda: s.consume_aiokafka(topic, parts, expected, p.consume_timeout),
+            )
+            return row or None
+
         def produce_many() -> dict[str, Any] | None:
             many = topic + ".many"
             row = self._throughput(
@@ -321,6 +340,7 @@ class Block:
 
         self.rec.attempt(self.run, name, "produce", produce)
         self.rec.attempt(self.run, name, "consume", consume)
+        self.rec.attempt(self.run, name, "consume_aiokafka", consume_aiokafka)
         if parts == 1:
             self.rec.attempt(self.run, name, "produce_many", produce_many)
         return float(rows.get("produce", {}).get("msg_per_s", 0.0))
@@ -385,6 +405,7 @@ class Block:
             phase = {
                 "ack_10k_unbatched": self.sys_.ack_latency_unbatched,
                 "ack_10k_one_call": self.sys_.ack_latency_one_call,
+                "e2e_10k_aiokafka": self.sys_.e2e_aiokafka,
             }.get(metric, self.sys_.e2e if e2e else self.sys_.ack_latency)
             with self._profiled(metric, extra), cpu_meter(self.pid, row):
                 ack = phase(topic, schedule, LATENCY_VALUE)
@@ -436,6 +457,7 @@ def measure_system(
         if ceiling > 0:
             block.latency("ack_80pct", CEILING_FRACTION * ceiling, e2e=False)
         block.latency("e2e_10k", FIXED_RATE, e2e=True)
+        block.latency("e2e_10k_aiokafka", FIXED_RATE, e2e=True)
         block.kafka_phases(payloads(seed, 200))
         rss_peak = sampler.stop()
         rec.rows.append(
@@ -603,6 +625,9 @@ def run_all(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, 1 run by default: about 2 minutes")
+    parser.add_argument(
+        "--readpath", action="store_true", help="issue 25's sizes: 500,000 x 200 B per consume (3 runs by default)"
+    )
     parser.add_argument("--runs", type=int, help="repetitions (default 3; --quick: 1)")
     parser.add_argument("--systems", help="comma-separated subset of: " + ",".join(all_systems()))
     parser.add_argument("--no-extras", action="store_true", help="skip physical limits and seed 002 experiments")
@@ -619,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM raises SystemExit in the main thread, so the finally blocks stop every server (they
     # run in their own sessions and would outlive the runner) and remove the data directories.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    prof = QUICK if args.quick else FULL
+    prof = QUICK if args.quick else READPATH if args.readpath else FULL
     runs = args.runs or (1 if args.quick else 3)
     constructors = all_systems()
     names = list(constructors) if not args.systems else args.systems.split(",")

@@ -73,6 +73,7 @@ from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.producers import ProducerStateBudget
 from lkstream.storage.topic_config import NO_OVERRIDES, ConfigEntry, EffectiveTopicConfig, TopicConfig
 from lkstream.storage.topics import StoredTopic, TopicSettings, TopicStore
+from lkstream.storage.ranges import SendableRead
 from lkstream.storage.trash import TrashEmptier
 
 log = logging.getLogger("lkstream.broker")
@@ -881,6 +882,13 @@ class Broker(GroupCalls):
             raise InvalidArgumentError(f"offset must be an integer, got {offset!r}")
         return self.partition(topic, partition).read_raw(offset, max_bytes)
 
+    def fetch_for_send(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, min_one: bool = True, zero_copy: bool = True
+    ) -> SendableRead:
+        """:meth:`fetch` as stored bytes or a file range to send as is (:meth:`Partition.read_for_send`)."""
+        self._check_open()
+        return self.partition(topic, partition).read_for_send(offset, max_bytes, min_one=min_one, zero_copy=zero_copy)
+
     def read_from(
         self,
         topic: str,
@@ -931,15 +939,27 @@ class Broker(GroupCalls):
         """Wait until any ``(topic, partition)`` has a record at or past its offset; False on timeout."""
         if not positions:
             raise InvalidArgumentError("nothing to wait for: no partitions given")
-        waits = [
-            asyncio.ensure_future(self.partition(t, p).wait_for_offset(offset)) for (t, p), offset in positions.items()
-        ]
+        # One arrival future per partition, resolved by the append: no task per wait (a long-polling
+        # Kafka consumer waits once per Fetch, on the produce-to-consume path).
+        arrivals: list[tuple[Partition, asyncio.Future[None]]] = []
         try:
-            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            for (topic, pid), offset in positions.items():
+                partition = self.partition(topic, pid)
+                try:
+                    arrival = partition.arrival(offset)
+                except BrokerClosedError:
+                    return True  # deleted meanwhile: the caller's next read says so
+                if arrival is None:
+                    return True
+                arrivals.append((partition, arrival))
+            done, _ = await asyncio.wait([a for _, a in arrivals], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            for arrival in done:
+                arrival.exception()  # a partition closed (topic deleted): the caller's next read says so
             return bool(done)
         finally:
-            for wait in waits:
-                wait.cancel()
+            for partition, arrival in arrivals:
+                partition.forget_arrival(arrival)
+                arrival.cancel()
 
     def wait_for_data_sync(self, positions: dict[tuple[str, int], int], timeout: float | None = None) -> bool:
         """Blocking twin of :meth:`wait_for_data`."""

@@ -18,6 +18,7 @@ from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOf
 from lkstream.format.codec import Record, decode_batches
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, ReadResult
+from lkstream.storage.ranges import SendableRead
 
 DEFAULT_FETCH_BYTES = 1024 * 1024
 
@@ -187,6 +188,24 @@ class Partition:
         if cached is not None:
             return ReadResult(bytes(cached), start, high)
         return self.log.read(offset, max_bytes)
+
+    def read_for_send(
+        self, offset: int, max_bytes: int, *, min_one: bool = True, zero_copy: bool = True
+    ) -> SendableRead:
+        """:meth:`read_raw` for a surface that sends stored bytes as they are (the Kafka listener).
+
+        The hot tail's batches come as bytes (already in memory); the log's as a
+        :class:`~lkstream.storage.ranges.FileRange` where ``zero_copy`` allows it (release it
+        once sent). Without ``min_one`` a first batch larger than ``max_bytes`` is not returned.
+        """
+        with self._lock:
+            start, high = self.log.log_start_offset, self.log.high_watermark
+            if offset < start or offset > high:
+                raise OffsetOutOfRangeError(self.topic, self.pid, offset, start, high)
+            cached = self._tail.read(offset, max_bytes, high, min_one=min_one)
+        if cached is not None:
+            return SendableRead(cached, start, high)
+        return self.log.read_for_send(offset, max_bytes, min_one=min_one, zero_copy=zero_copy)
 
     def read_from(self, offset: int, max_msgs: int | None = None, max_bytes: int = DEFAULT_FETCH_BYTES) -> list[Record]:
         """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches."""

@@ -187,8 +187,13 @@ class HotTail:
                 dropped = True
             return dropped
 
-    def read(self, offset: int, max_bytes: int, high_watermark: int) -> bytes | bytearray | None:
-        """Batches from the one holding ``offset``, all below ``high_watermark``; None if not cached."""
+    def read(
+        self, offset: int, max_bytes: int, high_watermark: int, *, min_one: bool = True
+    ) -> bytes | bytearray | None:
+        """Batches from the one holding ``offset``, all below ``high_watermark``; None if not cached.
+
+        The first batch even if larger than ``max_bytes``; without ``min_one``, ``b""`` then.
+        """
         head = self._head
         if head == len(self._bases) or offset < self._bases[head] or offset >= self._nexts[-1]:
             return None
@@ -196,7 +201,9 @@ class HotTail:
         last, size = first, 0
         while last < len(self._bases) and self._nexts[last] <= high_watermark:
             batch_size = len(self._data[last])
-            if last > first and size + batch_size > max_bytes:
+            if size + batch_size > max_bytes and (last > first or not min_one):
+                if last == first:
+                    return b""
                 break
             size += batch_size
             last += 1

@@ -49,7 +49,7 @@ from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext, ServerState
 from lkstream.kafka.handlers import FAILURE_RESPONSES, HANDLERS
 from lkstream.kafka.handlers.data import AfterTopicCreation, produce_start
-from lkstream.kafka.hot import ResponseBody, ResponseChunks
+from lkstream.kafka.hot import HeldResponse, ResponseBody, ResponseChunks
 from lkstream.kafka.protocol import (
     ApiKey,
     FrameError,
@@ -60,6 +60,7 @@ from lkstream.kafka.protocol import (
     response_header,
     response_is_flexible,
 )
+from lkstream.kafka.writer import ChunkWriter
 
 log = logging.getLogger("lkstream.kafka")
 
@@ -72,8 +73,6 @@ MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
 #: Above this many unsent response bytes, wait for the socket before reading more requests.
 _WRITE_BUFFER_HIGH = 1 << 20
-#: Large answers are handed to the socket this many bytes at a time.
-_WRITE_SLICE = 1 << 20
 
 
 class Connection:
@@ -85,6 +84,9 @@ class Connection:
         self._writer = writer
         peer = writer.get_extra_info("peername")
         self.ctx = RequestContext(state, peer[0] if isinstance(peer, tuple) else "")
+        # Stored batches go out with sendfile(2) unless TLS must encrypt them (lkstream.kafka.writer).
+        self.ctx.zero_copy = state.settings.zero_copy and writer.get_extra_info("sslcontext") is None
+        self._chunk_writer = ChunkWriter(writer, state.send_stats, zero_copy=self.ctx.zero_copy)
         self._loop = asyncio.get_running_loop()
         # Responses not yet written, oldest first; the sender task writes them in order.
         self._pending: collections.deque[tuple[RequestHeader, asyncio.Future[ResponseBody]]] = collections.deque()
@@ -116,6 +118,7 @@ class Connection:
                 self._sender.cancel()
             for task in list(self._unfinished):
                 task.cancel()
+            self._release_unwritten()
             self._flush()  # answers already made still go out (a client may half-close after its last request)
             self._writer.close()
             with contextlib.suppress(Exception):
@@ -212,7 +215,8 @@ class Connection:
     def _respond(self, header: RequestHeader, outcome: asyncio.Future[ResponseBody] | _Ready) -> None:
         """Write the answer now if it is known and nothing waits before it; else queue it for the sender."""
         if isinstance(outcome, _Ready):
-            if not self._pending:
+            # The sender may be in the middle of a large answer (it took it off the queue already).
+            if not self._pending and self._sender is None:
                 self._write(header, outcome.body)
                 return
             future: asyncio.Future[ResponseBody] = self._loop.create_future()
@@ -225,13 +229,11 @@ class Connection:
         if self._sender is None:
             self._sender = asyncio.ensure_future(self._send_responses())
 
-    def _write(self, header: RequestHeader, body: ResponseBody) -> None:
+    def _write(self, header: RequestHeader, body: bytes | None) -> None:
         """Write an answer in one piece (chunked answers go through :meth:`_write_chunks`)."""
         self._last_active = self._loop.time()
         if body is None:  # Produce with acks=0: no answer at all
             return
-        if isinstance(body, list):
-            body = b"".join(body)
         flexible = response_is_flexible(header.api_key, header.api_version)
         # Answers finished in the same turn of the event loop go out in one send (a producer with
         # linger.ms=0 pipelines many small requests; a syscall per answer was a fifth of the cost).
@@ -247,23 +249,28 @@ class Connection:
             if not self._writer.is_closing():
                 self._writer.write(data)
 
-    async def _write_chunks(self, header: RequestHeader, chunks: ResponseChunks) -> None:
-        """Write a large answer without copying it: a slice at a time, waiting for the socket between.
-
-        asyncio copies whatever the socket does not take at once into its buffer and then shifts
-        that buffer after every send; megabytes of records written in one call cost several copies.
-        """
+    async def _write_chunks(self, header: RequestHeader, body: ResponseChunks | HeldResponse) -> None:
+        """Write a large answer without copying it (lkstream.kafka.writer); release what it held, in any case."""
         self._last_active = self._loop.time()
         self._flush()  # earlier answers first
+        chunks = body.chunks if isinstance(body, HeldResponse) else body
         flexible = response_is_flexible(header.api_key, header.api_version)
         size = sum(len(chunk) for chunk in chunks)
-        self._writer.write(response_header(header.correlation_id, size, flexible=flexible))
-        for chunk in chunks:
-            view = memoryview(chunk)
-            for start in range(0, len(view), _WRITE_SLICE):
-                self._writer.write(view[start : start + _WRITE_SLICE])
-                if self._writer.transport.get_write_buffer_size() > _WRITE_SLICE:
-                    await self._writer.drain()
+        try:
+            await self._chunk_writer.write(response_header(header.correlation_id, size, flexible=flexible), chunks)
+        finally:
+            if isinstance(body, HeldResponse):
+                body.release()
+
+    def _release_unwritten(self) -> None:
+        """Answers made but never written (the client left): give back the files and memory they hold."""
+        for _, future in self._pending:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                body = future.result()
+                if isinstance(body, HeldResponse):
+                    body.release()
+            elif not future.done():
+                future.add_done_callback(_release_when_made)
 
     async def _admit(self, size: int) -> Admission:
         """Hold ``size`` bytes of the broker's admission budget before reading the request.
@@ -326,12 +333,17 @@ class Connection:
                     return
                 self._pending.popleft()
                 self._room.set()
-                if isinstance(body, list):
-                    await self._write_chunks(header, body)
-                else:
-                    self._write(header, body)
-                if self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
-                    await self._writer.drain()
+                try:
+                    if isinstance(body, list | HeldResponse):
+                        await self._write_chunks(header, body)
+                    else:
+                        self._write(header, body)
+                    if self._writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
+                        await self._writer.drain()
+                except ConnectionError as exc:  # the client left while its answer was being sent
+                    log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+                    self._writer.transport.abort()  # the read loop ends; serve() releases the rest
+                    return
         finally:
             self._sender = None
 
@@ -349,11 +361,19 @@ class Connection:
         self._schedule_idle_check(max(timeout - idle, 1.0))
 
 
+def _release_when_made(future: asyncio.Future[ResponseBody]) -> None:
+    """A handler that finishes after its connection closed: nobody writes its answer."""
+    if not future.cancelled() and future.exception() is None:
+        body = future.result()
+        if isinstance(body, HeldResponse):
+            body.release()
+
+
 @dataclass(frozen=True, slots=True)
 class _Ready:
     """An answer known when the request was read (None: a Produce with acks=0)."""
 
-    body: ResponseBody
+    body: bytes | None
 
 
 async def _guarded(
@@ -391,7 +411,7 @@ async def dispatch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> 
         return _failure_body(header, frame, ErrorCode.unknown_server_error)
 
 
-def _failure_body(header: RequestHeader, frame: bytes, code: ErrorCode) -> ResponseBody:
+def _failure_body(header: RequestHeader, frame: bytes, code: ErrorCode) -> bytes | None:
     build = FAILURE_RESPONSES.get(header.api_key)
     if build is not None:
         try:

@@ -17,6 +17,7 @@ from lkstream.kafka.security import (
     SaslAuthenticator,
     SaslServer,
 )
+from lkstream.kafka.writer import SendStats
 from lkstream.security.acl import Operation as AclOperation
 from lkstream.security.acl import ResourceType as AclResourceType
 
@@ -62,6 +63,9 @@ class ListenerSettings:
     #: Told each Fetch's seconds from its frame read to its answer made, its wait included
     #: (the daemon's lk_fetch_latency_seconds).
     observe_fetch: Callable[[float], None] | None = None
+    #: Send stored batches with sendfile(2) on plaintext connections (server.kafka_zero_copy); off,
+    #: or on TLS, Fetch reads them into memory (CRC-checked) and writes them (lkstream.kafka.writer).
+    zero_copy: bool = True
 
 
 @dataclass
@@ -76,6 +80,7 @@ class ServerState:
     advertised_port: int
     versions: dict[int, tuple[int, int]]  # api key -> (min, max) served (protocol.version_table)
     topic_ids: TopicIds
+    send_stats: SendStats = field(default_factory=SendStats)
 
 
 @dataclass
@@ -89,6 +94,8 @@ class RequestContext:
     sasl: SaslServer | None = None
     #: A SASL exchange failed: this connection cannot authenticate any more (the client reconnects).
     sasl_failed: bool = False
+    #: Fetch may answer with file ranges sent by sendfile(2) (a plaintext connection, and the listener allows it).
+    zero_copy: bool = False
 
     @property
     def broker(self) -> Broker:

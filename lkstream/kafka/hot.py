@@ -27,11 +27,13 @@ empty here). Request headers are handled in :mod:`lkstream.kafka.protocol`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from lkstream.format.varint import uvarint
 from lkstream.kafka.protocol import FrameError, read_uvarint, skip_tagged_fields
+from lkstream.storage.ranges import FileRange
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -49,10 +51,33 @@ _NO_RECORDS: Final = _I32.pack(-1)
 #: Records below this size are copied in with the fields around them; larger ones are sent as they are.
 _INLINE_RECORDS_BYTES: Final = 64 * 1024
 
-#: A response body as pieces to write one after the other (their concatenation is the body).
-ResponseChunks = list[bytes | bytearray | memoryview]
+#: A response body as pieces to write one after the other (their concatenation is the body); a
+#: :class:`~lkstream.storage.ranges.FileRange` is stored batches, sent from their file (sendfile).
+ResponseChunks = list[bytes | bytearray | memoryview | FileRange]
+
+
+@dataclass(slots=True)
+class HeldResponse:
+    """A chunked body holding resources until it is written: file ranges, admitted memory.
+
+    Whoever ends up with it calls :meth:`release` once: the connection after writing it, or when it
+    drops it unwritten (the client left).
+    """
+
+    chunks: ResponseChunks
+    on_release: list[Callable[[], None]]
+
+    def release(self) -> None:
+        callbacks, self.on_release = self.on_release, []
+        for chunk in self.chunks:
+            if isinstance(chunk, FileRange):
+                chunk.release()
+        for callback in callbacks:
+            callback()
+
+
 #: What a handler answers: the body, in one piece or in chunks; None for no answer (Produce acks=0).
-ResponseBody = bytes | ResponseChunks | None
+ResponseBody = bytes | ResponseChunks | HeldResponse | None
 
 
 @dataclass(slots=True)
@@ -256,25 +281,26 @@ class FetchPartitionResult:
     error_code: int
     high_watermark: int
     log_start_offset: int
-    records: bytes | None
+    records: bytes | bytearray | FileRange | None
 
 
 def encode_fetch_response(
     version: int, topics: list[tuple[str, list[FetchPartitionResult]]], *, error_code: int = 0, session_id: int = 0
 ) -> bytes:
     """A Fetch v4-12 response body. Last stable offset = high watermark (no transactions)."""
-    return b"".join(fetch_response_chunks(version, topics, error_code=error_code, session_id=session_id))
+    chunks = fetch_response_chunks(version, topics, error_code=error_code, session_id=session_id)
+    return b"".join(chunk.read() if isinstance(chunk, FileRange) else chunk for chunk in chunks)
 
 
 def fetch_response_chunks(
     version: int, topics: list[tuple[str, list[FetchPartitionResult]]], *, error_code: int = 0, session_id: int = 0
 ) -> ResponseChunks:
     """:func:`encode_fetch_response` as chunks whose concatenation is the body: the records of each
-    partition stay the objects read from the log (megabytes), never copied into one buffer; the
-    small fields between them are joined."""
+    partition stay the objects read from the log (megabytes, or a file range), never copied into
+    one buffer; the small fields between them are joined."""
     layout = _Layout(version >= FIRST_FLEXIBLE_FETCH)
     chunks: ResponseChunks = []
-    parts = [_I32.pack(0)]
+    parts: list[bytes | bytearray] = [_I32.pack(0)]
     if version >= 7:
         parts.append(struct.pack(">hi", error_code, session_id))
     parts.append(layout.array(len(topics)))
@@ -294,7 +320,11 @@ def fetch_response_chunks(
                 parts.append(layout.null_bytes())
             else:
                 parts.append(layout.bytes_length(len(p.records)))
-                if len(p.records) < _INLINE_RECORDS_BYTES:
+                if isinstance(p.records, FileRange):
+                    chunks.append(b"".join(parts))
+                    chunks.append(p.records)
+                    parts = []
+                elif len(p.records) < _INLINE_RECORDS_BYTES:
                     parts.append(p.records)
                 else:
                     chunks.append(b"".join(parts))

@@ -24,6 +24,7 @@ from lkstream.kafka.context import ListenerSettings, ServerState
 from lkstream.kafka.metadata_cache import MetadataCache
 from lkstream.kafka.protocol import version_table
 from lkstream.kafka.topic_ids import TopicIds
+from lkstream.kafka.writer import SendStats
 from lkstream.listeners import ConnectionCap, listen
 
 log = logging.getLogger("lkstream.kafka")
@@ -40,6 +41,8 @@ class KafkaServer:
         self._state: ServerState | None = None
         #: Open connections, at most ``settings.max_connections`` (counted from accept to close, TLS included).
         self.connections = ConnectionCap("kafka", self.settings.max_connections)
+        #: Stored bytes Fetch answers sent, by path (sendfile or copied).
+        self.send_stats = SendStats()
 
     @property
     def port(self) -> int:
@@ -78,6 +81,7 @@ class KafkaServer:
             advertised_port=self.port,
             versions=versions,
             topic_ids=TopicIds(self.broker),
+            send_stats=self.send_stats,
         )
 
     async def stop(self, grace_s: float = 5.0) -> None:

@@ -151,6 +151,7 @@ class Daemon:
             acl_version=self.access.acl_version,
             observe_produce=self.metrics.observe_produce,
             observe_fetch=self.metrics.observe_fetch,
+            zero_copy=settings.kafka_zero_copy,
         )
 
     @property

@@ -170,6 +170,11 @@ class ServerSettings(BaseModel):
     kafka_idle_timeout_s: float = Field(
         600.0, gt=0, le=86_400, description="Close a Kafka connection that sends no request for this long."
     )
+    kafka_zero_copy: bool = Field(
+        True,
+        description="Send stored record batches of Kafka Fetch answers with sendfile(2) on plaintext "
+        "connections (TLS always copies); false reads them into memory, CRC-checked, and writes them.",
+    )
     read_timeout_s: float = Field(
         30.0,
         gt=0,

@@ -13,8 +13,10 @@ batch it did not acknowledge.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from lkstream.errors import map_os_errors
@@ -73,6 +75,12 @@ class OsFile:
     def fsync(self) -> None:
         with map_os_errors("fsync", self.path):
             os.fdatasync(self._fd)
+
+    def pinned(self) -> tuple[int, Callable[[], None]]:
+        """A duplicate of the descriptor, closed by ``unpin()``: it outlives :meth:`close` (read ranges)."""
+        with map_os_errors("dup", self.path):
+            fd = os.dup(self._fd)
+        return fd, functools.partial(os.close, fd)
 
     def truncate(self, size: int) -> None:
         with map_os_errors("truncate", self.path):

@@ -105,6 +105,8 @@ class FileBudget:
         self.opens = 0
         self.evictions = 0
         self.eviction_fsyncs = 0
+        #: Uses in progress (reads, appends, fsyncs, read ranges not yet released): pinned descriptors.
+        self.pins = 0
 
     @property
     def open_files(self) -> int:
@@ -130,6 +132,7 @@ class FileBudget:
         with self._lock:
             if f._fd >= 0:
                 f._pins += 1
+                self.pins += 1
                 self._idle.pop(f, None)
                 return f._fd
             victims = self._take_victims_locked()
@@ -143,6 +146,7 @@ class FileBudget:
             raise
         with self._lock:
             self.opens += 1
+            self.pins += 1
             if f._fd >= 0:  # another thread opened it meanwhile: keep theirs
                 self._open -= 1
                 f._pins += 1
@@ -160,6 +164,7 @@ class FileBudget:
         close_fd = -1
         with self._lock:
             f._pins -= 1
+            self.pins -= 1
             if f._pins == 0 and f._fd >= 0:
                 if f._closed:
                     close_fd, f._fd = f._fd, -1
@@ -293,6 +298,24 @@ class BudgetedFile:
                 return os.pread(fd, size, position)
         finally:
             self._budget._release(self)
+
+    def pinned(self) -> tuple[int, Callable[[], None]]:
+        """The descriptor, kept open (not evicted, not closed by :meth:`close`) until ``unpin()`` is called.
+
+        For read ranges sent after the log's lock is released (:mod:`lkstream.storage.ranges`).
+        """
+        if self._closed:
+            raise StorageError("file is closed", path=self.path)
+        fd = self._budget._acquire(self)
+        released = False
+
+        def unpin() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._budget._release(self)
+
+        return fd, unpin
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the end; return the position it starts at."""

@@ -119,6 +119,13 @@ class OffsetIndex:
             return None
         return self._offsets[i], self._positions[i]
 
+    def at_or_below_position(self, position: int) -> tuple[int, int] | None:
+        """The last entry ``(offset, position)`` with entry position <= ``position``, if any."""
+        i = bisect_right(self._positions, position) - 1
+        if i < 0:
+            return None
+        return self._offsets[i], self._positions[i]
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries that point at or past ``position`` (a truncated segment tail)."""
         with self._write_lock:

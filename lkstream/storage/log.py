@@ -38,6 +38,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 from lkstream.errors import BrokerClosedError, OffsetOutOfRangeError, StorageError, invariant, map_os_errors
 from lkstream.format.batch import MAGIC, BatchHeader, check_batch, parse_header, stamp_base_offset
@@ -50,6 +51,7 @@ from lkstream.storage.producers import (
     ProducerStateTable,
     producer_fields,
 )
+from lkstream.storage.ranges import SendableRead
 from lkstream.storage.segment import (
     INDEX_SUFFIX,
     SEGMENT_SUFFIX,
@@ -503,21 +505,36 @@ class PartitionLog:
         Batches may begin before ``offset``; consumers skip the earlier records.
         Reads stop at a segment boundary; call again from the next offset.
         """
+        found = self.read_for_send(offset, max_bytes, zero_copy=False)
+        return ReadResult(cast(bytes, found.data), found.log_start_offset, found.high_watermark)
+
+    def read_for_send(
+        self, offset: int, max_bytes: int, *, min_one: bool = True, zero_copy: bool = True
+    ) -> SendableRead:
+        """:meth:`read`, as a :class:`~lkstream.storage.ranges.FileRange` where it can be (``zero_copy``).
+
+        A range covers what :meth:`read` would return, within the bytes checked in this process
+        (:mod:`lkstream.storage.ranges` says what it promises; release it once sent). Without
+        ``min_one`` a first batch larger than ``max_bytes`` is not returned (empty data).
+        """
         with self._lock:
             self._check_open()
             start, high = self.log_start_offset, self.high_watermark
             if offset < start or offset > high:
                 raise OffsetOutOfRangeError(self.topic, self.partition, offset, start, high)
             if offset == high:
-                return ReadResult(b"", start, high)
+                return SendableRead(b"", start, high)
             i = bisect_right(self._bases, offset) - 1
             while True:
                 segment = self._segments[i]
                 is_active = i == len(self._segments) - 1
                 end = self._readable_end(segment, is_active)
-                data = segment.read(segment.position_of(offset, end), max_bytes, end)
-                if data or is_active:
-                    return ReadResult(data, start, high)
+                position = segment.position_of(offset, end)
+                if position < end or is_active:
+                    ranged = segment.range_for_send(position, max_bytes, end, min_one=min_one) if zero_copy else None
+                    if ranged is None:
+                        ranged = segment.read(position, max_bytes, end, min_one=min_one)
+                    return SendableRead(ranged, start, high)
                 # Nothing at or after `offset` in this segment: the offsets up to the next
                 # segment's base are missing (a gap). Serve the next data, as Kafka does,
                 # rather than an empty read that a consumer would repeat forever.

@@ -19,7 +19,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from lkstream.errors import CorruptRecordError, StorageError, invariant
 from lkstream.format.batch import (
@@ -32,6 +32,7 @@ from lkstream.format.batch import (
 )
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import IndexDamaged, OffsetIndex
+from lkstream.storage.ranges import FileRange, PinnableFile, VerifiedSpans
 
 log = logging.getLogger("lkstream.storage")
 
@@ -81,6 +82,8 @@ class Segment:
         self.max_timestamp = -1
         self.index_rebuilt = False
         self._index_ready = False
+        #: Bytes whose batches passed their CRC check in this process (what read ranges may hand out).
+        self.verified = VerifiedSpans()
 
     @property
     def path(self) -> str:
@@ -94,6 +97,7 @@ class Segment:
         """Append one stamped, validated batch; return its position."""
         invariant(header.base_offset == self.next_offset, "batch offset does not continue the segment")
         position = self.file.append(batch)
+        self.verified.add(position, position + len(batch))  # checked before it was written
         self.index.maybe_add(header.base_offset, position)
         self.next_offset = header.next_offset
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
@@ -137,13 +141,15 @@ class Segment:
             expected = header.next_offset
         return end
 
-    def read(self, position: int, max_bytes: int, end: int) -> bytes:
+    def read(self, position: int, max_bytes: int, end: int, *, min_one: bool = True) -> bytes:
         """Whole, CRC-checked batches from ``position``, up to ``max_bytes`` (at least one batch).
 
         ``end`` is the readable end of the segment (the high watermark's position).
         A batch that fails its checks is never returned: the valid batches before it
         are, and a read that starts at it raises :class:`CorruptRecordError` with its
-        position, so damage never hides the good records in front of it.
+        position, so damage never hides the good records in front of it. Without
+        ``min_one``, a first batch larger than ``max_bytes`` is not returned either (empty
+        data): Kafka's rule for every partition of a Fetch after the first that returned data.
         """
         if position >= end:
             return b""
@@ -155,6 +161,8 @@ class Segment:
                 f"truncated header: {len(data)} of {HEADER_SIZE} bytes", path=self.path, position=position
             )
         _, first_size = read_length_prefix(data, 0)
+        if first_size > max_bytes and not min_one:
+            return b""
         if len(data) < first_size <= end - position:
             data = self.file.pread(first_size, position)
         pos = 0
@@ -172,7 +180,52 @@ class Segment:
                     break  # serve the valid batches before it; the next read starts at the damage
                 raise CorruptRecordError(exc.reason, path=self.path, position=position + pos) from None
             pos += size
+        self.verified.add(position, position + pos)
         return data if pos == len(data) else data[:pos]
+
+    def range_for_send(self, position: int, max_bytes: int, end: int, *, min_one: bool) -> FileRange | bytes | None:
+        """Whole batches from ``position`` as a :class:`FileRange` (see :mod:`lkstream.storage.ranges`).
+
+        Up to ``max_bytes`` (the first batch even if larger, with ``min_one``), never past ``end`` (the
+        readable end) nor past the checked span ``position`` lies in. ``b""``: the first batch is
+        larger than ``max_bytes`` and ``min_one`` is off. None: the bytes at ``position`` were not
+        checked in this process, or the file cannot be pinned; read them with :meth:`read`.
+        """
+        pinned = getattr(self.file, "pinned", None)
+        checked_end = min(end, self.verified.end_from(position))
+        if pinned is None or checked_end <= position:
+            return None
+        stop = self._last_batch_end(position, min(checked_end, position + max_bytes))
+        if stop == position:  # the first batch does not fit
+            _, first_size = read_length_prefix(self.file.pread(LOG_OVERHEAD, position))
+            if position + first_size > checked_end:
+                return None
+            if not min_one:
+                return b""
+            stop = position + first_size
+        fd, unpin = cast(PinnableFile, self.file).pinned()
+        return FileRange(fd, position, stop - position, self.path, unpin)
+
+    def _last_batch_end(self, position: int, limit: int) -> int:
+        """The last batch boundary in ``[position, limit]``, walking checked batches from ``position``.
+
+        Index entries are batch starts: the walk begins at the last one at or below ``limit`` (if it
+        names the batch it points at), so it reads at most ``index_interval_bytes`` plus one batch of
+        headers.
+        """
+        at, known_size = position, 0
+        entry = self.index.at_or_below_position(limit)
+        if entry is not None and entry[1] > position:
+            base_offset, size = read_length_prefix(self.file.pread(LOG_OVERHEAD, entry[1]))
+            if base_offset == entry[0]:
+                at, known_size = entry[1], size
+        while limit - at >= LOG_OVERHEAD:
+            size = known_size or read_length_prefix(self.file.pread(LOG_OVERHEAD, at))[1]
+            known_size = 0
+            if at + size > limit:
+                break
+            at += size
+        return at
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -302,6 +355,7 @@ class Segment:
                 return position, expected_offset, reason
             self.index.maybe_add(header.base_offset, position)
             self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            self.verified.add(position, position + header.size)
             expected_offset = header.next_offset
             position += header.size
         return position, expected_offset, ""

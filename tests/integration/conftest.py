@@ -36,6 +36,7 @@ SERVER_KEYS = frozenset(
         "shutdown_grace_s",
         "kafka_port",
         "kafka_advertised_host",
+        "kafka_zero_copy",
     }
 ) | frozenset(  # connection limits and timeouts (issue 12, finding 7)
     {

@@ -52,7 +52,7 @@ def test_a_failing_fetch_handler_answers_every_partition_with_an_error(
     kafka_bootstrap: str, kafka_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kafka_broker.create_topic("g", 1)
-    monkeypatch.setattr(kafka_broker, "fetch", _boom)
+    monkeypatch.setattr(kafka_broker, "fetch_for_send", _boom)
     partitions = struct.pack(">i", 1) + struct.pack(">iqi", 0, 0, 1 << 20)
     body = struct.pack(">iiiib", -1, 100, 1, 1 << 20, 0) + struct.pack(">i", 1) + _string("g") + partitions
     answer = exchange(kafka_bootstrap, request(1, 4, body, correlation=42))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import os
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -18,6 +21,7 @@ from lkstream.kafka.hot import (
     parse_produce_request,
 )
 from lkstream.kafka.protocol import ApiKey
+from lkstream.storage.ranges import FileRange
 
 names = st.text(alphabet="abcdefghij.-_", min_size=1, max_size=12)
 i64 = st.integers(-1, 2**62)
@@ -163,3 +167,29 @@ def test_produce_request_parser_reads_what_kio_writes(
     assert [
         (n, [(p.partition, None if p.records is None else bytes(p.records)) for p in ps]) for n, ps in parsed.topics
     ] == [(n, list(ps)) for n, ps in topics]
+
+
+@pytest.mark.parametrize("version", [4, 5, 11, 12])
+def test_fetch_response_with_file_ranges_matches_kio(version: int, tmp_path: Path) -> None:
+    """Records sent from their file (sendfile) sit between the same framing bytes as records in memory."""
+    stored = [bytes([i]) * size for i, size in enumerate((10, 70_000, 3))]
+    segment = tmp_path / "segment"
+    segment.write_bytes(b"".join(stored))
+    fd = os.open(segment, os.O_RDONLY)
+    try:
+        positions = [sum(len(s) for s in stored[:i]) for i in range(len(stored))]
+        ranges = [
+            FileRange(fd, at, len(s), str(segment), lambda: None) for at, s in zip(positions, stored, strict=True)
+        ]
+        topics = [("a", [(0, 0, 5, 0, stored[0]), (1, 0, 9, 0, stored[1])]), ("b", [(2, 0, 4, 1, stored[2])])]
+        answers = [
+            ("a", [FetchPartitionResult(0, 0, 5, 0, ranges[0]), FetchPartitionResult(1, 0, 9, 0, ranges[1])]),
+            ("b", [FetchPartitionResult(2, 0, 4, 1, ranges[2])]),
+        ]
+        chunks = fetch_response_chunks(version, answers)
+        assert sum(isinstance(chunk, FileRange) for chunk in chunks) == 3  # each range is its own chunk
+        sent = b"".join(chunk.read() if isinstance(chunk, FileRange) else chunk for chunk in chunks)
+        assert sent == kio_fetch_response(version, topics)
+        assert encode_fetch_response(version, answers) == sent
+    finally:
+        os.close(fd)

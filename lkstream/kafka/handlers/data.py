@@ -23,17 +23,24 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from lkstream.broker.acks import Acknowledgement
-from lkstream.errors import InvalidArgumentError, LkstreamError, UnknownTopicError
+from lkstream.broker.admission import SMALL_REQUEST_BYTES, Admission
+from lkstream.errors import (
+    InvalidArgumentError,
+    LkstreamError,
+    OverloadedError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.errors import error_code
 from lkstream.kafka.handlers.produce_fields import invalid_acks_answer
 from lkstream.kafka.hot import (
     FetchPartitionResult,
+    HeldResponse,
     ProducePartition,
     ProducePartitionResult,
     ProduceRequestData,
-    ResponseChunks,
     encode_fetch_response,
     encode_produce_response,
     fetch_response_chunks,
@@ -41,6 +48,7 @@ from lkstream.kafka.hot import (
 )
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.security.principal import requester_of
+from lkstream.storage.ranges import FileRange
 
 if TYPE_CHECKING:
     from lkstream.broker.broker import Broker
@@ -51,6 +59,10 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 #: A long poll never waits longer than this, whatever the client asks.
 MAX_FETCH_WAIT_S = 30.0
+#: A Fetch waits at least this long for room in the admission budget before answering no records.
+_MIN_ADMISSION_WAIT_S = 0.1
+#: What a Fetch holds before it reads: the smallest request the budget counts as record data.
+_ROOM_TO_READ = SMALL_REQUEST_BYTES + 1
 
 
 def _partition_error(error: Exception) -> ErrorCode:
@@ -293,66 +305,139 @@ def fetch_failure(header: RequestHeader, frame: bytes, code: int) -> bytes:
     )
 
 
-async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> ResponseChunks:
+#: One partition a Fetch asks for: topic, partition, offset, its byte limit, whether it may be read.
+_Wanted = tuple[str, int, int, int, bool]
+
+
+async def fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> HeldResponse:
+    """Read every partition asked for, long-polling until ``min_bytes`` arrived or ``max_wait`` passed.
+
+    The answer holds at most ``fetch_max_bytes`` of records whatever the client asks (Kafka's
+    ``fetch.max.bytes``): only the first partition that returns data may exceed a limit, by its first
+    batch (KIP-74). A partition named twice is answered once, with its last fetch position (Kafka's
+    request map). Records come as file ranges sent by sendfile(2) where the connection allows it,
+    and the bytes the answer keeps in memory are held in the admission budget until it is written.
+    """
     started = time.perf_counter()
     request = kio_codec.decode_request(ApiKey.FETCH, header.api_version, frame, header.body_offset)
-    wanted = [
-        (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, ctx.allowed("read", "topic", t.topic))
-        for t in request.topics
-        for p in t.partitions
-    ]
+    wanted = _wanted_partitions(ctx, request.topics)
+    max_bytes = max(0, min(request.max_bytes, ctx.broker.config.fetch_max_bytes))
     deadline = time.monotonic() + min(request.max_wait.total_seconds(), MAX_FETCH_WAIT_S)
+    waited_out = False
     while True:
-        answers, total, idle = _read_all(ctx, wanted, request.max_bytes)
+        held = await _admit_read(ctx, deadline)
+        try:
+            answers, total, idle = _read_all(ctx, wanted, max_bytes if held is not None else 0)
+        except BaseException:
+            if held is not None:
+                held.release()
+            raise
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or remaining <= 0 or not idle:
+        if total >= request.min_bytes or remaining <= 0 or not idle or waited_out:
             break
-        if not await ctx.broker.wait_for_data(idle, timeout=remaining):
-            answers, total, idle = _read_all(ctx, wanted, request.max_bytes)
-            break
+        _release_records(answers)
+        if held is not None:
+            held.release()
+        waited_out = not await ctx.broker.wait_for_data(idle, timeout=remaining)
     grouped: dict[str, list[FetchPartitionResult]] = {}
     for topic, answer in answers:
         grouped.setdefault(topic, []).append(answer)
-    chunks = fetch_response_chunks(header.api_version, list(grouped.items()))
+    response = HeldResponse(fetch_response_chunks(header.api_version, list(grouped.items())), [])
+    if held is not None:
+        held.resize(sum(len(a.records) for _, a in answers if isinstance(a.records, bytes | bytearray)))
+        response.on_release.append(held.release)
     observe = ctx.server.settings.observe_fetch
     if observe is not None:
         observe(time.perf_counter() - started)
-    return chunks
+    return response
+
+
+def _wanted_partitions(ctx: RequestContext, topics: Any) -> list[_Wanted]:
+    """The partitions of a request, each once: a repeated one keeps its first place and its last values.
+
+    That is Kafka's reading of a request (its fetch data is an insertion-ordered map), so a request
+    naming one partition 200 times is answered once, not 200 times over.
+    """
+    merged: dict[tuple[str, int], tuple[int, int]] = {}
+    for t in topics:
+        for p in t.partitions:
+            merged[(t.topic, p.partition)] = (p.fetch_offset, p.partition_max_bytes)
+    allowed = {topic: ctx.allowed("read", "topic", topic) for topic, _ in merged}
+    return [(topic, pid, offset, limit, allowed[topic]) for (topic, pid), (offset, limit) in merged.items()]
+
+
+async def _admit_read(ctx: RequestContext, deadline: float) -> Admission | None:
+    r"""Room in the admission budget for a read that may bring record data into memory (None: none in time).
+
+    What is held before the read is one record-data-sized slot, so a Fetch waits while the budget
+    is full of data; the read then :meth:`Admission.resize`\ s it to the bytes it kept in memory
+    (file ranges take none), which never refuses: the reads of a loop turn add at most one answer
+    each beyond the budget, and what they hold is given back once written. Without room before the
+    long poll's deadline the read answers no records, as a poll that found nothing: the client asks
+    again.
+    """
+    budget = ctx.broker.admission
+    held = budget.admit_now(_ROOM_TO_READ)
+    if held is not None:
+        return held
+    try:
+        return await budget.admit(_ROOM_TO_READ, "kafka", max(deadline - time.monotonic(), _MIN_ADMISSION_WAIT_S))
+    except OverloadedError:
+        return None
+
+
+def _release_records(answers: list[tuple[str, FetchPartitionResult]]) -> None:
+    for _, answer in answers:
+        if isinstance(answer.records, FileRange):
+            answer.records.release()
 
 
 def _read_all(
-    ctx: RequestContext, wanted: list[tuple[str, int, int, int, bool]], max_bytes: int
+    ctx: RequestContext, wanted: list[_Wanted], max_bytes: int
 ) -> tuple[list[tuple[str, FetchPartitionResult]], int, dict[tuple[str, int], int]]:
-    """Read every partition once: the answers, the bytes read, and the partitions worth waiting on."""
+    """Read every partition once: the answers, the bytes read, and the partitions worth waiting on.
+
+    Only the first partition that returns data may exceed its limit, by one batch (Kafka's
+    ``minOneMessage``); every later one stays within what is left of ``max_bytes``.
+    """
     broker = ctx.broker
     answers = []
     total = 0
+    min_one = True
     idle: dict[tuple[str, int], int] = {}
-    for topic, pid, offset, partition_max, allowed in wanted:
-        answer = FetchPartitionResult(pid, 0, -1, -1, None)
-        answers.append((topic, answer))
-        if not allowed:
-            answer.error_code = ErrorCode.topic_authorization_failed
-            continue
-        try:
-            budget = min(partition_max, max_bytes - total)
-            if budget <= 0:
-                partition = broker.partition(topic, pid)
-                answer.high_watermark, answer.log_start_offset = partition.high_watermark, partition.log_start_offset
-                answer.records = b""
+    try:
+        for topic, pid, offset, partition_max, allowed in wanted:
+            answer = FetchPartitionResult(pid, 0, -1, -1, None)
+            answers.append((topic, answer))
+            if not allowed:
+                answer.error_code = ErrorCode.topic_authorization_failed
                 continue
-            read = broker.fetch(topic, pid, offset, budget)
-        except (LkstreamError, KeyError) as exc:
-            answer.error_code = _partition_error(exc)
-            continue
-        answer.high_watermark, answer.log_start_offset, answer.records = (
-            read.high_watermark,
-            read.log_start_offset,
-            read.data,
-        )
-        total += len(read.data)
-        if not read.data:
-            idle[(topic, pid)] = offset
+            try:
+                budget = min(partition_max, max_bytes - total)
+                if budget <= 0:
+                    partition = broker.partition(topic, pid)
+                    answer.high_watermark = partition.high_watermark
+                    answer.log_start_offset = partition.log_start_offset
+                    answer.records = b""
+                    continue
+                read = broker.fetch_for_send(topic, pid, offset, budget, min_one=min_one, zero_copy=ctx.zero_copy)
+            except (LkstreamError, KeyError) as exc:
+                answer.error_code = _partition_error(exc)
+                continue
+            answer.high_watermark, answer.log_start_offset, answer.records = (
+                read.high_watermark,
+                read.log_start_offset,
+                read.data,
+            )
+            size = len(read.data)
+            total += size
+            if size:
+                min_one = False
+            else:
+                idle[(topic, pid)] = offset
+    except BaseException:
+        _release_records(answers)
+        raise
     return answers, total, idle
 
 
