@@ -26,10 +26,10 @@ import sys
 import time
 from typing import Any
 
-from _common import REPO  # type: ignore[import-not-found]
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from confluent_kafka import Consumer, Producer
 
+from benchmarks._common import REPO
 from benchmarks.suite import aiokafka_reader
 from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, steady_consumed
 from benchmarks.suite.core import BenchError, Schedule, run_open_async, stamped

@@ -71,9 +71,9 @@ from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.producers import ProducerStateBudget
+from lkstream.storage.ranges import SendableRead
 from lkstream.storage.topic_config import NO_OVERRIDES, ConfigEntry, EffectiveTopicConfig, TopicConfig
 from lkstream.storage.topics import StoredTopic, TopicSettings, TopicStore
-from lkstream.storage.ranges import SendableRead
 from lkstream.storage.trash import TrashEmptier
 
 log = logging.getLogger("lkstream.broker")

@@ -28,7 +28,6 @@ from lkstream.errors import (
     InvalidArgumentError,
     LkstreamError,
     OverloadedError,
-    TopicExistsError,
     UnknownTopicError,
 )
 from lkstream.kafka import kio_codec

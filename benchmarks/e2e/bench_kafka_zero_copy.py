@@ -17,8 +17,8 @@ For each: records/s, MB/s, and the daemon's CPU seconds per million records (``/
 Ratios say how many times better zero-copy is (rates: zero-copy / copying; CPU per record:
 copying / zero-copy), taken start by start within a run, then summarized.
 
-    .venv/bin/python benchmarks/bench_kafka_zero_copy.py --runs 3          # 256 MB per cell
-    .venv/bin/python benchmarks/bench_kafka_zero_copy.py --quick           # 32 MB per cell, 1 run
+    .venv/bin/python -m benchmarks.e2e.bench_kafka_zero_copy --runs 3          # 256 MB per cell
+    .venv/bin/python -m benchmarks.e2e.bench_kafka_zero_copy --quick           # 32 MB per cell, 1 run
 """
 
 from __future__ import annotations
@@ -28,17 +28,13 @@ import socket
 import statistics
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import MB, REPO, base_parser, bench_dir, check_free_space, emit, log, machine_facts, summary
-from bench_daemon import DaemonProcess
-
-sys.path.insert(0, str(REPO))
-
 import lkstream
+from benchmarks._common import MB, REPO, base_parser, bench_dir, check_free_space, emit, log, machine_facts, summary
+from benchmarks.e2e.bench_daemon import DaemonProcess
 from benchmarks.suite.core import cpu_seconds
 from benchmarks.suite.lk_kafka import LkKafka
 from lkstream.format.codec import encode_batch

@@ -7,7 +7,7 @@ time to a reader process on a loopback TCP connection, by ``os.sendfile`` and by
 also runs the receiver's TCP input, so its CPU per megabyte (``time.process_time``) is the whole
 kernel cost of the path.
 
-    .venv/bin/python benchmarks/micro_sendfile.py --runs 5
+    .venv/bin/python -m benchmarks.micro.micro_sendfile --runs 5
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import REPO, base_parser, bench_dir, emit, machine_facts, summary
+from benchmarks._common import REPO, base_parser, bench_dir, emit, machine_facts, summary
 
 MiB = 1 << 20
 FILE_MIB = 256

@@ -13,7 +13,7 @@ that revision (``git archive``'d with its C extensions compiled, first on ``PYTH
 ``consume_suite``    the same records read by the suite's consumer (8 MiB per partition,
                      ``fetch.queue.backoff.ms`` 1).
 
-    .venv/bin/python benchmarks/kafka_readpath_ab.py main wt --rounds 3
+    .venv/bin/python -m benchmarks.tools.kafka_readpath_ab main wt --rounds 3
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, base_parser, emit, log, machine_facts
-from quick import revision_tree
+from benchmarks._common import REPO, base_parser, emit, log, machine_facts
+from benchmarks.tools.quick import revision_tree
 
 MSGS = 500_000
 VALUE = 200

@@ -17,8 +17,8 @@ Reported: per-join latency (median of the first and of the last 1000 joins), the
 heartbeat p50/p99 before and during the flood, the idle CPU and RSS, and the ratios between
 the trees. The machine may be shared: medians, and both trees measured in one run.
 
-    .venv/bin/python benchmarks/bench_join_flood.py --quick
-    .venv/bin/python benchmarks/bench_join_flood.py --compare /tmp/before-fix
+    .venv/bin/python -m benchmarks.e2e.bench_join_flood --quick
+    .venv/bin/python -m benchmarks.e2e.bench_join_flood --compare /tmp/before-fix
 """
 
 from __future__ import annotations
@@ -28,19 +28,15 @@ import datetime
 import os
 import statistics
 import struct
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, base_parser, bench_dir, emit, log, machine_facts
-from _hostile import Daemon, latency_summary, process_sample, run_in_process
-
-sys.path.insert(0, str(REPO))
-
 from kio.serial import entity_reader
 
+from benchmarks._common import REPO, base_parser, bench_dir, emit, log, machine_facts
+from benchmarks.soak._hostile import Daemon, latency_summary, process_sample, run_in_process
 from lkstream.kafka import kio_codec
 from lkstream.kafka.protocol import ApiKey
 

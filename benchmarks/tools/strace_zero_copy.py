@@ -7,7 +7,7 @@ by system call (calls, bytes). Zero-copy: the record bytes leave through ``sendf
 partition answered) and ``pread64`` only reads batch headers; copying: the same bytes are read with
 ``pread64`` and sent with ``sendto``. The first lines of each trace are kept beside the JSON result.
 
-    .venv/bin/python benchmarks/strace_zero_copy.py                  # 200,000 records of 200 B
+    .venv/bin/python -m benchmarks.tools.strace_zero_copy                  # 200,000 records of 200 B
 """
 
 from __future__ import annotations
@@ -15,17 +15,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, RESULTS_DIR, base_parser, bench_dir, emit, log, machine_facts, utc_stamp
-from bench_daemon import DaemonProcess
-from bench_kafka_c_client import write_records
-
-sys.path.insert(0, str(REPO))
-
+from benchmarks._common import REPO, RESULTS_DIR, base_parser, bench_dir, emit, log, machine_facts, utc_stamp
+from benchmarks.e2e.bench_daemon import DaemonProcess
+from benchmarks.e2e.bench_kafka_c_client import write_records
 from benchmarks.suite.lk_kafka import LkKafka
 
 TOPIC = "strace"
