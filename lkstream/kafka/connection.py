@@ -28,6 +28,11 @@ Failures stay with the request or the connection that caused them:
   parse, closes this connection only: its byte stream cannot be trusted further.
   With SASL on, a size above :data:`MAX_UNAUTHENTICATED_FRAME_BYTES` before the
   client authenticated is out of bounds (refused before admission).
+
+Before authentication (issue 28, findings 2 and 3): requests are admitted from their own small
+budget (``settings.unauthenticated_admission``), never from the one produce data needs, and the
+connection is closed ``settings.authentication_timeout_s`` after it was accepted unless SASL
+completed by then, whatever it sent meanwhile.
 """
 
 from __future__ import annotations
@@ -64,11 +69,11 @@ from lkstream.kafka.protocol import (
 log = logging.getLogger("lkstream.kafka")
 
 _SASL_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-#: Largest request read before SASL authentication completed: Kafka's ``sasl.server.max.receive.size``
-#: default (512 KiB). An unauthenticated client sends only ApiVersions and the SASL requests, all
-#: small; a larger size prefix is refused before it takes any admission budget, so sockets that
-#: never authenticate cannot hold the budget every listener shares.
-MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
+#: Largest request read before SASL authentication completed. An unauthenticated client sends only
+#: ApiVersions and the SASL requests, and a SASL message above 4 KiB is refused anyway
+#: (lkstream.security.sasl): 8 KiB leaves room for the header and a long client id. (Kafka's
+#: ``sasl.server.max.receive.size`` is 512 KiB: 112 sockets announcing that much each held 56 MiB.)
+MAX_UNAUTHENTICATED_FRAME_BYTES = 8 * 1024
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
 #: Above this many unsent response bytes, wait for the socket before reading more requests.
 _WRITE_BUFFER_HIGH = 1 << 20
@@ -97,9 +102,16 @@ class Connection:
         self._idle_check: asyncio.TimerHandle | None = None
         self._unsent: list[bytes] = []  # small answers of this loop turn, written together by _flush
         self._drain_until: float | None = None  # set by drain(): the listener is stopping
+        self._authentication_deadline: asyncio.TimerHandle | None = None
 
     async def serve(self) -> None:
-        self._schedule_idle_check(self._state.settings.idle_timeout_s)
+        settings = self._state.settings
+        self._schedule_idle_check(settings.idle_timeout_s)
+        if settings.sasl is not None:
+            # From accept, whatever the client sends: ApiVersions every few seconds must not keep a slot.
+            self._authentication_deadline = self._loop.call_later(
+                settings.authentication_timeout_s, self._authentication_overdue
+            )
         try:
             await self._read_requests()
         except (FrameError, asyncio.IncompleteReadError, ConnectionError) as exc:
@@ -108,6 +120,8 @@ class Connection:
         finally:
             if self._idle_check is not None:
                 self._idle_check.cancel()
+            if self._authentication_deadline is not None:
+                self._authentication_deadline.cancel()
             if self._drain_until is not None:
                 await self._answer_started_requests(self._drain_until)
             # The client is gone or its stream is garbage (or the listener's grace is over): nobody
@@ -271,8 +285,12 @@ class Connection:
         No room: the connection is not read (its bytes wait in the socket, as with
         Kafka's ``queued.max.request.bytes``) for up to ``read_timeout_s``, then closed.
         """
+        settings = self._state.settings
+        budget = self.ctx.broker.admission
+        if settings.sasl is not None and settings.unauthenticated_admission is not None and not self._authenticated():
+            budget = settings.unauthenticated_admission  # sockets that never log in cannot hold produce's budget
         try:
-            return await self.ctx.broker.admission.admit(size, "kafka", self._state.settings.read_timeout_s)
+            return await budget.admit(size, "kafka", settings.read_timeout_s)
         except OverloadedError as exc:
             raise FrameError(f"not read: {exc}") from None
 
@@ -307,6 +325,16 @@ class Connection:
 
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete
+
+    def _authentication_overdue(self) -> None:
+        if self._authenticated():
+            return
+        log.info(
+            "closing Kafka connection from %s: not authenticated within %g s (server.authentication_timeout_s)",
+            self.ctx.client_host,
+            self._state.settings.authentication_timeout_s,
+        )
+        self._writer.transport.abort()  # the pending read ends; serve() cleans up
 
     def _finished(self, task: asyncio.Task[ResponseBody]) -> None:
         self._unfinished.discard(task)

@@ -1,0 +1,238 @@
+"""Per-address connection limits for the gRPC listener, whose accept loop belongs to gRPC core.
+
+The HTTP and Kafka listeners count each peer address at accept
+(:class:`~lkstream.listeners.ConnectionCap`). gRPC core accepts by itself and offers only a
+total cap (``grpc.max_allowed_incoming_connections``): 135 raw TCP sockets from one address held
+every slot until the handshake timeout, and took them again at once (issue 28, finding 3). So
+:class:`PeerLimiter` watches the listener from outside, once per ``interval_s``:
+
+1. it counts this process's connections on the gRPC port per peer address, from the kernel's
+   socket table (``/proc/net/tcp`` and ``tcp6``: local port, peer, state, inode);
+2. an address over its limit (``server.max_connections_per_address`` and its overrides) loses its
+   newest connections beyond it (long-lived channels are the oldest): each is found among this
+   process's descriptors by its inode and shut down, and gRPC core sees the connection end;
+3. an address at its limit is refused at the next SYN: a classic BPF socket filter on gRPC's
+   listening socket (``SO_ATTACH_FILTER``, allowed to any process on its own sockets) drops
+   new connections from the addresses that hold their limit, until they hold fewer. Without it
+   an attacker would take the slots freed in step 2 again within milliseconds, before any other
+   client. The filter sees only packets addressed to the listening socket (SYNs and handshake
+   ACKs); established connections have their own socket.
+
+Linux only (elsewhere, and when ``/proc`` cannot be read, the limiter logs once and does nothing).
+A descriptor is shut down only after ``fstat`` shows it is still the socket of that inode, so a
+connection that closed and whose number was reused between the two reads is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ipaddress
+import logging
+import os
+import socket
+import struct
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from lkstream.listeners import AddressLimit, ThrottledLog, peer_address
+
+log = logging.getLogger("lkstream.server.grpc")
+
+#: How often the connections are counted (the longest an address may go over its limit).
+DEFAULT_INTERVAL_S: Final = 0.5
+_TCP_TABLES: Final = ("/proc/net/tcp", "/proc/net/tcp6")
+#: Kernel TCP states that hold one of gRPC core's connection slots.
+_ESTABLISHED, _CLOSE_WAIT, _LISTEN = "01", "08", "0A"
+_SO_ATTACH_FILTER: Final = 26
+#: Classic BPF (linux/filter.h, linux/bpf_common.h): loads relative to the network header, jumps, returns.
+_SKF_NET_OFF: Final = -0x100000
+_LD_W_ABS, _LD_B_ABS, _RSH_K, _JEQ_K, _JA, _RET_K = 0x20, 0x30, 0x74, 0x15, 0x05, 0x06
+_ACCEPT, _DROP = 0xFFFFFFFF, 0
+#: cBPF programs are at most 4,096 instructions: this many IPv6 addresses (9 each) fit with room to spare.
+MAX_BLOCKED: Final = 400
+
+
+@dataclass(frozen=True, slots=True)
+class TcpSocket:
+    """One row of the kernel's TCP table."""
+
+    local_port: int
+    peer: str
+    state: str
+    inode: int
+
+
+def _address(hex_address: str) -> str:
+    """``/proc/net/tcp``'s address (32-bit words in host order) as text; IPv4-mapped IPv6 as IPv4."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
+    return peer_address((str(ipaddress.ip_address(words)),))
+
+
+def tcp_sockets(tables: Iterable[str] = _TCP_TABLES) -> Iterator[TcpSocket]:
+    """Every TCP socket of this network namespace (``OSError`` if the tables cannot be read)."""
+    for path in tables:
+        with contextlib.suppress(FileNotFoundError), open(path, encoding="ascii") as table:  # no IPv6: no tcp6
+            next(table, None)  # the header
+            for line in table:
+                fields = line.split()
+                local, peer, state, inode = fields[1], fields[2], fields[3], fields[9]
+                port = int(local.rpartition(":")[2], 16)
+                yield TcpSocket(port, _address(peer.rpartition(":")[0]), state, int(inode))
+
+
+def socket_descriptors(inodes: set[int]) -> dict[int, int]:
+    """``{inode: descriptor}`` of this process's sockets among ``inodes``."""
+    found: dict[int, int] = {}
+    for entry in os.scandir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(entry.path)
+            if target.startswith("socket:["):
+                inode = int(target[8:-1])
+                if inode in inodes:
+                    found[inode] = int(entry.name)
+    return found
+
+
+def shut_down(fd: int, inode: int) -> bool:
+    """Shut the socket of ``inode`` down through descriptor ``fd``, if ``fd`` still is that socket."""
+    try:
+        copy = os.dup(fd)
+    except OSError:
+        return False
+    try:
+        if os.fstat(copy).st_ino != inode:  # closed and its number reused since the table was read
+            return False
+        with socket.socket(fileno=copy) as sock:
+            copy = -1  # the socket object closes it
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        return True
+    finally:
+        if copy != -1:
+            os.close(copy)
+
+
+def _instruction(code: int, k: int, jump_true: int = 0, jump_false: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jump_true, jump_false, k & 0xFFFFFFFF)
+
+
+def syn_filter(blocked: Iterable[str]) -> list[bytes]:
+    """A classic BPF program that drops packets from ``blocked`` addresses and accepts the rest.
+
+    Every jump is short (a jump offset is one byte): each address is a comparison followed by
+    its own "drop", which a mismatch skips.
+    """
+    v4 = [int(ipaddress.IPv4Address(a)) for a in blocked if ":" not in a]
+    v6 = [ipaddress.IPv6Address(a).packed for a in blocked if ":" in a]
+    v4_block = [_instruction(_LD_W_ABS, _SKF_NET_OFF + 12)]  # source address of an IPv4 header
+    for number in v4:
+        v4_block += [_instruction(_JEQ_K, number, jump_false=1), _instruction(_RET_K, _DROP)]
+    v4_block.append(_instruction(_RET_K, _ACCEPT))
+    v6_block: list[bytes] = []
+    for packed in v6:
+        for index, word in enumerate(struct.unpack(">4I", packed)):  # source address of an IPv6 header
+            v6_block.append(_instruction(_LD_W_ABS, _SKF_NET_OFF + 8 + 4 * index))
+            # Equal: on to the next word (the drop after the last one); not: the next address's first load.
+            v6_block.append(_instruction(_JEQ_K, word, jump_false=7 - 2 * index))
+        v6_block.append(_instruction(_RET_K, _DROP))
+    v6_block.append(_instruction(_RET_K, _ACCEPT))
+    # The IP version is the high nibble of the network header's first byte: 6 jumps over the IPv4 part.
+    header = [
+        _instruction(_LD_B_ABS, _SKF_NET_OFF),
+        _instruction(_RSH_K, 4),
+        _instruction(_JEQ_K, 6, jump_false=1),
+        _instruction(_JA, len(v4_block)),
+    ]
+    return header + v4_block + v6_block
+
+
+def attach_filter(fd: int, program: list[bytes]) -> None:
+    """Attach ``program`` to the socket ``fd`` (replacing its filter); ``OSError`` if the kernel refuses it."""
+    code = ctypes.create_string_buffer(b"".join(program))
+    fprog = struct.pack("@HP", len(program), ctypes.addressof(code))  # struct sock_fprog
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+
+
+class PeerLimiter:
+    """Holds each peer address of one gRPC listener to its limit (see the module docstring)."""
+
+    def __init__(self, port: int, limit: AddressLimit, *, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        self.port = port
+        self.limit = limit
+        self.interval_s = interval_s
+        self._first_seen: dict[int, int] = {}  # inode -> sweep it was first counted in (newest: highest)
+        self._sweeps = 0
+        self._blocked: frozenset[str] = frozenset()
+        self._task: asyncio.Task[None] | None = None
+        self._log = ThrottledLog(log)
+        #: Connections shut down because their address held more than its limit.
+        self.closed = 0
+
+    @property
+    def blocked(self) -> frozenset[str]:
+        """Addresses whose new connections the listener drops (they hold their limit)."""
+        return self._blocked
+
+    def start(self) -> None:
+        if sys.platform != "linux":
+            log.info("gRPC per-address connection limits need Linux: not enforced on %s", sys.platform)
+            return
+        self._task = asyncio.create_task(self._run(), name="lkstream-grpc-peer-limits")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.sweep)
+            except OSError as exc:  # no /proc (a sandbox), or a filter the kernel refuses
+                log.warning("gRPC per-address connection limits are not enforced: %s", exc)
+                return
+            await asyncio.sleep(self.interval_s)
+
+    def sweep(self) -> None:
+        """Count, shut down what is over the limits, and refuse new connections of addresses at theirs."""
+        self._sweeps += 1
+        rows = [row for row in tcp_sockets() if row.local_port == self.port]
+        listening = {row.inode for row in rows if row.state == _LISTEN}
+        held: dict[str, list[int]] = {}
+        for row in rows:
+            if row.state in (_ESTABLISHED, _CLOSE_WAIT):
+                held.setdefault(row.peer, []).append(row.inode)
+        descriptors = socket_descriptors(listening | {inode for inodes in held.values() for inode in inodes})
+        self._first_seen = {inode: self._first_seen.get(inode, self._sweeps) for inode in descriptors}
+        counts = {peer: sum(inode in descriptors for inode in inodes) for peer, inodes in held.items()}
+        for peer, inodes in held.items():
+            excess = counts[peer] - self.limit.of(peer)
+            if excess > 0:
+                newest = sorted((i for i in inodes if i in descriptors), key=self._first_seen.__getitem__)[-excess:]
+                closed = sum(shut_down(descriptors[inode], inode) for inode in newest)
+                counts[peer] -= closed
+                self.closed += closed
+                self._log.event(
+                    "address",
+                    logging.WARNING,
+                    "grpc: closed %d connection(s) from %s: %d open from one address is the limit "
+                    "(server.max_connections_per_address)",
+                    closed,
+                    peer,
+                    self.limit.of(peer),
+                )
+        blocked = frozenset(sorted(p for p, n in counts.items() if n >= self.limit.of(p))[:MAX_BLOCKED])
+        if blocked != self._blocked:
+            program = syn_filter(blocked)
+            for inode in listening:
+                if inode in descriptors:
+                    attach_filter(descriptors[inode], program)
+            self._blocked = blocked
