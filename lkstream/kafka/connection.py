@@ -65,6 +65,7 @@ from lkstream.kafka.protocol import (
     response_header,
     response_is_flexible,
 )
+from lkstream.listeners import peer_address
 
 log = logging.getLogger("lkstream.kafka")
 
@@ -89,7 +90,7 @@ class Connection:
         self._reader = reader
         self._writer = writer
         peer = writer.get_extra_info("peername")
-        self.ctx = RequestContext(state, peer[0] if isinstance(peer, tuple) else "")
+        self.ctx = RequestContext(state, peer_address(peer) if isinstance(peer, tuple) else "")
         self._loop = asyncio.get_running_loop()
         # Responses not yet written, oldest first; the sender task writes them in order.
         self._pending: collections.deque[tuple[RequestHeader, asyncio.Future[ResponseBody]]] = collections.deque()

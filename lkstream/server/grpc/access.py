@@ -43,6 +43,7 @@ from lkstream.security.certificates import ServerCertificates
 from lkstream.security.principal import ANONYMOUS, Principal
 from lkstream.security.tls import ServerPem
 from lkstream.server.grpc.guard import fail
+from lkstream.server.grpc.peers import grpc_peer_address
 from lkstream.server.grpc.permissions import RPC_NEEDS
 
 log = logging.getLogger("lkstream.server")
@@ -135,6 +136,8 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
     def _refusal(self, method: str, error: AuthenticationError) -> Handler:
         async def refuse(_requests: Any, context: Context) -> None:
             log.debug("refused %s from %s: %s", method, context.peer(), error)
+            # A wrong token counts against the caller's address (the call details carry no peer: here).
+            self.access.failures.failed(address=grpc_peer_address(context.peer()))
             await fail(context, self.metrics, error)
 
         # Request-streaming whatever the method's kind (the wire is the same): the message is never read.

@@ -34,6 +34,7 @@ import os
 import socket
 import struct
 import sys
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -71,6 +72,17 @@ def _address(hex_address: str) -> str:
     raw = bytes.fromhex(hex_address)
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
     return peer_address((str(ipaddress.ip_address(words)),))
+
+
+def grpc_peer_address(peer: str | None) -> str | None:
+    """The IP address in gRPC's ``context.peer()`` (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``); None otherwise."""
+    if not peer:
+        return None
+    kind, _, rest = urllib.parse.unquote(peer).partition(":")  # gRPC escapes the brackets: ipv6:%5B::1%5D:5
+    if kind not in ("ipv4", "ipv6"):
+        return None  # unix sockets and the like: no address to count
+    host = rest.rpartition(":")[0].strip("[]")
+    return peer_address((host,)) if host else None
 
 
 def tcp_sockets(tables: Iterable[str] = _TCP_TABLES) -> Iterator[TcpSocket]:
