@@ -26,6 +26,10 @@ Failures stay with the request or the connection that caused them:
   every partition of the request, since their clients read errors per partition;
 * a frame whose size prefix is out of bounds, or whose header or body does not
   parse, closes this connection only: its byte stream cannot be trusted further.
+  Such closes (and timeouts) are logged through the listener's
+  :class:`~lkstream.listeners.ThrottledLog`: one line per kind and minute, with a
+  count of the rest, so a flood of bad frames cannot fill the log; a client that
+  leaves, between requests or in the middle of one, is logged at debug level only.
   With SASL on, a size above :data:`MAX_UNAUTHENTICATED_FRAME_BYTES` before the
   client authenticated is out of bounds (refused before admission).
 
@@ -115,9 +119,11 @@ class Connection:
             )
         try:
             await self._read_requests()
-        except (FrameError, asyncio.IncompleteReadError, ConnectionError) as exc:
-            if not isinstance(exc, asyncio.IncompleteReadError) or exc.partial:
-                log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+        except FrameError as exc:
+            self._closing("malformed", exc)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            # The client left (between requests, or in the middle of one): not an error.
+            log.debug("Kafka connection from %s ended: %s", self.ctx.client_host, exc)
         finally:
             if self._idle_check is not None:
                 self._idle_check.cancel()
@@ -304,14 +310,15 @@ class Connection:
         finally:
             timer.cancel()
 
+    def _closing(self, kind: str, reason: object) -> None:
+        """Log why this connection is closed: one line per kind and interval for the whole listener."""
+        self._state.connection_log.event(
+            kind, logging.INFO, "closing Kafka connection from %s: %s", self.ctx.client_host, reason
+        )
+
     def _read_timed_out(self, size: int) -> None:
         timeout = self._state.settings.read_timeout_s
-        log.info(
-            "closing Kafka connection from %s: a request of %d bytes did not arrive within %g s",
-            self.ctx.client_host,
-            size,
-            timeout,
-        )
+        self._closing("read timeout", f"a request of {size} bytes did not arrive within {timeout:g} s")
         self._writer.transport.abort()  # the pending read ends; serve() cleans up
 
     async def _refuse_unless_authenticated(self, size: int) -> None:
@@ -330,11 +337,8 @@ class Connection:
     def _authentication_overdue(self) -> None:
         if self._authenticated():
             return
-        log.info(
-            "closing Kafka connection from %s: not authenticated within %g s (server.authentication_timeout_s)",
-            self.ctx.client_host,
-            self._state.settings.authentication_timeout_s,
-        )
+        timeout = self._state.settings.authentication_timeout_s
+        self._closing("unauthenticated", f"not authenticated within {timeout:g} s (server.authentication_timeout_s)")
         self._writer.transport.abort()  # the pending read ends; serve() cleans up
 
     def _finished(self, task: asyncio.Task[ResponseBody]) -> None:
@@ -349,7 +353,7 @@ class Connection:
                 try:
                     body = await future
                 except FrameError as exc:
-                    log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+                    self._closing("malformed", exc)
                     self._flush()
                     self._writer.close()
                     return
@@ -372,7 +376,7 @@ class Connection:
         timeout = self._state.settings.idle_timeout_s
         idle = self._loop.time() - self._last_active
         if idle >= timeout and not self._pending and not self._unfinished:
-            log.info("closing Kafka connection from %s: idle for %.0f s", self.ctx.client_host, idle)
+            log.debug("closing Kafka connection from %s: idle for %.0f s", self.ctx.client_host, idle)
             self._writer.close()  # the reader sees the end of the stream; serve() cleans up
             return
         self._schedule_idle_check(max(timeout - idle, 1.0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from lkstream.kafka.security import (
     SaslAuthenticator,
     SaslServer,
 )
-from lkstream.listeners import AddressLimit
+from lkstream.listeners import AddressLimit, ThrottledLog
 from lkstream.security.acl import Operation as AclOperation
 from lkstream.security.acl import ResourceType as AclResourceType
 
@@ -88,6 +89,8 @@ class ServerState:
     advertised_port: int
     versions: dict[int, tuple[int, int]]  # api key -> (min, max) served (protocol.version_table)
     topic_ids: TopicIds
+    #: Why connections are closed (malformed frames, timeouts): one line per kind and interval.
+    connection_log: ThrottledLog = field(default_factory=lambda: ThrottledLog(logging.getLogger("lkstream.kafka")))
 
 
 @dataclass
