@@ -17,7 +17,9 @@ Routes (GET, and HEAD):
 
 - ``/metrics``: Prometheus text exposition of ``metrics.registry``
   (``prometheus_client.generate_latest``, run in the default executor so a slow
-  scrape never blocks the loop);
+  scrape never blocks the loop); with authentication on, series labelled with a topic
+  or a group only for a scraper whose token may ``describe`` them
+  (:mod:`lkstream.server.http.scrape`);
 - ``/healthz``: 200 ``ok`` while the process serves HTTP (liveness);
 - ``/ready``: 200 ``ready`` once :meth:`HttpServer.set_ready` was called (recovery
   finished and writes are accepted) and the broker is open; otherwise 503
@@ -55,13 +57,15 @@ import time
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.listeners import AddressLimit, ConnectionCap, listen
+from lkstream.errors import AuthenticationError
+from lkstream.listeners import AddressLimit, ConnectionCap, listen, peer_address
 from lkstream.security.access import Access
 from lkstream.server.http.api import HttpApi
+from lkstream.server.http.errors import error_info, error_response
 from lkstream.server.http.eventlog import EventLogRoutes
 from lkstream.server.http.limits import (
     DEFAULT_HANDSHAKE_TIMEOUT_S,
@@ -71,6 +75,7 @@ from lkstream.server.http.limits import (
     HttpLimits,
     serve_app,
 )
+from lkstream.server.http.scrape import ScrapeView, visible_to
 from lkstream.server.settings import REQUEST_HEADROOM_BYTES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -151,6 +156,8 @@ class HttpServer:
     ) -> None:
         self.broker = broker
         self.metrics = metrics
+        #: With authentication on, what ``/metrics`` names depends on the scraper (lkstream.server.http.scrape).
+        self.access = access
         self._ready = ready
         #: Largest request body accepted (413 above it).
         self.max_request_bytes = max_request_bytes or broker.config.max_batch_bytes + REQUEST_HEADROOM_BYTES
@@ -241,7 +248,20 @@ class HttpServer:
         app.router.add_get(READY_PATH, self._ready_handler)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, self.metrics.registry)
+        registry = self.metrics.registry
+        if self.access is not None and self.access.enabled:  # names only for who may describe them
+            header = request.headers.get("Authorization")
+            principal = None
+            if header is not None:
+                try:
+                    principal = self.access.authenticate_bearer(header, _peer(request))
+                except AuthenticationError as exc:
+                    response = error_response(401, error_info(exc))
+                    response.headers["WWW-Authenticate"] = 'Bearer realm="lkstream"'
+                    return response
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(ScrapeView(self.metrics.registry, visible_to(self.access, principal)))
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -251,6 +271,11 @@ class HttpServer:
         if self.ready:
             return web.Response(text="ready\n")
         return web.Response(status=503, text="not ready\n")
+
+
+def _peer(request: web.Request) -> str | None:
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    return peer_address(peer) if peer else None
 
 
 async def start_http(
