@@ -226,7 +226,7 @@ class Daemon:
         self.admin = AdminServer(
             self.http,
             max_connections=settings.admin_max_connections,
-            per_address=settings.address_limit(),
+            per_address=settings.admin_address_limit(),
             handshake_timeout_s=settings.handshake_timeout_s,
         )
         try:

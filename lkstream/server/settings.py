@@ -246,8 +246,14 @@ class ServerSettings(BaseModel):
         return value
 
     def address_limit(self) -> AddressLimit:
-        """The per-address connection limit every listener applies."""
+        """The per-address connection limit every API listener applies."""
         return AddressLimit(self.max_connections_per_address, dict(self.max_connections_per_address_overrides))
+
+    def admin_address_limit(self) -> AddressLimit:
+        """The admin listener's: a quarter of its cap (4 by default), so that at least four addresses are
+        needed to fill it; a probe or a scraper holds one or two connections."""
+        per_address = max(1, min(self.max_connections_per_address, self.admin_max_connections // 4))
+        return AddressLimit(per_address, dict(self.max_connections_per_address_overrides))
 
     @property
     def admin_enabled(self) -> bool:

@@ -10,6 +10,7 @@ import json
 import re
 import socket
 import struct
+import threading
 import time
 import urllib.request
 
@@ -143,3 +144,114 @@ def test_kafka_sockets_that_never_log_in_hold_nothing_of_the_budget_produce_need
     finally:
         for sock in large + small:
             sock.close()
+
+
+class Flood:
+    """Sockets that never authenticate (never start TLS, never log in), from ``sources``, ``per_source`` on
+    each of ``addresses``, reconnected whenever the daemon closes one, until :meth:`stop`."""
+
+    def __init__(self, sources: list[str], addresses: list[str], per_source: int) -> None:
+        self.targets = [(source, address) for source in sources for address in addresses]
+        self.per_source = per_source
+        self.opened = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._hold, args=t, daemon=True) for t in self.targets]
+
+    def __enter__(self) -> Flood:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _hold(self, source: str, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        held: list[socket.socket] = []
+        try:
+            while not self._stop.is_set():
+                held = [sock for sock in held if not ended(sock) or sock.close()]
+                while len(held) < self.per_source:
+                    sock = socket.socket()
+                    sock.bind((source, 0))
+                    sock.setblocking(False)
+                    sock.connect_ex((host, int(port)))
+                    held.append(sock)
+                    self.opened += 1
+                time.sleep(0.05)
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_a_flood_of_unauthenticated_sockets_on_every_port_leaves_clients_and_probes_served(
+    secure_daemon: SecureFactory,
+) -> None:
+    """Issue 28, "How it is checked": sockets that never authenticate on every port (Kafka, gRPC, HTTPS,
+    admin) from two addresses, 20 per port each, against caps of 32; meanwhile an authenticated gRPC
+    client, an authenticated Kafka producer and the admin listener's health probe are all served."""
+    import ssl
+
+    from confluent_kafka import Producer
+
+    import lkstream
+
+    daemon = secure_daemon(
+        tls=True,
+        admin_port=0,
+        grpc_max_connections=32,
+        http_max_connections=32,
+        kafka_max_connections=32,
+        max_connections_per_address=12,
+        handshake_timeout_s=2,
+        authentication_timeout_s=2,
+    )
+    assert daemon.pki is not None
+    ca = str(daemon.pki.ca)
+    daemon.set_password("admin", PASSWORD)
+    context = ssl.create_default_context(cafile=ca)
+    admin_address = daemon.process.admin_address
+    ports = [daemon.kafka_address, daemon.address, daemon.process.http_address, admin_address]
+    producer = Producer(
+        {
+            "bootstrap.servers": daemon.kafka_address,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "admin",
+            "sasl.password": PASSWORD,
+            "ssl.ca.location": ca,
+            "ssl.endpoint.identification.algorithm": "none",
+        }
+    )
+    delivered: list[object] = []
+    with lkstream.connect(daemon.address, token=daemon.admin_token, tls=ca) as client:
+        client.create_topic("served", 1)
+        producer.produce("served", b"before", on_delivery=lambda err, _: delivered.append(err))
+        assert producer.flush(30) == 0 and delivered == [None]
+        slowest = 0.0
+        failures: list[str] = []
+        with Flood(["127.0.0.2", "127.0.0.3"], ports, per_source=20) as flood:
+            time.sleep(3)  # the flood holds what the limits let it hold
+            deadline = time.monotonic() + 12
+            n = 0
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                try:
+                    url = f"https://localhost:{admin_address.rsplit(':', 1)[1]}/healthz"
+                    with urllib.request.urlopen(url, context=context, timeout=5) as probe:
+                        assert probe.status == 200
+                    client.produce_many_sync("served", [(None, f"grpc-{n}".encode())])
+                    producer.produce("served", f"kafka-{n}".encode(), on_delivery=lambda e, _: delivered.append(e))
+                    assert producer.flush(10) == 0
+                except Exception as exc:  # every failure is collected and reported
+                    failures.append(f"{type(exc).__name__}: {exc}"[:200])
+                slowest = max(slowest, time.monotonic() - started)
+                n += 1
+                time.sleep(0.3)
+        assert flood.opened > 4 * 40, "the flood did not keep reconnecting"
+        assert not failures, failures
+        assert all(err is None for err in delivered) and len(delivered) == n + 1
+        assert slowest < 5.0, f"a round of probe, gRPC produce and Kafka produce took {slowest:.1f} s"
+        assert client.bounds("served", 0)[1] == 2 * n + 1

@@ -4,8 +4,10 @@ On the API's HTTP port, probes and scrapes share the connection cap with every o
 sockets that never started TLS left ``/healthz`` answering 1 probe in 35, and the Kubernetes
 liveness probe restarted the pod in a loop. Redpanda serves them on an admin port; so does this
 listener (``server.admin_host``, default loopback, and ``server.admin_port``, off by default, 9644
-in deploy/k8s): its own small connection cap (``server.admin_max_connections``) and per-address
-limit, short timeouts, the same TLS as every listener, and nothing but the three probe routes of
+in deploy/k8s): its own small connection cap (``server.admin_max_connections``, 16) and a
+per-address limit of a quarter of it (a probe or a scraper holds one or two connections, so at
+least four addresses are needed to fill it; beyond that, restrict who reaches the port, e.g. a
+Kubernetes NetworkPolicy), short timeouts, the same TLS as every listener, and nothing but the three probe routes of
 the :class:`~lkstream.server.http.app.HttpServer` it reports on (the same handlers, the same
 readiness, and ``/metrics`` under the same rule: docs/security.md). The HTTP port keeps serving
 them too.
