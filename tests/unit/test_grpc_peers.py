@@ -53,7 +53,7 @@ def test_a_connection_is_found_by_its_inode_and_shut_down_but_not_a_reused_descr
         client = socket.create_connection(("127.0.0.1", port))
         server, _ = listener.accept()
         with client, server:
-            rows = [r for r in tcp_sockets() if r.local_port == port and r.state == "01"]
+            rows = [r for r in tcp_sockets(port) if r.state == "01"]
             assert [r.peer for r in rows] == ["127.0.0.1"]
             inode = rows[0].inode
             assert socket_descriptors({inode}) == {inode: server.fileno()}
@@ -61,3 +61,26 @@ def test_a_connection_is_found_by_its_inode_and_shut_down_but_not_a_reused_descr
             assert shut_down(server.fileno(), inode)
             client.settimeout(5)
             assert client.recv(10) == b""  # the peer sees the end
+
+
+def test_the_proc_table_fallback_finds_what_socket_diagnostics_find() -> None:
+    from lkstream.server.grpc.peers import _diag_sockets, _proc_sockets
+
+    with socket.socket(socket.AF_INET6) as listener:
+        listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        listener.bind(("::", 0))
+        listener.listen(4)
+        port = listener.getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.3", 0)) for _ in range(3)]
+        accepted = [listener.accept()[0] for _ in clients]
+        try:
+
+            def held(rows: list) -> list:  # type: ignore[type-arg]
+                return sorted((r.peer, r.state, r.inode) for r in rows if r.state in ("01", "0A"))
+
+            diag = held(_diag_sockets(port))
+            assert diag == held(_proc_sockets(port))
+            assert [peer for peer, state, _ in diag if state == "01"] == ["127.0.0.3"] * 3  # IPv4-mapped as IPv4
+        finally:
+            for sock in clients + accepted:
+                sock.close()
