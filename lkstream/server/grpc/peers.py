@@ -280,9 +280,11 @@ class PeerLimiter:
         while True:
             try:
                 await asyncio.to_thread(self.sweep)
-            except OSError as exc:  # no /proc (a sandbox), or a filter the kernel refuses
+            except OSError as exc:  # neither netlink nor /proc (a sandbox), or a filter the kernel refuses
                 log.warning("gRPC per-address connection limits are not enforced: %s", exc)
                 return
+            except Exception as exc:  # a bug here must not end the enforcement, nor take the daemon down
+                self._log.event("sweep", logging.ERROR, "gRPC per-address limits: a sweep failed: %r", exc)
             await asyncio.sleep(self.interval_s)
 
     def sweep(self) -> None:
