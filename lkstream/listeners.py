@@ -15,6 +15,15 @@ kernel's backlog), and counted in :attr:`ConnectionCap.refused`; one warning per
 minute says so. Leaving it unaccepted instead would keep the listening socket
 readable and spin the event loop.
 
+Each peer address may also hold at most a part of the cap (:class:`AddressLimit`,
+``server.max_connections_per_address``, Kafka's ``max.connections.per.ip``; issue 28,
+finding 3): one client, or one attacker, cannot take every slot. A connection beyond its
+address's limit is closed at accept the same way.
+
+Repeated connection-level events (refusals, malformed requests, timeouts) are logged by a
+:class:`ThrottledLog`: the first at once, then one summary line per interval, so a flood
+cannot fill the log.
+
 Works with asyncio's selector event loop, which accepts through the listening
 socket object's :meth:`~socket.socket.accept` and closes connections through their
 socket objects. Thread-safe (the counters take a lock).
@@ -22,11 +31,14 @@ socket objects. Thread-safe (the counters take a lock).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import resource
 import socket
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 log = logging.getLogger("lkstream.listeners")
@@ -38,60 +50,152 @@ REFUSAL_LOG_INTERVAL_S: Final = 60.0
 DEFAULT_BACKLOG: Final = 128
 
 
-class ConnectionCap:
-    """The open connections of one listener, at most ``limit``."""
+def peer_address(peer: Any) -> str:
+    """The IP address of a socket peer (``getpeername()``), IPv4-mapped IPv6 addresses as IPv4."""
+    host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
 
-    def __init__(self, name: str, limit: int) -> None:
+
+@dataclass(frozen=True)
+class AddressLimit:
+    """How many connections one peer address may hold on one listener (Kafka's ``max.connections.per.ip``).
+
+    ``overrides`` maps an address to its own limit (Kafka's ``max.connections.per.ip.overrides``):
+    a proxy or a NAT gateway that carries many clients.
+    """
+
+    default: int
+    overrides: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default < 1 or any(value < 1 for value in self.overrides.values()):
+            raise ValueError("a per-address connection limit must be positive")
+
+    def of(self, address: str) -> int:
+        return self.overrides.get(address, self.default)
+
+
+class ThrottledLog:
+    """Repeated events of one kind as one log line per interval: the first at once, then a count.
+
+    Kinds are a handful of fixed names (never an address or a name a client chose), so the
+    bookkeeping is bounded. Thread-safe.
+    """
+
+    def __init__(self, logger: logging.Logger, interval_s: float = REFUSAL_LOG_INTERVAL_S) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def event(self, kind: str, level: int, message: str, *args: object) -> None:
+        """Log ``message % args`` unless a line of ``kind`` went out within the interval (then count it)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(kind, -self.interval_s) < self.interval_s:
+                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+                return
+            self._last[kind] = now
+            suppressed = self._suppressed.pop(kind, 0)
+        if suppressed:
+            message += " (and %d more like it in the last %.0f s)"
+            args = (*args, suppressed, self.interval_s)
+        self.logger.log(level, message, *args)
+
+    def suppressed(self, kind: str) -> int:
+        """Events of ``kind`` not logged since its last line."""
+        with self._lock:
+            return self._suppressed.get(kind, 0)
+
+
+class ConnectionCap:
+    """The open connections of one listener: at most ``limit``, and at most ``per_address`` from one address."""
+
+    def __init__(self, name: str, limit: int, per_address: AddressLimit | None = None) -> None:
         if limit < 1:
             raise ValueError(f"{name}: a connection cap must be positive, got {limit}")
         self.name = name
         self.limit = limit
+        self.per_address = per_address
         self._lock = threading.Lock()
         self._open = 0
+        self._by_address: dict[str, int] = {}  # only addresses with open connections: at most ``limit`` keys
         #: Connections closed at once because ``limit`` were open.
         self.refused = 0
-        self._last_warning = -REFUSAL_LOG_INTERVAL_S
-        self._unreported = 0
+        #: Connections closed at once because their address held its limit.
+        self.refused_per_address = 0
+        self._log = ThrottledLog(log)
 
     @property
     def open(self) -> int:
         return self._open
 
-    def take(self) -> bool:
-        """Count one more connection if there is room; False (and count a refusal) if not."""
+    def open_from(self, address: str) -> int:
+        """Connections open from ``address``."""
+        return self._by_address.get(address, 0)
+
+    def take(self, address: str = "") -> bool:
+        """Count one more connection from ``address`` if there is room; False (and count a refusal) if not."""
         with self._lock:
-            if self._open < self.limit:
+            if self._open >= self.limit:
+                self.refused += 1
+                over_cap = True
+            elif self.per_address is not None and self._by_address.get(address, 0) >= self.per_address.of(address):
+                self.refused_per_address += 1
+                over_cap = False
+            else:
                 self._open += 1
+                self._by_address[address] = self._by_address.get(address, 0) + 1
                 return True
-            self.refused += 1
-            self._unreported += 1
-            now = time.monotonic()
-            if now - self._last_warning < REFUSAL_LOG_INTERVAL_S:
-                return False
-            self._last_warning, unreported, self._unreported = now, self._unreported, 0
-        log.warning(
-            "%s: refused %d connection(s): %d open is the cap (server.%s_max_connections)",
-            self.name,
-            unreported,
-            self.limit,
-            self.name,
-        )
+        if over_cap:
+            self._log.event(
+                "cap",
+                logging.WARNING,
+                "%s: refused a connection: %d open is the cap (server.%s_max_connections)",
+                self.name,
+                self.limit,
+                self.name,
+            )
+        else:
+            assert self.per_address is not None
+            self._log.event(
+                "address",
+                logging.WARNING,
+                "%s: refused a connection from %s: %d open from one address is the limit "
+                "(server.max_connections_per_address)",
+                self.name,
+                address,
+                self.per_address.of(address),
+            )
         return False
 
-    def give_back(self) -> None:
+    def give_back(self, address: str = "") -> None:
         with self._lock:
             self._open -= 1
+            left = self._by_address.get(address, 0) - 1
+            if left > 0:
+                self._by_address[address] = left
+            else:
+                self._by_address.pop(address, None)
 
 
 class _CountedConnection(socket.socket):
     """An accepted connection that gives its slot back, once, when it is closed or detached."""
 
     _cap: ConnectionCap | None = None
+    _address: str = ""
 
     def _give_back(self) -> None:
         cap, self._cap = self._cap, None
         if cap is not None:
-            cap.give_back()
+            cap.give_back(self._address)
 
     def close(self) -> None:
         self._give_back()
@@ -110,11 +214,12 @@ class CappedListener(socket.socket):
     def accept(self) -> tuple[socket.socket, Any]:
         while True:
             fd, address = self._accept()  # type: ignore[attr-defined]  # BlockingIOError: nothing left to accept
-            if not self.cap.take():
+            peer = peer_address(address)
+            if not self.cap.take(peer):
                 socket.socket(self.family, self.type, self.proto, fileno=fd).close()
                 continue
             connection = _CountedConnection(self.family, self.type, self.proto, fileno=fd)
-            connection._cap = self.cap
+            connection._cap, connection._address = self.cap, peer
             if socket.getdefaulttimeout() is None and self.gettimeout():
                 connection.setblocking(True)  # as socket.accept does (bpo-7995)
             return connection, address

@@ -266,6 +266,49 @@ class NormalClients:
         }
 
 
+@dataclass
+class KafkaProbe:
+    """A well-behaved Kafka producer (librdkafka, idempotent, acks=all) on a fixed schedule, in a thread.
+
+    ``rate`` records a second to ``topic``; each one's latency runs from its *scheduled* time to its
+    acknowledgement (an open model, as :class:`NormalClients`), kept with the time it was scheduled.
+    """
+
+    bootstrap: str
+    topic: str
+    rate: float = 50.0
+    started: float = field(default_factory=time.perf_counter)
+    latency: list[tuple[float, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    sent: int = 0
+
+    def run(self, seconds: float) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 0, "acks": "all"}
+        )
+        interval = 1.0 / self.rate
+        start = time.perf_counter()
+        while (scheduled := start + self.sent * interval) < start + seconds:
+            while (delay := scheduled - time.perf_counter()) > 0:
+                producer.poll(delay)  # delivery callbacks run meanwhile (poll returns early after one)
+            at = scheduled - self.started
+
+            def delivered(err: Any, _msg: Any, at: float = at, scheduled: float = scheduled) -> None:
+                if err is not None:
+                    self.errors.append(str(err))
+                else:
+                    self.latency.append((at, time.perf_counter() - scheduled))
+
+            producer.produce(self.topic, value=f"{self.sent:012d}".encode(), on_delivery=delivered)
+            self.sent += 1
+        producer.flush(60)
+
+    def report(self, since: float = 0.0, until: float = float("inf")) -> dict[str, Any]:
+        return latency_summary([lat for t, lat in self.latency if since <= t < until])
+
+
 class _KeptHttp:
     """One HTTP/1.1 keep-alive connection, reopened only when the daemon closes it."""
 

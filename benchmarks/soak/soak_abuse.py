@@ -16,7 +16,17 @@ two other processes attack:
 * bursts: 24 concurrent 4 MiB produces every 10 s (the admission budget refuses some);
 * topic churn (the second process): 1,000-partition topics created and deleted over gRPC and HTTP by
   a legitimate admin client (``_hostile.Churner``) that connects before the attackers, keeps its
-  connections, deletes whatever it creates and retries with backoff when refused.
+  connections, deletes whatever it creates and retries with backoff when refused;
+* a Kafka frame fuzzer (issue 28): frames of every API and version the listener offers, built from
+  kio's schemas, honest or with one length, count or tagged-field section at an extreme, cut short
+  or with a bit flipped (tests/kafka_wire/frames.py), from 127.0.0.2, 200 a second, four at a
+  time, seeded.
+
+Beside the gRPC clients a librdkafka producer (``_hostile.KafkaProbe``, 50 records/s, idempotent,
+acks=all) checks that the Kafka listener keeps serving well-formed clients through the fuzzing.
+``--attacks fuzz`` runs the fuzzer alone (with both normal clients, and ``max_partitions`` 256 so that
+the topics its valid frames create stay few), the longer run of the fixed-seed fuzzer in
+tests/kafka_wire/test_fuzz.py. The report ends with the topics and partitions the attacks created.
 
 Every ``--sample-s`` it records the daemon's RSS, descriptors and threads, and the admission
 budget from ``/metrics``. Reports the normal clients' p99 per minute, those samples, what each
@@ -25,6 +35,7 @@ MB/min), sockets never exceeded the connection caps (plus the listeners' own), a
 
     python -m benchmarks.soak.soak_abuse                 # 10 minutes
     python -m benchmarks.soak.soak_abuse --quick         # 1 minute smoke run
+    python -m benchmarks.soak.soak_abuse --attacks fuzz --minutes 5   # the Kafka fuzzer alone
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import contextlib
 import os
 import random
 import struct
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -41,10 +53,11 @@ from typing import Any
 
 import grpc
 
-from benchmarks._common import base_parser, bench_dir, check_free_space, emit, log, machine_facts
+from benchmarks._common import REPO, base_parser, bench_dir, check_free_space, emit, log, machine_facts
 from benchmarks.soak._hostile import (
     NORMAL_TOPIC,
     Daemon,
+    KafkaProbe,
     MiB,
     NormalClients,
     churn,
@@ -53,8 +66,12 @@ from benchmarks.soak._hostile import (
     run_in_process,
 )
 from benchmarks.soak.soak_daemon import slope_mb_per_min
+from lkstream.kafka.protocol import version_table
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
+
+sys.path.insert(0, str(REPO))  # the fuzzer's frames come from the test suite (and so do the children's)
+from tests.kafka_wire.frames import random_frame
 
 WARMUP_S = 30.0
 SLOW_CONNECTIONS = 160  # per listener: above the 128 cap
@@ -66,6 +83,12 @@ CAPS = 3 * 128
 #: Sockets the daemon holds besides its connections: three listeners, gRPC core's internal pairs.
 SOCKET_SLACK = 32
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+KAFKA_TOPIC = "normal.kafka"
+#: The fuzzer's source address (loopback is 127.0.0.0/8): the per-address limits keep it from the normal clients.
+FUZZER = "127.0.0.2"
+FUZZ_CONCURRENCY = 4
+FUZZ_RATE = 200.0  # frames a second, all loops together
+FUZZ_MAX_PARTITIONS = 256  # with --attacks fuzz (see main)
 
 
 class Tally:
@@ -131,11 +154,21 @@ async def _slow_connection(tally: Tally, client: SlowClient, end: float) -> None
             writer.close()
 
 
-async def _raw_exchange(address: str, data: bytes, timeout: float = 10.0) -> bytes:
-    """Send ``data``, return what the daemon answers before closing (or within ``timeout``)."""
-    reader, writer = await asyncio.open_connection(*_split(address))
+async def _raw_exchange(
+    address: str, data: bytes, timeout: float = 10.0, *, source: str | None = None, half_close: bool = False
+) -> bytes:
+    """Send ``data`` (then, with ``half_close``, the end of the stream), return what the daemon answers
+    before closing (or within ``timeout``)."""
+    try:
+        reader, writer = await asyncio.open_connection(
+            *_split(address), local_addr=(source, 0) if source is not None else None
+        )
+    except OSError:
+        return b""
     try:
         writer.write(data)
+        if half_close:
+            writer.write_eof()
         await writer.drain()
         answer = b""
         with contextlib.suppress(TimeoutError):
@@ -207,10 +240,35 @@ async def _bursts(tally: Tally, stub: Any, end: float) -> None:
         await asyncio.sleep(BURST_EVERY_S)
 
 
-async def attack(daemon: dict[str, str], seconds: float) -> dict[str, dict[str, int]]:
-    """Every attack but the churn, concurrently, for ``seconds``; what each one met."""
+async def _fuzz_kafka(tally: Tally, kafka: str, end: float, seed: int) -> None:
+    """Schema-built Kafka frames (tests/kafka_wire/frames.py), one per connection, until ``end``, at
+    FUZZ_RATE / FUZZ_CONCURRENCY a second (unpaced, four loops opened ~600 connections a second and the
+    measuring machine's two cores were the limit, not the daemon's handling of bad frames)."""
+    rng = random.Random(seed)
+    versions = version_table(topic_ids=True)
+    interval = FUZZ_CONCURRENCY / FUZZ_RATE
+    start = time.monotonic()
+    sent = 0
+    while (scheduled := start + sent * interval) < end:
+        await asyncio.sleep(max(0.0, scheduled - time.monotonic()))
+        sent += 1
+        frame = random_frame(versions, rng)
+        answer = await _raw_exchange(kafka, frame.payload, 5.0, source=FUZZER, half_close=True)
+        tally.add("kafka fuzz", "answered" if answer else "closed without an answer")
+
+
+async def attack(daemon: dict[str, str], seconds: float, which: str = "all") -> dict[str, dict[str, int]]:
+    """Every attack but the churn (``which``: "fuzz", the Kafka fuzzer alone; "none", nothing), concurrently,
+    for ``seconds``; what each one met."""
     tally = Tally()
     end = time.monotonic() + seconds
+    if which == "none":
+        await asyncio.sleep(seconds)
+        return tally.counts
+    fuzzers = [_fuzz_kafka(tally, daemon["kafka"], end, seed) for seed in range(FUZZ_CONCURRENCY)]
+    if which == "fuzz":
+        await asyncio.gather(*fuzzers)
+        return tally.counts
     slow_head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 4000
     body_head = (
         b"POST /produce HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -225,7 +283,7 @@ async def attack(daemon: dict[str, str], seconds: float) -> dict[str, dict[str, 
     body = b"b" * MiB
     for _ in range(SLOW_BODIES):
         clients.append(SlowClient("slow http bodies (1 KiB/s)", daemon["http"], body_head, body, 1024, 1.0))
-    tasks = [_slow_connection(tally, client, end) for client in clients]
+    tasks = [_slow_connection(tally, client, end) for client in clients] + fuzzers
     options = [("grpc.max_send_message_length", 64 * MiB)]
     async with grpc.aio.insecure_channel(daemon["grpc"], options=options) as channel:
         stub = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
@@ -262,23 +320,28 @@ async def _sample(daemon: Daemon, started: float, every_s: float, samples: list[
         await asyncio.sleep(every_s)
 
 
-async def soak(daemon: Daemon, seconds: float, sample_s: float) -> dict[str, Any]:
+async def soak(daemon: Daemon, seconds: float, sample_s: float, attacks: str = "all") -> dict[str, Any]:
     clients = NormalClients(daemon.grpc, rate=200.0)
+    kafka = KafkaProbe(daemon.kafka, KAFKA_TOPIC, started=clients.started)
     samples: list[dict[str, float]] = []
     sampler = asyncio.create_task(_sample(daemon, clients.started, sample_s, samples))
     normal = asyncio.create_task(clients.run(WARMUP_S + seconds))
+    kafka_normal = asyncio.create_task(asyncio.to_thread(kafka.run, WARMUP_S + seconds))
     # The churn is a legitimate admin client: it connects during the warm-up, before any attacker,
     # and keeps its connections (attackers then hold the rest of the connection caps).
-    churning = await asyncio.to_thread(
-        run_in_process, churn, daemon.grpc, daemon.http, CHURN_PARTITIONS, seconds, ready_timeout=60.0
-    )
+    churning = None
+    if attacks == "all":
+        churning = await asyncio.to_thread(
+            run_in_process, churn, daemon.grpc, daemon.http, CHURN_PARTITIONS, seconds, ready_timeout=60.0
+        )
     await asyncio.sleep(max(0.0, WARMUP_S - (time.perf_counter() - clients.started)))
     log(f"warm-up done; attacking for {seconds / 60:.1f} min")
     addresses = {"grpc": daemon.grpc, "http": daemon.http, "kafka": daemon.kafka}
-    attacks = run_in_process(attack, addresses, seconds)
+    attacking = run_in_process(attack, addresses, seconds, attacks)
     await normal
-    attacked = await asyncio.to_thread(attacks, seconds + 300)
-    churned = await asyncio.to_thread(churning, seconds + 300)
+    await kafka_normal
+    attacked = await asyncio.to_thread(attacking, seconds + 300)
+    churned = await asyncio.to_thread(churning, seconds + 300) if churning is not None else None
     sampler.cancel()
     await asyncio.gather(sampler, return_exceptions=True)
     samples.append({"t_s": round(time.perf_counter() - clients.started, 1), **process_sample(daemon.pid)})
@@ -290,6 +353,13 @@ async def soak(daemon: Daemon, seconds: float, sample_s: float) -> dict[str, Any
         "under_attack": clients.report(WARMUP_S, WARMUP_S + seconds),
         "per_minute": minutes,
         "completeness": clients.completeness(),
+        "kafka_producer": {
+            "warmup": kafka.report(0, WARMUP_S),
+            "under_attack": kafka.report(WARMUP_S, WARMUP_S + seconds),
+            "sent": kafka.sent,
+            "acknowledged": len(kafka.latency),
+            "errors": kafka.errors[:20],
+        },
         "attacks": attacked,
         "churn": churned,
         "samples": samples,
@@ -322,13 +392,28 @@ def main() -> None:
     parser = base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, help="length of the attack (default 10; quick 1)")
     parser.add_argument("--sample-s", type=float, default=5.0, help="seconds between samples (default 5)")
+    parser.add_argument(
+        "--attacks",
+        choices=["all", "fuzz", "none"],
+        default="all",
+        help="every attack (default), the Kafka fuzzer alone, or none (the normal clients alone: a control run)",
+    )
     args = parser.parse_args()
     minutes = args.minutes or (1.0 if args.quick else 10.0)
     random.seed(args.seed)
     with bench_dir(args.tmp_root, "soak-abuse") as root:
         check_free_space(root, 4 * 1024**3)
         facts = machine_facts(root)
-        config = {"fsync_mode": "group", "segment_max_bytes": 16 * MiB, "retention_check_interval_ms": 10_000}
+        config: dict[str, Any] = {
+            "fsync_mode": "group",
+            "segment_max_bytes": 16 * MiB,
+            "retention_check_interval_ms": 10_000,
+        }
+        if args.attacks != "all":
+            # A quarter of the fuzzer's frames are valid, and valid CreateTopics and Metadata requests create
+            # topics: 3,309 partitions in 5 minutes (30 MB of RSS) with the default max_partitions. A small
+            # limit keeps that state small, so RSS measures how frames are handled, not how much they made.
+            config["max_partitions"] = FUZZ_MAX_PARTITIONS
         daemon = Daemon(root, config)
         try:
             daemon.wait_ready()
@@ -336,8 +421,14 @@ def main() -> None:
 
             with lkstream.connect(daemon.grpc) as admin:
                 admin.create_topic(NORMAL_TOPIC, 1)
+                admin.create_topic(KAFKA_TOPIC, 1)
                 admin.create_topic("flood", 1, retention_bytes=32 * MiB)
-            result = asyncio.run(soak(daemon, 60 * minutes, args.sample_s))
+            result = asyncio.run(soak(daemon, 60 * minutes, args.sample_s, args.attacks))
+            alive = daemon.proc.poll() is None  # before it is asked to stop: nothing took it down
+            with lkstream.connect(daemon.grpc) as admin:  # what the attacks' valid requests created (RSS, fds)
+                topics = admin.list_topics()
+                partitions = sum(len(admin.describe_topic(topic).partitions) for topic in topics)
+            result["state_after"] = {"topics": len(topics), "partitions": partitions}
         finally:
             code = daemon.stop()
             log(f"daemon stopped, exit code {code}")
@@ -345,15 +436,35 @@ def main() -> None:
                 log(daemon.log_tail())
     flat = flatness(result["samples"])
     done = result["completeness"]
+    kafka = result["kafka_producer"]
     log(
         f"p99 produce {result['warmup']['produce'].get('p99_ms')} -> {result['under_attack']['produce'].get('p99_ms')} "
         f"ms, fetch {result['warmup']['fetch'].get('p99_ms')} -> {result['under_attack']['fetch'].get('p99_ms')} ms; "
         f"RSS {flat['rss_first_MB']:.0f} -> {flat['rss_peak_MB']:.0f} -> {flat['rss_last_MB']:.0f} MB, "
-        f"fds max {flat['fds_max']}; lost {done['lost']}, duplicates {done['duplicates']}"
+        f"fds max {flat['fds_max']}; lost {done['lost']}, duplicates {done['duplicates']}; Kafka producer p99 "
+        f"{kafka['warmup'].get('p99_ms')} -> {kafka['under_attack'].get('p99_ms')} ms, "
+        f"{kafka['acknowledged']}/{kafka['sent']} acknowledged"
     )
     payload = {
-        "settings": {"minutes": minutes, "warmup_s": WARMUP_S, "normal_produce_calls_per_s": 200, "records": 10},
+        "settings": {
+            "minutes": minutes,
+            "attacks": args.attacks,
+            "warmup_s": WARMUP_S,
+            "normal_produce_calls_per_s": 200,
+            "records": 10,
+            "kafka_producer_records_per_s": 50,
+        },
         "targets": [
+            {
+                "target": "the daemon stays up through the attack and stops cleanly (exit 0 on SIGTERM)",
+                "measured": {"alive_after_attack": alive, "exit_code": code},
+                "verdict": "pass" if alive and code == 0 else "MISS",
+            },
+            {
+                "target": "every record of the Kafka producer beside the fuzzer acknowledged",
+                "measured": {k: kafka[k] for k in ("sent", "acknowledged", "errors")},
+                "verdict": "pass" if kafka["acknowledged"] == kafka["sent"] and not kafka["errors"] else "MISS",
+            },
             {
                 "target": "daemon RSS flat under attack (tail growth < 10%, slope < 1 MB/min)",
                 "measured": {k: flat[k] for k in ("tail_growth_fraction", "tail_slope_MB_per_min")},

@@ -26,8 +26,17 @@ Failures stay with the request or the connection that caused them:
   every partition of the request, since their clients read errors per partition;
 * a frame whose size prefix is out of bounds, or whose header or body does not
   parse, closes this connection only: its byte stream cannot be trusted further.
+  Such closes (and timeouts) are logged through the listener's
+  :class:`~lkstream.listeners.ThrottledLog`: one line per kind and minute, with a
+  count of the rest, so a flood of bad frames cannot fill the log; a client that
+  leaves, between requests or in the middle of one, is logged at debug level only.
   With SASL on, a size above :data:`MAX_UNAUTHENTICATED_FRAME_BYTES` before the
   client authenticated is out of bounds (refused before admission).
+
+Before authentication (issue 28, findings 2 and 3): requests are admitted from their own small
+budget (``settings.unauthenticated_admission``), never from the one produce data needs, and the
+connection is closed ``settings.authentication_timeout_s`` after it was accepted unless SASL
+completed by then, whatever it sent meanwhile.
 """
 
 from __future__ import annotations
@@ -61,15 +70,16 @@ from lkstream.kafka.protocol import (
     response_is_flexible,
 )
 from lkstream.kafka.writer import ChunkWriter
+from lkstream.listeners import peer_address
 
 log = logging.getLogger("lkstream.kafka")
 
 _SASL_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-#: Largest request read before SASL authentication completed: Kafka's ``sasl.server.max.receive.size``
-#: default (512 KiB). An unauthenticated client sends only ApiVersions and the SASL requests, all
-#: small; a larger size prefix is refused before it takes any admission budget, so sockets that
-#: never authenticate cannot hold the budget every listener shares.
-MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
+#: Largest request read before SASL authentication completed. An unauthenticated client sends only
+#: ApiVersions and the SASL requests, and a SASL message above 4 KiB is refused anyway
+#: (lkstream.security.sasl): 8 KiB leaves room for the header and a long client id. (Kafka's
+#: ``sasl.server.max.receive.size`` is 512 KiB: 112 sockets announcing that much each held 56 MiB.)
+MAX_UNAUTHENTICATED_FRAME_BYTES = 8 * 1024
 _UNSUPPORTED = struct.pack(">h", ErrorCode.unsupported_version.value)
 #: Above this many unsent response bytes, wait for the socket before reading more requests.
 _WRITE_BUFFER_HIGH = 1 << 20
@@ -83,7 +93,7 @@ class Connection:
         self._reader = reader
         self._writer = writer
         peer = writer.get_extra_info("peername")
-        self.ctx = RequestContext(state, peer[0] if isinstance(peer, tuple) else "")
+        self.ctx = RequestContext(state, peer_address(peer) if isinstance(peer, tuple) else "")
         # Stored batches go out with sendfile(2) unless TLS must encrypt them (lkstream.kafka.writer).
         self.ctx.zero_copy = state.settings.zero_copy and writer.get_extra_info("sslcontext") is None
         self._chunk_writer = ChunkWriter(writer, state.send_stats, zero_copy=self.ctx.zero_copy)
@@ -99,17 +109,28 @@ class Connection:
         self._idle_check: asyncio.TimerHandle | None = None
         self._unsent: list[bytes] = []  # small answers of this loop turn, written together by _flush
         self._drain_until: float | None = None  # set by drain(): the listener is stopping
+        self._authentication_deadline: asyncio.TimerHandle | None = None
 
     async def serve(self) -> None:
-        self._schedule_idle_check(self._state.settings.idle_timeout_s)
+        settings = self._state.settings
+        self._schedule_idle_check(settings.idle_timeout_s)
+        if settings.sasl is not None:
+            # From accept, whatever the client sends: ApiVersions every few seconds must not keep a slot.
+            self._authentication_deadline = self._loop.call_later(
+                settings.authentication_timeout_s, self._authentication_overdue
+            )
         try:
             await self._read_requests()
-        except (FrameError, asyncio.IncompleteReadError, ConnectionError) as exc:
-            if not isinstance(exc, asyncio.IncompleteReadError) or exc.partial:
-                log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+        except FrameError as exc:
+            self._closing("malformed", exc)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            # The client left (between requests, or in the middle of one): not an error.
+            log.debug("Kafka connection from %s ended: %s", self.ctx.client_host, exc)
         finally:
             if self._idle_check is not None:
                 self._idle_check.cancel()
+            if self._authentication_deadline is not None:
+                self._authentication_deadline.cancel()
             if self._drain_until is not None:
                 await self._answer_started_requests(self._drain_until)
             # The client is gone or its stream is garbage (or the listener's grace is over): nobody
@@ -278,8 +299,12 @@ class Connection:
         No room: the connection is not read (its bytes wait in the socket, as with
         Kafka's ``queued.max.request.bytes``) for up to ``read_timeout_s``, then closed.
         """
+        settings = self._state.settings
+        budget = self.ctx.broker.admission
+        if settings.sasl is not None and settings.unauthenticated_admission is not None and not self._authenticated():
+            budget = settings.unauthenticated_admission  # sockets that never log in cannot hold produce's budget
         try:
-            return await self.ctx.broker.admission.admit(size, "kafka", self._state.settings.read_timeout_s)
+            return await budget.admit(size, "kafka", settings.read_timeout_s)
         except OverloadedError as exc:
             raise FrameError(f"not read: {exc}") from None
 
@@ -292,14 +317,15 @@ class Connection:
         finally:
             timer.cancel()
 
+    def _closing(self, kind: str, reason: object) -> None:
+        """Log why this connection is closed: one line per kind and interval for the whole listener."""
+        self._state.connection_log.event(
+            kind, logging.INFO, "closing Kafka connection from %s: %s", self.ctx.client_host, reason
+        )
+
     def _read_timed_out(self, size: int) -> None:
         timeout = self._state.settings.read_timeout_s
-        log.info(
-            "closing Kafka connection from %s: a request of %d bytes did not arrive within %g s",
-            self.ctx.client_host,
-            size,
-            timeout,
-        )
+        self._closing("read timeout", f"a request of {size} bytes did not arrive within {timeout:g} s")
         self._writer.transport.abort()  # the pending read ends; serve() cleans up
 
     async def _refuse_unless_authenticated(self, size: int) -> None:
@@ -315,6 +341,13 @@ class Connection:
     def _authenticated(self) -> bool:
         return self.ctx.sasl is not None and self.ctx.sasl.complete
 
+    def _authentication_overdue(self) -> None:
+        if self._authenticated():
+            return
+        timeout = self._state.settings.authentication_timeout_s
+        self._closing("unauthenticated", f"not authenticated within {timeout:g} s (server.authentication_timeout_s)")
+        self._writer.transport.abort()  # the pending read ends; serve() cleans up
+
     def _finished(self, task: asyncio.Task[ResponseBody]) -> None:
         self._unfinished.discard(task)
         if not self._unfinished:
@@ -327,7 +360,7 @@ class Connection:
                 try:
                     body = await future
                 except FrameError as exc:
-                    log.info("closing Kafka connection from %s: %s", self.ctx.client_host, exc)
+                    self._closing("malformed", exc)
                     self._flush()
                     self._writer.close()
                     return
@@ -355,7 +388,7 @@ class Connection:
         timeout = self._state.settings.idle_timeout_s
         idle = self._loop.time() - self._last_active
         if idle >= timeout and not self._pending and not self._unfinished:
-            log.info("closing Kafka connection from %s: idle for %.0f s", self.ctx.client_host, idle)
+            log.debug("closing Kafka connection from %s: idle for %.0f s", self.ctx.client_host, idle)
             self._writer.close()  # the reader sees the end of the stream; serve() cleans up
             return
         self._schedule_idle_check(max(timeout - idle, 1.0))

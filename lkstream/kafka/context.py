@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +19,12 @@ from lkstream.kafka.security import (
     SaslServer,
 )
 from lkstream.kafka.writer import SendStats
+from lkstream.listeners import AddressLimit, ThrottledLog
 from lkstream.security.acl import Operation as AclOperation
 from lkstream.security.acl import ResourceType as AclResourceType
 
 if TYPE_CHECKING:
+    from lkstream.broker.admission import AdmissionBudget
     from lkstream.broker.broker import Broker
     from lkstream.broker.groups.classic import ClassicGroups
     from lkstream.kafka.metadata_cache import MetadataCache
@@ -48,6 +51,16 @@ class ListenerSettings:
     max_inflight_requests: int = 16  # per connection: pipelined produce requests awaiting their ack
     idle_timeout_s: float = 600.0  # Kafka's connections.max.idle.ms
     read_timeout_s: float = 30.0  # a request's bytes must follow its size prefix within this (server.read_timeout_s)
+    #: Connections one peer address may hold (server.max_connections_per_address); None: only the cap.
+    max_connections_per_address: AddressLimit | None = None
+    #: With ``sasl``: time from accept to a completed authentication (server.authentication_timeout_s); no
+    #: request extends it, so a client that never logs in cannot keep a slot with ApiVersions.
+    authentication_timeout_s: float = 10.0
+    #: Time a TLS handshake may take (server.handshake_timeout_s; asyncio's own default is 60 s).
+    handshake_timeout_s: float = 10.0
+    #: With ``sasl``: the budget requests are admitted from until their connection authenticated
+    #: (server.unauthenticated_admitted_bytes); None: the broker's own.
+    unauthenticated_admission: AdmissionBudget | None = None
     authorizer: Authorizer = field(default_factory=AllowAll)
     sasl: SaslAuthenticator | None = None
     #: The topic-id switch: serve Metadata v10-12 and KIP-848's ConsumerGroupHeartbeat, which name
@@ -81,6 +94,8 @@ class ServerState:
     versions: dict[int, tuple[int, int]]  # api key -> (min, max) served (protocol.version_table)
     topic_ids: TopicIds
     send_stats: SendStats = field(default_factory=SendStats)
+    #: Why connections are closed (malformed frames, timeouts): one line per kind and interval.
+    connection_log: ThrottledLog = field(default_factory=lambda: ThrottledLog(logging.getLogger("lkstream.kafka")))
 
 
 @dataclass

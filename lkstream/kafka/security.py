@@ -89,8 +89,9 @@ class SaslAuthenticator(Protocol):
     @property
     def mechanisms(self) -> tuple[str, ...]: ...
 
-    def new(self, mechanism: str) -> SaslServer:
-        """A server for ``mechanism`` (raises :class:`SaslAuthenticationFailed` if it is not offered)."""
+    def new(self, mechanism: str, address: str | None = None) -> SaslServer:
+        """A server for ``mechanism`` talking to a client at ``address`` (raises
+        :class:`SaslAuthenticationFailed` if it is not offered)."""
         ...
 
 

@@ -3,8 +3,10 @@
 ``KafkaServer(broker, settings)``; ``await start()`` binds (port 0 picks a
 free port, see :attr:`port`), ``await stop()`` closes the listener and every
 connection. At most ``settings.max_connections`` connections are open at once
-(a :class:`~lkstream.listeners.CappedListener`); one more is closed right after
-accept (and logged once a minute).
+(a :class:`~lkstream.listeners.CappedListener`), at most
+``settings.max_connections_per_address`` from one address; one more is closed right
+after accept (and logged once a minute). A TLS handshake must finish within
+``settings.handshake_timeout_s``.
 
 Security (docs/kafka.md, "Security"): with ``settings.ssl_context`` the listener
 speaks TLS; with ``settings.sasl`` every connection must authenticate before any
@@ -40,7 +42,9 @@ class KafkaServer:
         self._connections: dict[asyncio.Task[None], tuple[Connection, asyncio.StreamWriter]] = {}
         self._state: ServerState | None = None
         #: Open connections, at most ``settings.max_connections`` (counted from accept to close, TLS included).
-        self.connections = ConnectionCap("kafka", self.settings.max_connections)
+        self.connections = ConnectionCap(
+            "kafka", self.settings.max_connections, self.settings.max_connections_per_address
+        )
         #: Stored bytes Fetch answers sent, by path (sendfile or copied).
         self.send_stats = SendStats()
 
@@ -68,7 +72,11 @@ class KafkaServer:
         await asyncio.to_thread(kio_codec.warm_up, versions)
         sock = listen(self.settings.host, self.settings.port, self.connections)
         try:
-            self._server = await asyncio.start_server(self._accept, sock=sock, ssl=self.settings.ssl_context)
+            tls = self.settings.ssl_context
+            handshake_timeout = self.settings.handshake_timeout_s if tls is not None else None
+            self._server = await asyncio.start_server(
+                self._accept, sock=sock, ssl=tls, ssl_handshake_timeout=handshake_timeout
+            )
         except BaseException:
             sock.close()
             raise

@@ -25,6 +25,7 @@ from lkstream.errors import AuthenticationError, AuthorizationError
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.authorizer import AclAuthorizer, AclIndex, AllowAll, Authorizer
 from lkstream.security.credentials import UserDirectory
+from lkstream.security.failures import FailureBudget
 from lkstream.security.principal import ANONYMOUS, Principal
 from lkstream.security.sasl import MECHANISMS, SaslServerFactory
 from lkstream.security.watched import WatchedFile
@@ -60,6 +61,8 @@ class Access:
         self.authorizer = authorizer
         self._version = version
         self._files = tuple(files)
+        #: Failed authentications per user and per address, for every surface (passwords and tokens).
+        self.failures = FailureBudget()
 
     @classmethod
     def disabled(cls) -> Access:
@@ -100,10 +103,13 @@ class Access:
 
     # -- authentication ----------------------------------------------------------------------------
 
-    def authenticate_bearer(self, header: str | None) -> Principal:
+    def authenticate_bearer(self, header: str | None, address: str | None = None) -> Principal:
         """The principal of an ``Authorization`` value; raises :class:`AuthenticationError`.
 
-        With authentication off every caller is ANONYMOUS, whatever it sends.
+        With ``address`` (the caller's IP), a wrong token counts against that address's failure
+        budget (:attr:`failures`), which then refuses that address's password logins. A token is
+        never refused by the budget: 256 random bits cannot be guessed, and refusing a valid one
+        would only lock its owner out. With authentication off every caller is ANONYMOUS.
         """
         if not self.enabled:
             return ANONYMOUS
@@ -112,12 +118,14 @@ class Access:
             raise AuthenticationError("authentication required: send 'authorization: Bearer <token>'")
         principal = self._users().verify_token(token)
         if principal is None:
+            self.failures.failed(address=address)
             raise AuthenticationError("authentication failed: unknown or revoked token")
         return principal
 
     def sasl(self, mechanisms: Sequence[str] = MECHANISMS) -> SaslServerFactory:
-        """A factory of SASL servers over the users file (offer PLAIN only over TLS)."""
-        return SaslServerFactory(self._users, mechanisms)
+        """A factory of SASL servers over the users file (offer PLAIN only over TLS), counting failures
+        in :attr:`failures`."""
+        return SaslServerFactory(self._users, mechanisms, self.failures)
 
     # -- authorization -------------------------------------------------------------------------------
 

@@ -12,7 +12,11 @@ it the client's bytes::
     principal = server.principal
 
 Failures raise :class:`~lkstream.errors.AuthenticationError` with one message for a
-wrong password, an unknown user and a bad proof alike. For an unknown user SCRAM goes
+wrong password, an unknown user and a bad proof alike. Each password exchange (PLAIN, SCRAM)
+takes an attempt from the factory's :class:`~lkstream.security.failures.FailureBudget` against
+the user name and the client's address as soon as the user is known, given back only if it
+succeeds; an exchange whose user or address has none left is refused before any credential is
+looked up (issue 28, finding 14). A refused OAUTHBEARER token counts against the address. For an unknown user SCRAM goes
 through the whole exchange with a decoy salt (stable per name) and fails at the
 proof, as RFC 5802 section 5.1 suggests, so the first message does not reveal which
 names exist. PLAIN sends the password itself: offer it only over TLS. OAUTHBEARER sends a
@@ -37,6 +41,7 @@ import scramp
 
 from lkstream.errors import AuthenticationError, InvalidArgumentError
 from lkstream.security.credentials import DEFAULT_ITERATIONS, SCRAM_MECHANISMS, ScramCredential, UserDirectory
+from lkstream.security.failures import FailureBudget
 from lkstream.security.principal import Principal
 
 PLAIN: Final = "PLAIN"
@@ -80,9 +85,28 @@ def _text(client_bytes: bytes) -> str:
 
 
 class _Exchange:
-    """What every SASL server here shares: the principal, once authenticated."""
+    """What every SASL server here shares: the principal once authenticated, and the failure budget."""
 
     _principal: Principal | None = None
+    _failures: FailureBudget | None = None
+    _address: str | None = None
+
+    _attempted = False  # an attempt was taken from the budget (for _attempt_user)
+    _attempt_user: str | None = None
+
+    def _guard(self, failures: FailureBudget | None, address: str | None) -> None:
+        self._failures, self._address = failures, address or None
+
+    def _attempt(self, user: str | None) -> None:
+        """Take this exchange's attempt from the budget (given back if it succeeds); refused if spent."""
+        if self._failures is not None:
+            self._failures.attempt(user=user, address=self._address)
+            self._attempted, self._attempt_user = True, user
+
+    def _authenticated(self, principal: Principal) -> None:
+        self._principal = principal
+        if self._failures is not None and self._attempted:
+            self._failures.succeeded(user=self._attempt_user, address=self._address)
 
     @property
     def complete(self) -> bool:
@@ -117,10 +141,11 @@ class PlainServer(_Exchange):
         authzid, user, password = parts
         if authzid and authzid != user:
             raise AuthenticationError("authentication failed: acting as another user is not supported")
-        principal = self._users().verify_password(user, password)
+        self._attempt(user)
+        principal = self._users().verify_password(user, password)  # PBKDF2: callers run step() off their loop
         if principal is None:
             raise AuthenticationError(_FAILED)
-        self._principal = principal
+        self._authenticated(principal)
         return b""
 
 
@@ -174,12 +199,15 @@ class OAuthBearerServer(_Exchange):
             raise AuthenticationError("authentication failed: OAUTHBEARER needs auth=Bearer <token>")
         users = self._users()
         principal = users.verify_token(token)
-        if principal is None:
+        if principal is None:  # counted against the address, never refused by it: tokens cannot be guessed
+            if self._failures is not None:
+                self._failures.failed(address=self._address)
             raise AuthenticationError("authentication failed: unknown or revoked token")
         authzid = gs2[1]
         if authzid and authzid != f"a={principal.name}":
             raise AuthenticationError("authentication failed: acting as another user is not supported")
-        self._principal, self._token, self._checked = principal, token, users
+        self._token, self._checked = token, users
+        self._authenticated(principal)
         return b""
 
 
@@ -217,7 +245,7 @@ class ScramServer(_Exchange):
         self._stage += 1
         try:
             if self._stage == 1:
-                _check_client_first(message)
+                self._attempt(_check_client_first(message))  # before any credential is looked up
                 self._server.set_client_first(message)
                 return str(self._server.get_server_first()).encode()
             if self._stage == 2:
@@ -225,15 +253,16 @@ class ScramServer(_Exchange):
                 if not self._known or self._user is None:
                     raise AuthenticationError(_FAILED)
                 final = str(self._server.get_server_final()).encode()
-                self._principal = Principal(self._user, self.mechanism)
+                self._authenticated(Principal(self._user, self.mechanism))
                 return final
         except scramp.ScramException:
             raise AuthenticationError(_FAILED) from None
         raise AuthenticationError(f"authentication failed: the {self.mechanism} exchange is over")
 
 
-def _check_client_first(message: str) -> None:
-    """Refuse what this server does not offer: channel binding, another authzid, Kafka token auth."""
+def _check_client_first(message: str) -> str:
+    """The user name of a client-first message; refuse what this server does not offer: channel
+    binding, another authzid, Kafka token auth."""
     parts = message.split(",", 3)
     if len(parts) < 4 or parts[0] not in ("n", "y"):
         raise AuthenticationError("authentication failed: channel binding is not supported (use n,,)")
@@ -243,27 +272,40 @@ def _check_client_first(message: str) -> None:
         raise AuthenticationError("authentication failed: acting as another user is not supported")
     if "tokenauth=" in bare:
         raise AuthenticationError("authentication failed: delegation tokens are not supported")
+    return user
 
 
 class SaslServerFactory:
     """Makes one SASL server per connection for the ``mechanisms`` it offers."""
 
-    def __init__(self, users: Callable[[], UserDirectory], mechanisms: Sequence[str] = MECHANISMS) -> None:
+    def __init__(
+        self,
+        users: Callable[[], UserDirectory],
+        mechanisms: Sequence[str] = MECHANISMS,
+        failures: FailureBudget | None = None,
+    ) -> None:
         unknown = set(mechanisms) - set(MECHANISMS)
         if unknown:
             raise InvalidArgumentError(f"unknown SASL mechanism(s) {sorted(unknown)}: use {', '.join(MECHANISMS)}")
         self.mechanisms = tuple(mechanisms)
         self._users = users
         self._decoy_key = secrets.token_bytes(32)
+        #: Failed exchanges per user and per address (the daemon's one, shared with the bearer-token surfaces).
+        self.failures = failures
 
-    def new(self, mechanism: str) -> SaslServer:
-        """A server for ``mechanism``; :class:`AuthenticationError` if it is not offered."""
+    def new(self, mechanism: str, address: str | None = None) -> SaslServer:
+        """A server for ``mechanism`` talking to a client at ``address``; :class:`AuthenticationError` if
+        ``mechanism`` is not offered."""
         if mechanism not in self.mechanisms:
             raise AuthenticationError(
                 f"SASL mechanism {mechanism!r} is not enabled: this server offers {', '.join(self.mechanisms)}"
             )
+        server: PlainServer | OAuthBearerServer | ScramServer
         if mechanism == PLAIN:
-            return PlainServer(self._users)
-        if mechanism == OAUTHBEARER:
-            return OAuthBearerServer(self._users)
-        return ScramServer(mechanism, self._users, self._decoy_key)
+            server = PlainServer(self._users)
+        elif mechanism == OAUTHBEARER:
+            server = OAuthBearerServer(self._users)
+        else:
+            server = ScramServer(mechanism, self._users, self._decoy_key)
+        server._guard(self.failures, address)
+        return server

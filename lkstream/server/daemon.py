@@ -44,6 +44,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from lkstream.broker.admission import AdmissionBudget
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.config import BrokerConfig
@@ -57,8 +58,10 @@ from lkstream.security.sasl import MECHANISMS, OAUTHBEARER
 from lkstream.server.collector import freeze_start_up_heap
 from lkstream.server.grpc.access import AccessInterceptor, AuthenticationInterceptor, server_credentials
 from lkstream.server.grpc.limits import AdmissionInterceptor, server_options
+from lkstream.server.grpc.peers import PeerLimiter
 from lkstream.server.grpc.server import SERVICE_NAME, BrokerService, LaneOffer, __version__
 from lkstream.server.http.access import GuardedHttpServer, HttpAccess
+from lkstream.server.http.admin import AdminServer
 from lkstream.server.http.app import HttpServer
 from lkstream.server.memory import HeapTrimmer, keep_heap_for_requests
 from lkstream.server.settings import REQUEST_HEADROOM_BYTES, ServerSettings, load_settings
@@ -96,6 +99,7 @@ class Daemon:
             self.metrics,
             read_timeout_s=settings.read_timeout_s,
             idle_timeout_s=settings.grpc_idle_timeout_s,
+            message_limit=limit,
         )
         interceptors: list[grpc.aio.ServerInterceptor] = [admission]
         if self.access.enabled:
@@ -126,6 +130,9 @@ class Daemon:
             raise InvalidArgumentError(cannot_listen("gRPC", address, "in use or not a local address", "grpc"))
         self.address = f"{settings.grpc_host}:{self.port}"
         self.kafka: KafkaServer | None = None
+        self.admin: AdminServer | None = None  # probes and metrics on their own port (server.admin_port)
+        #: gRPC core accepts by itself: per-address limits are enforced from outside it.
+        self.peer_limiter = PeerLimiter(self.port, settings.address_limit())
         self.trimmer: HeapTrimmer | None = None  # hands memory back after request bursts (started with the loop)
         if settings.kafka_port >= 0:
             self.kafka = KafkaServer(broker, self._kafka_settings())
@@ -143,8 +150,12 @@ class Daemon:
             advertised_host=settings.kafka_advertised_host,
             max_frame_bytes=settings.message_limit(self.broker.config),
             max_connections=settings.kafka_max_connections,
+            max_connections_per_address=settings.address_limit(),
             idle_timeout_s=settings.kafka_idle_timeout_s,
             read_timeout_s=settings.read_timeout_s,
+            authentication_timeout_s=settings.authentication_timeout_s,
+            handshake_timeout_s=settings.handshake_timeout_s,
+            unauthenticated_admission=AdmissionBudget(settings.unauthenticated_admitted_bytes),
             authorizer=self.access.authorizer,
             sasl=self.access.sasl(mechanisms) if self.access.enabled else None,
             ssl_context=None if self.certificates is None else self.certificates.ssl_context(),
@@ -176,6 +187,8 @@ class Daemon:
                 "max_connections": self.settings.http_max_connections,
                 "idle_timeout_s": self.settings.http_idle_timeout_s,
                 "read_timeout_s": self.settings.read_timeout_s,
+                "per_address": self.settings.address_limit(),
+                "handshake_timeout_s": self.settings.handshake_timeout_s,
             }
             self.http = GuardedHttpServer(self.broker, self.metrics, self._http_guard(), **options)
             # Client certificates are asked for, not required: probes of the open routes present none.
@@ -186,6 +199,8 @@ class Daemon:
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise InvalidArgumentError(cannot_listen("HTTP", f"{host}:{port}", reason, "http")) from None
+        if self.settings.admin_enabled:
+            await self._start_admin(context)
         # The Kafka listener before gRPC: a client's first Handshake must find its address (the Kafka lane).
         if self.kafka is not None:
             try:
@@ -196,6 +211,7 @@ class Daemon:
                 raise InvalidArgumentError(message) from None
             self.service.kafka_lane = self._lane_offer(self.kafka)
         await self.server.start()
+        self.peer_limiter.start()
         self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
         keep_heap_for_requests()
         for service in ("", SERVICE_NAME):
@@ -203,6 +219,31 @@ class Daemon:
         if self.certificates is not None:
             self._watcher = asyncio.create_task(self._watch_certificates())
         self.http.set_ready()
+
+    async def _start_admin(self, context: Any) -> None:
+        """The admin listener (/healthz, /ready, /metrics), with the HTTP port's TLS context."""
+        assert self.http is not None
+        settings = self.settings
+        self.admin = AdminServer(
+            self.http,
+            max_connections=settings.admin_max_connections,
+            per_address=settings.admin_address_limit(),
+            handshake_timeout_s=settings.handshake_timeout_s,
+        )
+        try:
+            await self.admin.start(settings.admin_host, settings.admin_port, ssl_context=context)
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            where = f"{settings.admin_host}:{settings.admin_port}"
+            raise InvalidArgumentError(
+                f"cannot listen for the admin listener on {where} ({reason}): set server.admin_port "
+                "(LKSTREAM_SERVER__ADMIN_PORT; 0 picks any free port, -1 turns it off) or server.admin_host"
+            ) from None
+
+    @property
+    def admin_address(self) -> str:
+        """``host:port`` of the admin listener, or ``off``."""
+        return self.admin.address if self.admin is not None else "off"
 
     def _lane_offer(self, kafka: KafkaServer) -> LaneOffer:
         """Where LKSTREAM's own client may reach the Kafka listener, and how (docs/adr/0005-kafka-lane.md).
@@ -263,6 +304,7 @@ class Daemon:
                 self._watcher.cancel()
             # Both surfaces answer what they already read within one grace period, side by side.
             grace = self.settings.shutdown_grace_s
+            await self.peer_limiter.stop()
             await asyncio.gather(self.server.stop(grace), *(() if self.kafka is None else (self.kafka.stop(grace),)))
         finally:
             try:
@@ -271,6 +313,8 @@ class Daemon:
                 if self.trimmer is not None:
                     self.trimmer.close()
                 self.metrics.close()
+                if self.admin is not None:
+                    await self.admin.stop()
                 if self.http is not None:
                     await self.http.stop()
 
@@ -343,7 +387,8 @@ def print_ready(daemon: Daemon) -> None:
     """The one line scripts and tests wait for."""
     print(
         f"lkstream daemon ready: grpc={daemon.address} http={daemon.http_address} kafka={daemon.kafka_address} "
-        f"data={daemon.broker.persist_dir} protocol={PROTOCOL_VERSION} version={__version__}",
+        f"data={daemon.broker.persist_dir} protocol={PROTOCOL_VERSION} version={__version__} "
+        f"admin={daemon.admin_address}",
         flush=True,
     )
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lkstream.config import SERVER_SECTION, BrokerConfig, LoadedConfig, load_config
 from lkstream.errors import InvalidArgumentError
+from lkstream.listeners import AddressLimit
 from lkstream.security.access import Access
 from lkstream.security.loopback import is_loopback_host
 from lkstream.security.tls import ServerTls
@@ -119,6 +120,8 @@ class ServerSettings(BaseModel):
         hosts = [("grpc_host", self.grpc_host), ("http_host", self.http_host)]
         if self.kafka_port != -1:
             hosts.append(("kafka_host", self.kafka_host))
+        if self.admin_enabled:
+            hosts.append(("admin_host", self.admin_host))
         return hosts
 
     def check_exposure(self) -> None:
@@ -183,11 +186,91 @@ class ServerSettings(BaseModel):
         "size, the TLS and HTTP/2 handshake of a gRPC connection; slower connections are closed.",
     )
 
+    # -- what a caller may hold before it authenticated (issue 28, findings 2 and 3; docs/hardening.md) --
+    max_connections_per_address: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="Connections one peer address may hold on each listener (Kafka's max.connections.per.ip); "
+        "more are closed at accept.",
+    )
+    max_connections_per_address_overrides: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per-address limits that replace max_connections_per_address for these addresses (a proxy, a "
+        "NAT gateway); in env: 10.0.0.5:500,10.0.0.6:200.",
+    )
+    handshake_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3_600,
+        description="Time a new connection has to finish its TLS handshake (every listener) and gRPC's HTTP/2 "
+        "handshake; slower ones are closed.",
+    )
+    authentication_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3_600,
+        description="With auth on, time a Kafka connection has to complete SASL after it connected; no request "
+        "before that (ApiVersions included) extends it.",
+    )
+    unauthenticated_admitted_bytes: int = Field(
+        1024 * 1024,
+        ge=64 * 1024,
+        description="Request bytes held at once by Kafka connections that have not authenticated yet: their own "
+        "budget, apart from max_admitted_bytes.",
+    )
+    admin_host: str = Field(
+        "127.0.0.1", description="Listen address of the admin listener (/healthz, /ready, /metrics only)."
+    )
+    admin_port: int = Field(
+        -1,
+        ge=-1,
+        le=65535,
+        description="Port of the admin listener, where a flood of the API ports cannot starve probes and scrapes "
+        "(Redpanda's 9644); 0 picks a free port, -1 (default) serves them on http_port only.",
+    )
+    admin_max_connections: int = Field(
+        16, ge=1, le=10_000, description="Admin listener connections at once (probes and scrapes)."
+    )
+
+    @field_validator("max_connections_per_address_overrides", mode="before")
+    @classmethod
+    def _address_pairs(cls, value: Any) -> Any:
+        # LKSTREAM_SERVER__MAX_CONNECTIONS_PER_ADDRESS_OVERRIDES=10.0.0.5:500,10.0.0.6:200 arrives as one string.
+        if isinstance(value, str):
+            pairs = [item.strip().rpartition(":") for item in value.split(",") if item.strip()]
+            return {address: count for address, _, count in pairs}
+        return value
+
+    @field_validator("max_connections_per_address_overrides")
+    @classmethod
+    def _positive_overrides(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = {address: count for address, count in value.items() if count < 1 or not address}
+        if bad:
+            raise ValueError(f"each override needs an address and a positive limit, got {bad}")
+        return value
+
+    def address_limit(self) -> AddressLimit:
+        """The per-address connection limit every API listener applies."""
+        return AddressLimit(self.max_connections_per_address, dict(self.max_connections_per_address_overrides))
+
+    def admin_address_limit(self) -> AddressLimit:
+        """The admin listener's: a quarter of its cap (4 by default), so that at least four addresses are
+        needed to fill it; a probe or a scraper holds one or two connections."""
+        per_address = max(1, min(self.max_connections_per_address, self.admin_max_connections // 4))
+        return AddressLimit(per_address, dict(self.max_connections_per_address_overrides))
+
+    @property
+    def admin_enabled(self) -> bool:
+        return self.admin_port != -1
+
     def connection_caps(self) -> dict[str, int]:
         """``{setting: cap}`` of every enabled listener's connection cap."""
         caps = {"grpc_max_connections": self.grpc_max_connections, "http_max_connections": self.http_max_connections}
         if self.kafka_port != -1:
             caps["kafka_max_connections"] = self.kafka_max_connections
+        if self.admin_enabled:
+            caps["admin_max_connections"] = self.admin_max_connections
         return caps
 
     def check_descriptors(self, broker: BrokerConfig, soft_limit: int | None = None) -> None:

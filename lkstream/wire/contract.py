@@ -66,6 +66,8 @@ MIN_CLIENT_PROTOCOL_VERSION: Final = 1
 VERSION_METADATA_KEY: Final = "lkstream-protocol-version"
 ERROR_CLASS_KEY: Final = "lkstream-error"
 ERROR_DETAIL_KEY: Final = "lkstream-error-detail"
+#: A unary Produce's request size, stated by the client so the daemon admits the call by it before reading it.
+REQUEST_BYTES_KEY: Final = "lk-request-bytes"
 
 Code = grpc.StatusCode
 

@@ -26,30 +26,46 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"lkstream daemon ready: grpc=(\S+) http=(\S+)")
-SERVER_KEYS = frozenset(
-    {
-        "grpc_host",
-        "grpc_port",
-        "http_host",
-        "http_port",
-        "max_request_bytes",
-        "shutdown_grace_s",
-        "kafka_port",
-        "kafka_advertised_host",
-        "kafka_zero_copy",
-    }
-) | frozenset(  # connection limits and timeouts (issue 12, finding 7)
-    {
-        "grpc_max_connections",
-        "http_max_connections",
-        "kafka_max_connections",
-        "grpc_idle_timeout_s",
-        "http_idle_timeout_s",
-        "kafka_idle_timeout_s",
-        "read_timeout_s",
-    }
+SERVER_KEYS = (
+    frozenset(
+        {
+            "grpc_host",
+            "grpc_port",
+            "http_host",
+            "http_port",
+            "max_request_bytes",
+            "shutdown_grace_s",
+            "kafka_port",
+            "kafka_advertised_host",
+            "kafka_zero_copy",
+        }
+    )
+    | frozenset(  # connection limits and timeouts (issue 12, finding 7)
+        {
+            "grpc_max_connections",
+            "http_max_connections",
+            "kafka_max_connections",
+            "grpc_idle_timeout_s",
+            "http_idle_timeout_s",
+            "kafka_idle_timeout_s",
+            "read_timeout_s",
+        }
+    )
+    | frozenset(  # what a caller may hold before it authenticated (issue 28, findings 2 and 3)
+        {
+            "max_connections_per_address",
+            "max_connections_per_address_overrides",
+            "handshake_timeout_s",
+            "authentication_timeout_s",
+            "unauthenticated_admitted_bytes",
+            "admin_host",
+            "admin_port",
+            "admin_max_connections",
+        }
+    )
 )
 KAFKA_READY = re.compile(r"kafka=(\S+)")
+ADMIN_READY = re.compile(r"admin=(\S+)")
 START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 20.0
 
@@ -63,6 +79,7 @@ class DaemonProcess:
     address: str = ""
     http_address: str = ""
     kafka_address: str = ""
+    admin_address: str = ""  # "off" unless server.admin_port is set
     #: RLIMIT_NOFILE (soft and hard) of the daemon process; None inherits the test's.
     nofile: int | None = None
     output: list[str] = field(default_factory=list)
@@ -95,6 +112,8 @@ class DaemonProcess:
                 self.address, self.http_address = match.group(1), match.group(2)
                 kafka = KAFKA_READY.search(line)
                 self.kafka_address = kafka.group(1) if kafka else ""
+                admin = ADMIN_READY.search(line)
+                self.admin_address = admin.group(1) if admin else ""
                 # Keep reading so a chatty daemon never blocks on a full pipe.
                 self._reader = threading.Thread(target=self._read_rest, daemon=True)
                 self._reader.start()

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,117 @@ def test_the_daemon_refuses_caps_that_do_not_fit_beside_the_logs_files(tmp_path:
     assert "server.http_max_connections (128)" in done.stderr
     assert "ulimit -n" in done.stderr
     assert "ready" not in done.stdout
+
+
+# -- issue 28, finding 3: no address may take every slot; probes have a port of their own ----------
+
+#: Loopback is 127.0.0.0/8: a socket bound to 127.0.0.2 reaches the daemon as another address.
+ATTACKER = "127.0.0.2"
+
+
+def _flood_from(source: str, address: str, count: int) -> list[socket.socket]:
+    """``count`` non-blocking connections to ``address`` from the local address ``source``."""
+    host, port = address.rsplit(":", 1)
+    socks = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        sock.connect_ex((host, int(port)))
+        socks.append(sock)
+    return socks
+
+
+def _established_from(source: str, address: str) -> int:
+    """Established connections on ``address``'s port whose peer is ``source`` (the daemon's side of each)."""
+    port = int(address.rsplit(":", 1)[1])
+    # /proc/net/tcp: the address as a little-endian word; tcp6 (gRPC core's dual-stack socket): an
+    # IPv4-mapped address, which ends with the same word.
+    peer = socket.inet_aton(source)[::-1].hex().upper()
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == "01" and local_port == port and fields[2].rsplit(":", 1)[0].endswith(peer):
+                count += 1
+    return count
+
+
+def _wait_for(what: str, condition: Callable[[], bool], deadline_s: float = CLOSE_DEADLINE_S) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _healthz(address: str) -> bytes:
+    with connect(address, timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        return sock.recv(100)
+
+
+@pytest.mark.parametrize("listener", ["http", "kafka", "admin", "grpc"])
+def test_one_address_holds_at_most_its_limit_of_each_listener_and_others_are_served(
+    start_daemon: DaemonFactory, listener: str
+) -> None:
+    """Before: 12 connections from one address all stayed (only the listener's total cap of 32 applied)."""
+    daemon = start_daemon(
+        max_connections_per_address=4,
+        grpc_max_connections=32,
+        http_max_connections=32,
+        kafka_max_connections=32,
+        admin_max_connections=32,
+        admin_port=0,
+    )
+    address = {
+        "http": daemon.http_address,
+        "kafka": daemon.kafka_address,
+        "admin": daemon.admin_address,
+        "grpc": daemon.address,
+    }[listener]
+    flood = _flood_from(ATTACKER, address, 12)
+    try:
+        if listener == "grpc":  # gRPC core accepts all 12: the limiter shuts the newest 8 down
+            _wait_for("gRPC kept over 4 from one address", lambda: _established_from(ATTACKER, address) == 4)
+        else:  # refused at accept
+            assert wait_all_ended(flood, 8, CLOSE_DEADLINE_S) == 8, f"{listener}: connections beyond 4 stayed"
+        more = _flood_from(ATTACKER, address, 4)  # refused again: the address still holds its 4
+        flood += more
+        time.sleep(1.5)
+        assert _established_from(ATTACKER, address) == 4
+        if listener == "grpc":
+            with lkstream.connect(daemon.address) as client:  # from 127.0.0.1: served
+                assert client.list_topics() == []
+        elif listener == "kafka":
+            with connect(address) as sock:
+                sock.sendall(kafka_api_versions())
+                assert read_kafka_response(sock, CLOSE_DEADLINE_S) == 7
+        else:
+            assert _healthz(address).startswith(b"HTTP/1.1 200")
+    finally:
+        for sock in flood:
+            sock.close()
+
+
+def test_the_admin_listener_answers_probes_and_scrapes_while_the_http_port_is_full(
+    start_daemon: DaemonFactory,
+) -> None:
+    """Before: probes shared the HTTP port's slots; with them all taken, /healthz went unanswered."""
+    daemon = start_daemon(http_max_connections=6, max_connections_per_address=3, admin_port=0)
+    flood = _flood_from(ATTACKER, daemon.http_address, 3) + _flood_from("127.0.0.3", daemon.http_address, 3)
+    try:
+        _wait_for("the flood did not fill the HTTP port", lambda: ended(connect(daemon.http_address)))
+        for path, expected in ((b"/healthz", b"ok"), (b"/ready", b"ready"), (b"/metrics", b"lk_")):
+            with connect(daemon.admin_address) as sock:
+                sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200") and expected in answer, path
+        with connect(daemon.admin_address) as sock:  # the API is not served there
+            sock.sendall(b"GET /topics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.1 404")
+    finally:
+        for sock in flood:
+            sock.close()

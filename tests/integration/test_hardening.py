@@ -221,3 +221,39 @@ def test_a_topic_past_max_partitions_is_refused_at_once_and_the_daemon_restarts(
         assert list(stub.Admin(pb.AdminRequest(list_topics=pb.ListTopics())).topics) == ["wide"]
         fetched = stub.Fetch(pb.FetchRequest(topic="wide", partition=1999, offset=0))
         assert [r.value for r in fetched.records] == [b"last"]
+
+
+# -- issue 28 ---------------------------------------------------------------------------------------
+
+
+def test_a_grpc_produce_that_states_its_size_is_admitted_by_it_while_data_fills_the_budget(
+    start_daemon: DaemonFactory,
+) -> None:
+    """Finding 2. Before: every unary Produce reserved a 1 MiB guess before it was read; with the data part
+    of the budget held (here by 7 Kafka requests of 1 MiB whose bytes never come) a 10 KiB produce waited
+    and was refused, though it fits in the part kept for small requests."""
+    from lkstream.client.remote.wire import ClientStub, produce_request
+    from lkstream.format.codec import encode_batch
+    from tests.integration.raw_sockets import connect
+
+    mib = 1024 * 1024
+    daemon = start_daemon(max_admitted_bytes=8 * mib)  # 7 MiB for data, 1 MiB kept for small requests
+    holders = []
+    try:
+        for _ in range(7):
+            sock = connect(daemon.kafka_address)
+            sock.sendall(struct.pack(">i", mib))  # admitted (1 MiB each), then nothing
+            holders.append(sock)
+        batch = encode_batch([(None, b"v" * 10_240)])
+        channel = grpc.insecure_channel(daemon.address)
+        with channel:
+            stub = ClientStub(channel)  # LKSTREAM's client states the size of what it sends
+            answer = stub.Produce(produce_request("sized", 0, batch), timeout=10)
+            assert answer.base_offset == 0
+            plain = pb_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]  # states nothing: a 1 MiB guess
+            with pytest.raises(grpc.RpcError) as refused:
+                plain.Produce(pb.ProduceRequest(topic="sized", partition=0, record_batch=bytes(batch)), timeout=10)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        for sock in holders:
+            sock.close()

@@ -8,11 +8,13 @@ producing beside it. benchmarks/soak_abuse.py runs the same frames for longer.
 
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import struct
 from pathlib import Path
 
+import pytest
 from confluent_kafka import KafkaError, Producer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -159,3 +161,32 @@ def test_every_api_and_version_with_lying_lengths_leaves_the_daemon_up_and_a_cli
         for topic in client.list_topics():
             if topic != CLIENT_TOPIC:  # every Produce the fuzzer sent carried garbage records: refused
                 assert all(p.next_offset == 0 for p in client.describe_topic(topic).partitions), topic
+
+
+# -- issue 28, finding 12: what a flood of bad frames writes to the log -------------------------------
+
+
+def _kafka_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "lkstream.kafka" and r.levelno >= logging.INFO]
+
+
+def test_a_flood_of_malformed_frames_logs_one_line_per_interval(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: about 140 bytes of log per bad frame, with no limit (200 frames, 200 lines)."""
+    with caplog.at_level(logging.INFO, logger="lkstream.kafka"):
+        for _ in range(200):
+            exchange(kafka_bootstrap, OUTAGE_FRAME)
+        assert api_versions_works(kafka_bootstrap)
+    lines = _kafka_log(caplog)
+    assert len(lines) == 1 and "topics: 4294967294 elements" in lines[0], lines
+
+
+def test_a_client_that_leaves_is_not_logged_as_an_error(kafka_bootstrap: str, caplog: pytest.LogCaptureFixture) -> None:
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    with caplog.at_level(logging.INFO, logger="lkstream.kafka"):
+        for cut in (0, 2, 10):  # between requests, inside the size prefix, inside a request
+            with socket.create_connection((host, int(port)), timeout=5) as sock:
+                sock.sendall(request(18, 0, b"")[:cut])
+        assert api_versions_works(kafka_bootstrap)  # the listener saw every close before it answers this
+    assert _kafka_log(caplog) == []

@@ -59,9 +59,9 @@ def test_example_prod_and_the_configmap_agree() -> None:
 def test_the_images_healthcheck_passes_against_a_tls_daemon(secure_daemon: SecureFactory) -> None:
     from tests.unit.test_deploy import dockerfile
 
-    daemon = secure_daemon(tls=True)
+    daemon = secure_daemon(tls=True, admin_port=0)
     health = next(args for instruction, args in dockerfile() if instruction == "HEALTHCHECK")
     command = json.loads(health.split("CMD", 1)[1])
-    port = daemon.process.http_address.rsplit(":", 1)[1]
-    argv = [sys.executable, *command[1:-1], command[-1].replace(":8080/", f":{port}/")]
+    port = daemon.process.admin_address.rsplit(":", 1)[1]  # the admin listener, as in the shipped config
+    argv = [sys.executable, *command[1:-1], command[-1].replace(":9644/", f":{port}/")]
     assert subprocess.run(argv, timeout=30, check=False).returncode == 0

@@ -27,6 +27,7 @@ DEPLOY = REPO / "deploy"
 GRPC_PORT = 9090
 HTTP_PORT = DEFAULT_PORT
 KAFKA_PORT = 9092
+ADMIN_PORT = 9644  # the admin listener: probes and scrapes (server.admin_port)
 DATA_DIR = "/data"
 CONFIG_PATH = "/etc/lkstream/config.yml"
 SERVER_COMMAND = ["python", "-m", "lkstream.grpc_server", "--config", CONFIG_PATH]
@@ -192,7 +193,7 @@ def test_dockerfile() -> None:
         return [a for i, a in lines if i == name]
 
     assert get("FROM") == ["python:3.11-slim"]
-    assert sorted(int(p) for a in get("EXPOSE") for p in a.split()) == [HTTP_PORT, GRPC_PORT, KAFKA_PORT]
+    assert sorted(int(p) for a in get("EXPOSE") for p in a.split()) == [HTTP_PORT, GRPC_PORT, KAFKA_PORT, ADMIN_PORT]
     assert any(DATA_DIR in json.loads(a) for a in get("VOLUME"))
     users = get("USER")
     assert users and users[-1] not in ("root", "0")
@@ -201,7 +202,7 @@ def test_dockerfile() -> None:
     assert order.index("USER") > max(i for i, name in enumerate(order) if name == "RUN")
     health = get("HEALTHCHECK")
     # The baked config turns TLS on: the probe speaks HTTPS.
-    assert len(health) == 1 and f"https://127.0.0.1:{HTTP_PORT}{HEALTH_PATH}" in health[0]
+    assert len(health) == 1 and f"https://127.0.0.1:{ADMIN_PORT}{HEALTH_PATH}" in health[0]
     assert json.loads(get("CMD")[-1]) == SERVER_COMMAND
     copies = [shlex.split(a) for a in get("COPY")]
     config_copy = [c for c in copies if c[-1] == CONFIG_PATH]
@@ -234,9 +235,11 @@ def test_configmap_config_matches_the_defaults() -> None:
     assert config["persist_dir"] == DATA_DIR
     assert config["server"]["http_port"] == HTTP_PORT
     assert config["server"]["grpc_port"] == GRPC_PORT
+    assert config["server"]["admin_port"] == ADMIN_PORT
     # Inside a pod or container the probes come from outside the loopback interface.
     assert config["server"]["http_host"] == "0.0.0.0"
     assert config["server"]["grpc_host"] == "0.0.0.0"
+    assert config["server"]["admin_host"] == "0.0.0.0"
     # The image bakes the same file.
     assert yaml.safe_load((REPO / "conf" / "example-prod.yml").read_text()) == config
 
@@ -265,7 +268,7 @@ def test_k8s_manifests() -> None:
 
     annotations = template["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == str(HTTP_PORT)
+    assert annotations["prometheus.io/port"] == str(ADMIN_PORT)
     assert annotations["prometheus.io/path"] == METRICS_PATH
 
     pod = template["spec"]
@@ -273,7 +276,7 @@ def test_k8s_manifests() -> None:
     (container,) = pod["containers"]
     assert container["command"] == SERVER_COMMAND
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": HTTP_PORT, "grpc": GRPC_PORT, "kafka": KAFKA_PORT}
+    assert ports == {"http": HTTP_PORT, "grpc": GRPC_PORT, "kafka": KAFKA_PORT, "admin": ADMIN_PORT}
 
     def probe_port(probe: dict[str, Any]) -> int:
         port = probe["httpGet"]["port"]
@@ -281,9 +284,10 @@ def test_k8s_manifests() -> None:
 
     assert container["livenessProbe"]["httpGet"]["path"] == HEALTH_PATH
     assert container["readinessProbe"]["httpGet"]["path"] == READY_PATH
-    assert probe_port(container["livenessProbe"]) == HTTP_PORT
-    assert probe_port(container["readinessProbe"]) == HTTP_PORT
-    # TLS is on in the shipped config: the HTTP port speaks HTTPS only, probes and scrapes included.
+    # The probes use the admin listener: a flood of the HTTP port must not fail them (issue 28).
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert probe_port(container[probe]) == ADMIN_PORT, probe
+    # TLS is on in the shipped config: every listener speaks HTTPS only, probes and scrapes included.
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert container[probe]["httpGet"]["scheme"] == "HTTPS", probe
     assert annotations["prometheus.io/scheme"] == "https"

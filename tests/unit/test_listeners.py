@@ -10,10 +10,11 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from lkstream.listeners import ConnectionCap, listen
+from lkstream.listeners import AddressLimit, ConnectionCap, ThrottledLog, listen, peer_address
 
 
 async def _serve_and_flood(cap: ConnectionCap, clients: int) -> tuple[list[bytes], int, int]:
@@ -120,3 +121,45 @@ def test_accepted_connections_send_small_writes_at_once() -> None:
             await server.wait_closed()
 
     assert asyncio.run(accept_one()) != 0
+
+
+def test_one_address_holds_at_most_its_limit_and_an_override_raises_it(caplog: pytest.LogCaptureFixture) -> None:
+    cap = ConnectionCap("kafka", 10, AddressLimit(2, {"10.0.0.9": 5}))
+    with caplog.at_level(logging.WARNING, logger="lkstream.listeners"):
+        assert [cap.take("10.0.0.1") for _ in range(3)] == [True, True, False]
+        assert [cap.take("10.0.0.9") for _ in range(6)] == [True] * 5 + [False]
+    assert (cap.open, cap.open_from("10.0.0.1"), cap.refused_per_address, cap.refused) == (7, 2, 2, 0)
+    cap.give_back("10.0.0.1")
+    assert cap.take("10.0.0.1")  # a slot of that address came back
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "server.max_connections_per_address" in messages[0]  # one line per interval
+
+
+def test_the_total_cap_applies_before_the_address_limit() -> None:
+    cap = ConnectionCap("http", 2, AddressLimit(2))
+    assert cap.take("a") and cap.take("b")
+    assert not cap.take("c")
+    assert (cap.refused, cap.refused_per_address) == (1, 0)
+
+
+def test_peers_are_keyed_by_ip_with_ipv4_mapped_addresses_as_ipv4() -> None:
+    assert peer_address(("::ffff:10.1.2.3", 5, 0, 0)) == "10.1.2.3"
+    assert peer_address(("10.1.2.3", 5)) == "10.1.2.3"
+    assert peer_address(("::1", 5, 0, 0)) == "::1"
+
+
+def test_a_throttled_log_writes_one_line_per_interval_and_counts_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    throttled = ThrottledLog(logging.getLogger("lkstream.test"), interval_s=0.2)
+    with caplog.at_level(logging.INFO, logger="lkstream.test"):
+        for _ in range(50):
+            throttled.event("malformed", logging.INFO, "closing a connection: %s", "bad frame")
+        throttled.event("idle", logging.INFO, "closing an idle connection")  # another kind: its own line
+        assert throttled.suppressed("malformed") == 49
+        time.sleep(0.25)
+        throttled.event("malformed", logging.INFO, "closing a connection: %s", "bad frame")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "closing a connection: bad frame",
+        "closing an idle connection",
+        "closing a connection: bad frame (and 49 more like it in the last 0 s)",
+    ]

@@ -18,6 +18,7 @@ from lkstream.errors import InvalidArgumentError
 from lkstream.format.varint import uvarint
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
+from lkstream.wire.contract import REQUEST_BYTES_KEY
 
 _SERVICE: Final = "/lkstream.Broker/"
 # ProduceRequest's fields (proto/messaging.proto): topic = 1 (string), partition = 4 (optional uint32),
@@ -43,6 +44,18 @@ def produce_request(topic: str, partition: int | None, batch: bytes | bytearray 
     return b"".join(parts)
 
 
+class _SizedCall:
+    """A unary call of serialised bytes that states their size in ``lk-request-bytes``: the daemon then
+    admits the call by its real size before reading it (lkstream.server.grpc.limits), not by a guess."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def __call__(self, request: bytes, *, metadata: Any = None, **options: Any) -> Any:
+        stated = (*(metadata or ()), (REQUEST_BYTES_KEY, str(len(request))))
+        return self._call(request, metadata=stated, **options)
+
+
 class ClientStub(pb_grpc.BrokerStub):
     """The generated stub, but ``Produce`` and ``ProduceStream`` take :func:`produce_request`'s bytes."""
 
@@ -50,5 +63,5 @@ class ClientStub(pb_grpc.BrokerStub):
         super().__init__(channel)  # type: ignore[no-untyped-call]
         answer = pb.ProduceResponse.FromString
         # No request serializer: gRPC sends bytes as they are.
-        self.Produce = channel.unary_unary(_SERVICE + "Produce", response_deserializer=answer)
+        self.Produce = _SizedCall(channel.unary_unary(_SERVICE + "Produce", response_deserializer=answer))
         self.ProduceStream = channel.stream_stream(_SERVICE + "ProduceStream", response_deserializer=answer)

@@ -10,12 +10,20 @@ without a handshake or after the exchange ended, is ILLEGAL_SASL_STATE. A
 refused exchange is SASL_AUTHENTICATION_FAILED, answered after
 :data:`FAILED_AUTHENTICATION_DELAY_S` (Kafka's
 ``connection.failed.authentication.delay.ms``), and leaves the connection
-unable to authenticate: the client reports the failure and reconnects.
+unable to authenticate: the client reports the failure and reconnects. Failures
+also count against the user and the client's address in the daemon's failure
+budget, across connections (:mod:`lkstream.security.failures`).
+
+Each SASL step runs in :data:`KEY_DERIVATION`, a small thread pool of its own: PLAIN
+derives the password's PBKDF2 key (milliseconds), which on the event loop stalled
+every connection, and a pool of its own keeps a flood of logins from taking the
+threads admin work needs.
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 from kio.schema.errors import ErrorCode
@@ -27,6 +35,8 @@ from lkstream.kafka.security import SaslAuthenticationFailed
 
 #: How long a refused authentication waits before it is answered (slows password guessing per connection).
 FAILED_AUTHENTICATION_DELAY_S: Final = 0.1
+#: Where SASL steps run (password key derivation), off the event loop. Two threads: two cores' worth.
+KEY_DERIVATION: Final = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lkstream-sasl")
 
 
 async def sasl_handshake(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
@@ -43,7 +53,7 @@ async def sasl_handshake(ctx: RequestContext, header: RequestHeader, frame: byte
             kio_codec.make(response_cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=mechanisms)
         )
     ctx.sasl_mechanism = request.mechanism
-    ctx.sasl = authenticator.new(request.mechanism)
+    ctx.sasl = authenticator.new(request.mechanism, ctx.client_host)
     return kio_codec.encode(kio_codec.make(response_cls, error_code=0, mechanisms=mechanisms))
 
 
@@ -57,7 +67,8 @@ async def sasl_authenticate(ctx: RequestContext, header: RequestHeader, frame: b
             kio_codec.make(response_cls, error_code=ErrorCode.illegal_sasl_state, error_message=message)
         )
     try:
-        answer = server.step(bytes(request.auth_bytes))
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(KEY_DERIVATION, server.step, bytes(request.auth_bytes))
     except SaslAuthenticationFailed as exc:
         ctx.sasl, ctx.sasl_failed = None, True
         await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)

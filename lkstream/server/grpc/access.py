@@ -42,11 +42,12 @@ import grpc
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import AuthenticationError, AuthorizationError, LkstreamError
-from lkstream.security.access import AUTHORIZATION_KEY, Access
+from lkstream.security.access import AUTHORIZATION_KEY, Access, bearer_token
 from lkstream.security.certificates import ServerCertificates
 from lkstream.security.principal import ANONYMOUS, Principal
 from lkstream.security.tls import ServerPem
 from lkstream.server.grpc.guard import fail
+from lkstream.server.grpc.peers import grpc_peer_address
 from lkstream.server.grpc.permissions import RPC_NEEDS
 
 log = logging.getLogger("lkstream.server")
@@ -157,15 +158,18 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
     ) -> Handler | None:
         method: str = details.method
         if _split(method)[0] not in OPEN_SERVICES:
+            header = bearer_header(details.invocation_metadata)
             try:
-                self.access.authenticate_bearer(bearer_header(details.invocation_metadata))
+                self.access.authenticate_bearer(header)
             except AuthenticationError as exc:
-                return self._refusal(method, exc)
+                return self._refusal(method, exc, wrong_token=bearer_token(header) is not None)
         return await continuation(details)
 
-    def _refusal(self, method: str, error: AuthenticationError) -> Handler:
+    def _refusal(self, method: str, error: AuthenticationError, *, wrong_token: bool) -> Handler:
         async def refuse(_requests: Any, context: Context) -> None:
             log.debug("refused %s from %s: %s", method, context.peer(), error)
+            if wrong_token:  # counted against the caller's address (the call details carry no peer: here)
+                self.access.failures.failed(address=grpc_peer_address(context.peer()))
             await fail(context, self.metrics, error)
 
         # Request-streaming whatever the method's kind (the wire is the same): the message is never read.

@@ -10,9 +10,11 @@ Connections and timeouts are gRPC core's (:func:`server_options`):
   lives, so the interceptor also ends a stream (OK) that has had nothing to answer
   and no new request for ``grpc_idle_timeout_s``; the client opens a new one on
   its next request, and an idle client's connection closes one timeout later;
-* ``grpc.server_handshake_timeout_ms`` = ``server.read_timeout_s``: a connection must
+* ``grpc.server_handshake_timeout_ms`` = ``server.handshake_timeout_s``: a connection must
   finish its TLS and HTTP/2 handshake that fast (a socket that sends nothing is
   closed then);
+* at most ``server.max_connections_per_address`` connections from one address:
+  :class:`~lkstream.server.grpc.peers.PeerLimiter` (gRPC core has only a total cap);
 * ``grpc.max_concurrent_streams`` (:data:`MAX_CONCURRENT_STREAMS`) per connection.
 
 Admission (:class:`AdmissionInterceptor`, issue 12 finding 8): every unary and
@@ -20,10 +22,15 @@ server-streaming ``lkstream.Broker`` call is served through a *request-streaming
 handler of the same method. The wire is the same (a unary call is one message then
 half-close), but the handler runs before the message is read, so it can:
 
-1. for a Produce, reserve a :class:`~lkstream.broker.admission.SizeEstimate` of its
-   size in the broker's :class:`~lkstream.broker.admission.AdmissionBudget` *before
-   reading it*, waiting up to :data:`~lkstream.broker.admission.ADMISSION_WAIT_S` for
-   room, else refuse it unread (RESOURCE_EXHAUSTED,
+1. for a Produce, reserve its size in the broker's
+   :class:`~lkstream.broker.admission.AdmissionBudget` *before reading it*: the size the
+   client states in the ``lk-request-bytes`` metadata (``lkstream.wire.contract.REQUEST_BYTES_KEY``,
+   as gRPC core offers no way to peek at a message's size; LKSTREAM's
+   client sends it, and a lie costs only the liar's own call: the reservation is corrected
+   once the message is read, and is never above the message limit), else a
+   :class:`~lkstream.broker.admission.SizeEstimate`, waiting up to
+   :data:`~lkstream.broker.admission.ADMISSION_WAIT_S` for room, else refuse it unread
+   (RESOURCE_EXHAUSTED,
    :class:`~lkstream.errors.OverloadedError` with ``retry_after_ms``). With BDP
    probing off (:func:`server_options`) gRPC core holds at most one flow-control
    window (:data:`STREAM_WINDOW_BYTES`) per connection of messages nobody asked for,
@@ -69,6 +76,7 @@ from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import InvalidArgumentError, LkstreamError, OverloadedError
 from lkstream.server.grpc.guard import fail
 from lkstream.server.settings import ServerSettings
+from lkstream.wire.contract import REQUEST_BYTES_KEY
 
 BROKER_PREFIX: Final = "/lkstream.Broker/"
 #: Methods whose requests carry record data: refused unread while the budget has no room for data.
@@ -96,7 +104,7 @@ def server_options(settings: ServerSettings, message_limit: int) -> list[tuple[s
         ("grpc.so_reuseport", 0),
         ("grpc.max_allowed_incoming_connections", settings.grpc_max_connections),
         ("grpc.max_connection_idle_ms", int(settings.grpc_idle_timeout_s * 1000)),
-        ("grpc.server_handshake_timeout_ms", int(settings.read_timeout_s * 1000)),
+        ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
         ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
         # Without BDP probing gRPC core reads a call's message only when the handler asks for it (it
         # otherwise grows every stream's window and buffers whole messages nobody admitted yet).
@@ -112,9 +120,17 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
     """Admit every ``lkstream.Broker`` request's bytes before decoding it (see the module docstring)."""
 
     def __init__(
-        self, budget: AdmissionBudget, metrics: BrokerMetrics, *, read_timeout_s: float, idle_timeout_s: float
+        self,
+        budget: AdmissionBudget,
+        metrics: BrokerMetrics,
+        *,
+        read_timeout_s: float,
+        idle_timeout_s: float,
+        message_limit: int | None = None,
     ) -> None:
         self.budget = budget
+        #: The largest request message (``server.max_request_bytes``): no stated size reserves more.
+        self.message_limit = message_limit
         self.metrics = metrics
         #: How long a streamed request waits for room before the stream is ended (``server.read_timeout_s``).
         self.read_timeout_s = read_timeout_s
@@ -204,8 +220,11 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         """Read the call's one message within the budget and decode it; abort the call on refusal."""
         admission: Admission | None = None
         try:
-            if data:  # reserve a guess first: gRPC core reads the message only when asked (bdp_probe off)
-                admission = await self.budget.admit(self._estimate.value, LISTENER, ADMISSION_WAIT_S)
+            stated: int | None = None
+            if data:  # reserve its size first: gRPC core reads the message only when asked (bdp_probe off)
+                stated = self._stated_size(context)
+                size = stated if stated is not None else self._estimate.value
+                admission = await self.budget.admit(size, LISTENER, ADMISSION_WAIT_S)
             try:
                 async with asyncio.timeout(self.read_timeout_s):  # a timer, not a task: every call passes here
                     raw = await context.read()
@@ -220,7 +239,8 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                 admission = self.budget.try_admit(len(raw), LISTENER)
             else:
                 admission.resize(len(raw))
-                self._estimate.observe(len(raw))
+                if stated is None:
+                    self._estimate.observe(len(raw))
             request = decode(raw) if decode is not None else raw
         except BaseException as exc:
             if admission is not None:
@@ -231,6 +251,19 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                 await fail(context, self.metrics, exc)
             raise
         return request, admission
+
+    def _stated_size(self, context: Context) -> int | None:
+        """The size in the call's ``lk-request-bytes`` metadata (at most the message limit), or None."""
+        for key, value in context.invocation_metadata() or ():
+            if key == REQUEST_BYTES_KEY:
+                try:
+                    size = int(value)
+                except (TypeError, ValueError):
+                    return None
+                if size < 0:
+                    return None
+                return min(size, self.message_limit) if self.message_limit is not None else size
+        return None
 
 
 class _AdmittedRequests:

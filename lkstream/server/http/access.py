@@ -47,6 +47,7 @@ from aiohttp import web
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.errors import AuthenticationError, AuthorizationError, LkstreamError
+from lkstream.listeners import peer_address
 from lkstream.security.access import Access, bearer_token
 from lkstream.security.loopback import is_loopback_host
 from lkstream.server.http.app import HEALTH_PATH, METRICS_PATH, READY_PATH, HttpServer
@@ -171,8 +172,9 @@ class HttpAccess:
                 "this API requires a client certificate from the configured CA (server.tls_client_ca_file)",
                 "UNAUTHENTICATED",
             )
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
         try:
-            principal = self.access.authenticate_bearer(header)
+            principal = self.access.authenticate_bearer(header, peer_address(peer) if peer else None)
         except AuthenticationError as exc:
             response = self._refuse_error(401, exc, "UNAUTHENTICATED")
             response.headers["WWW-Authenticate"] = 'Bearer realm="lkstream"'

@@ -17,7 +17,9 @@ Routes (GET, and HEAD):
 
 - ``/metrics``: Prometheus text exposition of ``metrics.registry``
   (``prometheus_client.generate_latest``, run in the default executor so a slow
-  scrape never blocks the loop);
+  scrape never blocks the loop); with authentication on, series labelled with a topic
+  or a group only for a scraper whose token may ``describe`` them
+  (:mod:`lkstream.server.http.scrape`);
 - ``/healthz``: 200 ``ok`` while the process serves HTTP (liveness);
 - ``/ready``: 200 ``ready`` once :meth:`HttpServer.set_ready` was called (recovery
   finished and writes are accepted) and the broker is open; otherwise 503
@@ -55,20 +57,25 @@ import time
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.listeners import ConnectionCap, listen
+from lkstream.errors import AuthenticationError
+from lkstream.listeners import AddressLimit, ConnectionCap, listen, peer_address
 from lkstream.security.access import Access
 from lkstream.server.http.api import HttpApi
+from lkstream.server.http.errors import error_info, error_response
 from lkstream.server.http.eventlog import EventLogRoutes
 from lkstream.server.http.limits import (
+    DEFAULT_HANDSHAKE_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_TIMEOUT_S,
     HttpLimits,
+    serve_app,
 )
+from lkstream.server.http.scrape import ScrapeView, visible_to
 from lkstream.server.settings import REQUEST_HEADROOM_BYTES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -144,15 +151,20 @@ class HttpServer:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        per_address: AddressLimit | None = None,
+        handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S,
     ) -> None:
         self.broker = broker
         self.metrics = metrics
+        #: With authentication on, what ``/metrics`` names depends on the scraper (lkstream.server.http.scrape).
+        self.access = access
         self._ready = ready
         #: Largest request body accepted (413 above it).
         self.max_request_bytes = max_request_bytes or broker.config.max_batch_bytes + REQUEST_HEADROOM_BYTES
-        #: Open connections, at most ``max_connections`` (docs/operations.md, "Limits").
-        self.connections = ConnectionCap("http", max_connections)
+        #: Open connections, at most ``max_connections``, ``per_address`` from one address (docs/operations.md).
+        self.connections = ConnectionCap("http", max_connections, per_address)
         self.idle_timeout_s = idle_timeout_s
+        self.handshake_timeout_s = handshake_timeout_s
         self.limits = HttpLimits(
             broker.admission, metrics, max_request_bytes=self.max_request_bytes, read_timeout_s=read_timeout_s
         )
@@ -196,9 +208,7 @@ class HttpServer:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_request_bytes, middlewares=[self.limits.middleware])
-        app.router.add_get(METRICS_PATH, self._metrics)
-        app.router.add_get(HEALTH_PATH, self._healthz)
-        app.router.add_get(READY_PATH, self._ready_handler)
+        self.add_probe_routes(app)
         self.api.add_routes(app)
         self.event_log.add_routes(app)
         return app
@@ -207,20 +217,14 @@ class HttpServer:
         self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, ssl_context: ssl.SSLContext | None = None
     ) -> None:
         sock = listen(host, port, self.connections)
-        try:
-            runner = web.AppRunner(
-                self.app(),
-                access_log=None,
-                handle_signals=False,
-                logger=protocol_log,
-                keepalive_timeout=self.idle_timeout_s,
-            )
-            await runner.setup()
-            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
-        except BaseException:
-            sock.close()
-            raise
-        self._runner = runner
+        self._runner = await serve_app(
+            self.app(),
+            sock,
+            logger=protocol_log,
+            keepalive_timeout_s=self.idle_timeout_s,
+            handshake_timeout_s=self.handshake_timeout_s,
+            ssl_context=ssl_context,
+        )
         self.host, self.port = sock.getsockname()[:2]
         self.tls = ssl_context is not None
 
@@ -237,8 +241,27 @@ class HttpServer:
 
     # -- handlers ------------------------------------------------------------------------------
 
+    def add_probe_routes(self, app: web.Application) -> None:
+        """``/metrics``, ``/healthz`` and ``/ready`` (GET and HEAD): this port's, and the admin listener's."""
+        app.router.add_get(METRICS_PATH, self._metrics)
+        app.router.add_get(HEALTH_PATH, self._healthz)
+        app.router.add_get(READY_PATH, self._ready_handler)
+
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, self.metrics.registry)
+        registry = self.metrics.registry
+        if self.access is not None and self.access.enabled:  # names only for who may describe them
+            header = request.headers.get("Authorization")
+            principal = None
+            if header is not None:
+                try:
+                    principal = self.access.authenticate_bearer(header, _peer(request))
+                except AuthenticationError as exc:
+                    response = error_response(401, error_info(exc))
+                    response.headers["WWW-Authenticate"] = 'Bearer realm="lkstream"'
+                    return response
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(ScrapeView(self.metrics.registry, visible_to(self.access, principal)))
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -248,6 +271,11 @@ class HttpServer:
         if self.ready:
             return web.Response(text="ready\n")
         return web.Response(status=503, text="not ready\n")
+
+
+def _peer(request: web.Request) -> str | None:
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    return peer_address(peer) if peer else None
 
 
 async def start_http(

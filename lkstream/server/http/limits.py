@@ -1,7 +1,11 @@
 """Limits of the HTTP listener: connection cap, timeouts, and admission of request bodies before they are read.
 
 * **Connections:** the listening socket is a :class:`~lkstream.listeners.CappedListener`
-  (``server.http_max_connections``): a connection beyond the cap is closed at accept.
+  (``server.http_max_connections``, at most ``server.max_connections_per_address`` from
+  one address): a connection beyond either is closed at accept.
+* **TLS handshake:** with HTTPS, a connection must finish its handshake within
+  ``server.handshake_timeout_s`` (asyncio's own default, 60 s, let 140 sockets that never
+  started TLS hold the port; issue 28, finding 3).
 * **Idle and header timeout:** aiohttp's keep-alive timer
   (``server.http_idle_timeout_s``) closes a connection that has not sent a complete
   request header that long after it opened or after its last response; it covers
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -43,6 +49,51 @@ LISTENER: Final = "http"
 DEFAULT_MAX_CONNECTIONS: Final = 128
 DEFAULT_IDLE_TIMEOUT_S: Final = 60.0
 DEFAULT_READ_TIMEOUT_S: Final = 30.0
+DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
+
+
+class _TimedSockSite(web.SockSite):
+    """aiohttp's ``SockSite`` with a TLS handshake timeout (it passes none to ``create_server``)."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, *, ssl_context: ssl.SSLContext | None,
+                 handshake_timeout_s: float) -> None:  # fmt: skip
+        super().__init__(runner, sock, ssl_context=ssl_context)
+        self._handshake_timeout_s = handshake_timeout_s
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            sock=self._sock,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            ssl_handshake_timeout=self._handshake_timeout_s if self._ssl_context is not None else None,
+        )
+
+
+async def serve_app(
+    app: web.Application,
+    sock: socket.socket,
+    *,
+    logger: logging.Logger,
+    keepalive_timeout_s: float,
+    handshake_timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> web.AppRunner:
+    """Serve ``app`` on the listening ``sock`` (closed if this fails); the runner to clean up."""
+    try:
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, logger=logger, keepalive_timeout=keepalive_timeout_s
+        )
+        await runner.setup()
+        site = _TimedSockSite(runner, sock, ssl_context=ssl_context, handshake_timeout_s=handshake_timeout_s)
+        await site.start()
+    except BaseException:
+        sock.close()
+        raise
+    return runner
 
 
 class HttpLimits:
