@@ -56,6 +56,7 @@ from lkstream.security.credentials import SCRAM_MECHANISMS
 from lkstream.security.sasl import MECHANISMS, OAUTHBEARER
 from lkstream.server.collector import freeze_start_up_heap
 from lkstream.server.grpc.access import AccessInterceptor, AuthenticationInterceptor, server_credentials
+from lkstream.server.grpc.cluster_rpcs import DaemonFacts
 from lkstream.server.grpc.limits import AdmissionInterceptor, server_options
 from lkstream.server.grpc.server import SERVICE_NAME, BrokerService, LaneOffer, __version__
 from lkstream.server.http.access import GuardedHttpServer, HttpAccess
@@ -196,6 +197,14 @@ class Daemon:
                 reason = (exc.strerror or str(exc)).lower()
                 raise InvalidArgumentError(cannot_listen("Kafka", where, reason, "kafka")) from None
             self.service.kafka_lane = self._lane_offer(self.kafka)
+        self.service.facts = DaemonFacts(
+            version=__version__,
+            grpc=self.address,
+            http=self.http_address,
+            kafka="" if self.kafka is None else self.kafka.bootstrap,
+            tls=self.certificates is not None,
+            auth=self.access.enabled,
+        )
         await self.server.start()
         self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
         keep_heap_for_requests()

@@ -50,6 +50,7 @@ from lkstream.errors import (
     StorageError,
     TooManyOpenFilesError,
     TopicExistsError,
+    UnknownGroupError,
     UnknownMemberError,
     UnknownTopicError,
 )
@@ -98,6 +99,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (NotPartitionOwnerError, Code.FAILED_PRECONDITION),
     (InconsistentGroupProtocolError, Code.FAILED_PRECONDITION),
     (GroupNotEmptyError, Code.FAILED_PRECONDITION),
+    (UnknownGroupError, Code.NOT_FOUND),
     (OffsetRegressionError, Code.FAILED_PRECONDITION),
     (GroupError, Code.FAILED_PRECONDITION),  # any other refusal of the coordinator
 )

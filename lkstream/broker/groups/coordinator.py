@@ -549,6 +549,20 @@ class GroupCoordinator:
         """
         self._store_without_members(group, offsets, "reset offsets")
 
+    def forget(self, group: str) -> bool:
+        """Drop what this coordinator knows of ``group`` (a delete); whether it knew anything.
+
+        :class:`GroupNotEmptyError` while the group has live members. Committed offsets are
+        the offset store's (the broker forgets them too).
+        """
+        validate_group(group)
+        with self._lock:
+            self._expire_locked()
+            g = self._groups.get(group)
+            if g is not None and g.members:
+                raise GroupNotEmptyError(group, len(g.members), "delete the group")
+            return self._groups.pop(group, None) is not None
+
     def _store_without_members(self, group: str, offsets: Mapping[TopicPartition, int], action: str) -> None:
         """Write offsets (any direction) to a group with no live member of this coordinator."""
         validate_group(group)

@@ -10,6 +10,7 @@ from lkstream.errors import (
     RebalanceInProgressError,
     StaleGenerationError,
     UnknownAssignorError,
+    UnknownGroupError,
     UnknownMemberError,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "RebalanceInProgressError",
     "StaleGenerationError",
     "UnknownAssignorError",
+    "UnknownGroupError",
     "UnknownMemberError",
 ]

@@ -38,10 +38,11 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
+from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from lkstream.broker.partition import Partition
+    from lkstream.storage.offsets import OffsetStore
 
 #: A heartbeat long poll never waits longer than this, whatever the caller asks.
 MAX_HEARTBEAT_WAIT_MS = 30_000
@@ -53,6 +54,7 @@ class GroupCalls:
 
     groups: GroupCoordinator
     classic_groups: ClassicGroups
+    offset_store: OffsetStore
 
     # What the mixin needs from the broker (declared for the type checker; Broker defines them).
     @abstractmethod
@@ -202,6 +204,23 @@ class GroupCalls:
         if not start <= to <= end:
             raise OffsetOutOfRangeError(topic, pid, to, start, end)
         return to
+
+    def delete_group(self, group: str) -> int | None:
+        """Drop ``group``: its committed offsets and what the Kafka listener knows of it (Kafka's DeleteGroups).
+
+        Returns how many committed offsets were forgotten, or None when the group is unknown to
+        both coordinators (no members, no commits). :class:`GroupNotEmptyError` while it has
+        live members in either.
+        """
+        classic = self.classic_groups.snapshot(group)
+        if classic is not None and classic.members:
+            raise GroupNotEmptyError(group, len(classic.members), "delete the group")
+        known = self.groups.describe(group).state is not GroupState.DEAD or (classic is not None and classic.generation)
+        self.groups.forget(group)  # refuses a member that joined meanwhile
+        if not known:
+            return None
+        self.classic_groups.forget(group)
+        return self.offset_store.forget_group(group)
 
     # -- inspection ------------------------------------------------------------------------------
 
