@@ -20,7 +20,8 @@ from contextlib import contextmanager
 
 import click
 
-from lkstream.cli.base import broker_errors, cli, count_of, print_table
+from lkstream.cli.base import broker_errors, cli, print_table
+from lkstream.errors import count_of
 from lkstream.storage.backup import BackupReport, backup_data_dir, restore_backup, summary
 
 _HEADERS = ("TOPIC", "PARTITION", "START", "END", "SEGMENTS", "BYTES")

@@ -186,7 +186,7 @@ def test_a_bad_json_line_is_named_and_the_lines_before_it_are_kept(daemon: Daemo
 
 def test_json_and_key_separator_together_are_a_usage_error() -> None:
     done = lkstream_cli("produce", "t", "--json", "--key-separator", ":", stdin="{}\n")
-    assert done.returncode == 2 and "mutually exclusive" in done.stderr
+    assert done.returncode == 2 and "-K, -k and -H do not apply" in done.stderr
 
 
 def test_produce_json_to_a_missing_partition_exits_1_with_the_count(daemon: DaemonProcess) -> None:
