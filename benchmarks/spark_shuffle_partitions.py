@@ -101,6 +101,7 @@ def main() -> None:
             SparkSession.builder.master("local[2]")
             .appName("lkstream-shuffle-partitions")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")  # stderr keeps to the benchmark's own lines
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.sql.session.timeZone", "UTC")
             .getOrCreate()

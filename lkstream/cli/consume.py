@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext, suppress
-from typing import Any, Final
+from typing import Final, Literal
 
 import click
 
@@ -59,7 +59,7 @@ from lkstream.cli.positions import (
 from lkstream.cli.record_format import FORMAT_HELP, RecordFormat
 from lkstream.client.remote import RemoteBroker
 from lkstream.client.retry import DEFAULT_RETRY_TIMEOUT_S
-from lkstream.errors import UnknownTopicError, no_such_partition
+from lkstream.errors import LkstreamError, UnknownTopicError, no_such_partition
 from lkstream.format.codec import Record
 from lkstream.format.json_records import record_to_json
 from lkstream.storage.reader import DataDirReader
@@ -182,8 +182,12 @@ def wait_for_topics(broker: RemoteBroker, topics: list[str]) -> None:
         try:
             broker.describe_topic(topic)
             continue
-        except UnknownTopicError:
-            if not broker.describe_cluster().auto_create_topics:
+        except UnknownTopicError as missing:
+            try:
+                creates = broker.describe_cluster().auto_create_topics
+            except LkstreamError:  # a daemon older than DescribeCluster cannot say: do not wait
+                raise missing from None
+            if not creates:
                 raise
         click.echo(
             f"waiting for topic {topic!r} to be created (the daemon creates it on its first produce); Ctrl-C to stop",
@@ -235,7 +239,9 @@ def _partitions_value(ctx: click.Context, param: click.Parameter, value: tuple[s
     return tuple(sorted(set(chosen)))
 
 
-def _member_reset(ctx: click.Context, spec: OffsetSpec | None, from_timestamp: int | None, partitions: Any) -> str:
+def _member_reset(
+    ctx: click.Context, spec: OffsetSpec | None, from_timestamp: int | None, partitions: tuple[int, ...]
+) -> Literal["earliest", "latest"]:
     """A group member's start for partitions the group never committed: earliest or latest."""
     if from_timestamp is not None or partitions or (spec is not None and spec.per_partition):
         raise click.UsageError(
@@ -364,7 +370,7 @@ def consume(
         raise click.UsageError("-f/--format and --output are mutually exclusive", ctx)
     if null_literal and fmt is None:
         raise click.UsageError("-Z applies to -f/--format output", ctx)
-    reset = _member_reset(ctx, spec, from_timestamp, partitions) if group is not None else None
+    reset = _member_reset(ctx, spec, from_timestamp, partitions) if group is not None else "earliest"
     if group is None and spec is not None and "committed" in spec.kinds:
         raise click.UsageError("--offset committed needs --group GROUP", ctx)
     if from_timestamp is not None:
@@ -391,7 +397,7 @@ def consume(
                 if follow and broker is not None:
                     wait_for_topics(broker, [name for name in names if not (regex or is_pattern(name))])
                 if broker is not None and group is not None:
-                    consume_as_member(broker, names, group, printer, follow=follow, reset=reset)  # type: ignore[arg-type]
+                    consume_as_member(broker, names, group, printer, follow=follow, reset=reset)
                 else:
                     _read_standalone(
                         source, broker, names, printer, partitions=partitions, spec=spec or OffsetSpec(), follow=follow
