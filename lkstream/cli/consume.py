@@ -297,7 +297,13 @@ def _member_reset(
 )
 @click.option("--follow", is_flag=True, help="Keep waiting for new records (until Ctrl-C or --num).")
 @click.option(
-    "-n", "--num", "--max-messages", "max_messages", type=click.IntRange(min=1), help="Stop after this many records."
+    "-n",
+    "--num",
+    "--max-messages",
+    "max_messages",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Stop after this many records.",
 )
 @click.option("-f", "--format", "fmt", metavar="FORMAT", help=f"Print each record through {FORMAT_HELP}.")
 @click.option(
