@@ -8,6 +8,11 @@ BUILD_INPUTS := pyproject.toml $(wildcard lkstream/format/*.c lkstream/format/*.
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_SPARK := $(VENV)/.installed-spark
 STAMP := $(VENV)/.installed
+# pip shows two notes of setuptools as warning boxes that a newcomer reads as a failed install: the
+# ext-modules table of pyproject.toml is "experimental", and how an editable install finds the package.
+# Only these two are silenced (matched by their first words); errors and every other warning still show.
+QUIET_NOTES := PYTHONWARNINGS='ignore:Editable installation:UserWarning,ignore:`[tool.setuptools.ext-modules]`:UserWarning'
+PIP_INSTALL := $(QUIET_NOTES) $(PY) -m pip install --quiet
 
 .PHONY: venv run examples spark-example test-spark test system-deps test-fast test-crash check bench bench-quick bench-peers-quick bench-single clean proto
 
@@ -17,25 +22,26 @@ $(PY):
 
 ## the runtime dependencies only (the daemon, the CLI, the embedded examples): `pip install -e .`
 $(STAMP_RUN): $(BUILD_INPUTS) | $(PY)
-	$(PY) -m pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 ## the runtime plus the `spark` extra (pyspark, pyarrow): the Spark example
 $(STAMP_SPARK): $(BUILD_INPUTS) | $(PY)
-	$(PY) -m pip install --quiet -e '.[spark]'
+	$(PIP_INSTALL) -e '.[spark]'
 	touch $@ $(STAMP_RUN)
 
 ## everything the tests and `make check` use (`dev` and `spark` extras); what `make venv` makes
 $(STAMP): $(BUILD_INPUTS) | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PIP_INSTALL) -e '.[dev,spark]'
 	touch $@ $(STAMP_SPARK) $(STAMP_RUN)
 
 venv: $(STAMP)
 
 ## run: set up the environment, then run the daemon on conf/local.yml (gRPC 127.0.0.1:9090, HTTP 127.0.0.1:8080,
-## data in ./data) until Ctrl-C / SIGTERM
+## Kafka 127.0.0.1:9092, data in ./data) until Ctrl-C / SIGTERM. scripts/foreground.py gives the daemon the
+## terminal, so that Ctrl-C stops it gracefully and make exits 0 (make itself would die of the SIGINT: 130).
 run: $(STAMP_RUN)
-	$(PY) -m lkstream.grpc_server --config conf/local.yml
+	$(PY) scripts/foreground.py $(PY) -m lkstream.grpc_server --config conf/local.yml
 
 ## examples: the embedded producer and consumer examples on their own data dir, ./example-data (no daemon,
 ## so they never collide with `make run`'s ./data)
@@ -80,7 +86,7 @@ check: $(STAMP)
 ## of the previous one in docs/benchmarks.md's tables and plots; the run it replaces is listed, to `git rm`.
 bench: $(STAMP)
 	bash scripts/install-bench-deps.sh
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PIP_INSTALL) -e '.[dev,bench]'
 	out=benchmarks/results/peers-$$(date -u +%Y%m%dT%H%M%SZ).json; \
 	$(PY) -m benchmarks.suite.run --out $$out && $(PY) -m benchmarks.suite.plots $$out && \
 	$(PY) -m benchmarks.report --from $$out
@@ -96,7 +102,7 @@ bench-quick: $(STAMP)
 ## bench-peers-quick: a one-run smoke pass of the peer suite (about 3 minutes; its result is not cited)
 bench-peers-quick: $(STAMP)
 	bash scripts/install-bench-deps.sh
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PIP_INSTALL) -e '.[dev,bench]'
 	$(PY) -m benchmarks.suite.run --quick
 
 ## bench-single: the embedded broker alone at full size, one script after the other (never concurrently: 2 cores):

@@ -100,7 +100,9 @@ def produce_ticks(address: str, seconds: float, speedup: float, stop: threading.
         # One last tick well past the end pushes the watermark over the final minutes.
         final = {"s": SYMBOLS[0], "p": prices[SYMBOLS[0]], "q": 0, "t": event_ms + 120_000}
         client.produce_many_sync("market.ticks", [(SYMBOLS[0], json.dumps(final).encode())])
-        print(f"[producer] {sent} ticks over {time.time() - started:.1f}s", flush=True)
+        print(
+            f"[producer] appended {sent} synthetic ticks to market.ticks over {time.time() - started:.1f}s", flush=True
+        )
 
 
 def print_bars(address: str, stop: threading.Event, seen: list[dict[str, Any]], start: int) -> None:

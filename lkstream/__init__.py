@@ -38,6 +38,7 @@ from lkstream.errors import (
     TooManyOpenFilesError,
     TopicExistsError,
     UnknownAssignorError,
+    UnknownGroupError,
     UnknownMemberError,
     UnknownTopicError,
 )
@@ -137,6 +138,7 @@ __all__ = [
     "TopicDescription",
     "TopicExistsError",
     "UnknownAssignorError",
+    "UnknownGroupError",
     "UnknownMemberError",
     "UnknownTopicError",
     "__version__",

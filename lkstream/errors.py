@@ -44,6 +44,7 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
         ├── NotPartitionOwnerError     commit for a partition the member does not own
         ├── InconsistentGroupProtocolError  the assignor differs from the group's
         ├── GroupNotEmptyError         operator action while the group has live members
+        ├── UnknownGroupError          an operator action on a group with no members and no commits
         └── OffsetRegressionError      commit below the committed offset (operators reset)
 """
 
@@ -73,6 +74,18 @@ class RecordTooLargeError(InvalidArgumentError):
         super().__init__(f"{what} of {size} bytes exceeds {setting} ({limit} bytes)")
         self.size = size
         self.limit = limit
+
+
+def count_of(count: int, noun: str, plural: str = "") -> str:
+    """``1 partition``, ``4 partitions``: a count with its noun in the right number, for messages."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+def no_such_partition(topic: str, partition: object, count: int) -> InvalidArgumentError:
+    """The one message every surface gives for a partition ``topic`` does not have."""
+    return InvalidArgumentError(
+        f"partition {partition!r} does not exist in {topic!r} (it has {count_of(count, 'partition')})"
+    )
 
 
 class UnknownTopicError(LkstreamError, KeyError):
@@ -510,6 +523,13 @@ class GroupNotEmptyError(GroupError):
             group, f"cannot {action}: group {group!r} has {members} live member(s); stop its consumers first"
         )
         self.members = members
+
+
+class UnknownGroupError(GroupError):
+    """An operator action named a group neither coordinator knows (no members, no committed offsets)."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(group, f"group {group!r} does not exist (no members, no committed offsets)")
 
 
 class OffsetRegressionError(GroupError):

@@ -66,7 +66,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from lkstream.bridge.target_security import KafkaSecurity
 from lkstream.broker.broker import Broker
 from lkstream.client.consumer import Consumer, ConsumerSource, TopicPartition
-from lkstream.errors import BrokerUnavailableError, InvalidArgumentError
+from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, count_of
 from lkstream.format.codec import Record
 
 log = logging.getLogger("lkstream.bridge")
@@ -337,7 +337,7 @@ class KafkaBridge:
             if have < need:
                 await self._stop_producer()
                 raise InvalidArgumentError(
-                    f"Kafka topic {target!r} has {have} partitions but {topic!r} has {need}: "
+                    f"Kafka topic {target!r} has {count_of(have, 'partition')} but {topic!r} has {need}: "
                     "add partitions in Kafka or use partitioning='key-hash'"
                 )
 

@@ -51,6 +51,7 @@ from lkstream.errors import (
     TopicExistsError,
     UnknownTopicError,
     map_os_errors,
+    no_such_partition,
 )
 from lkstream.format.batch import stamp_log_append_time
 from lkstream.format.codec import Compression, Headers, Record, encode_batch
@@ -614,9 +615,7 @@ class Broker(GroupCalls):
         """The :class:`Partition` ``pid`` of ``topic`` (InvalidArgument if it does not exist)."""
         partitions = self._topic(topic, create=False).partitions
         if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < len(partitions):
-            raise InvalidArgumentError(
-                f"partition {pid!r} does not exist in {topic!r} (it has {len(partitions)} partitions)"
-            )
+            raise no_such_partition(topic, pid, len(partitions))
         return partitions[pid]
 
     def opened_partition(self, topic: str, pid: int) -> Partition | None:

@@ -10,7 +10,9 @@
     lkstream dump | verify                        lkstream.cli.offline (read a data directory)
     lkstream backup | restore                     lkstream.cli.backup  (online snapshot of a data directory)
     lkstream bridge                               lkstream.cli.bridge  (copy topics into Kafka)
-    lkstream groups list|describe|reset           lkstream.cli.groups  (consumer group admin)
+    lkstream groups list|describe|reset|delete    lkstream.cli.groups  (consumer group admin)
+    lkstream cluster info                         lkstream.cli.cluster (the daemon, described)
+    lkstream topics copy                          lkstream.cli.copy    (a topic into another, records as they are)
     lkstream users add|remove|list                lkstream.cli.users   (users, passwords, tokens)
     lkstream acls add|remove|list                 lkstream.cli.acls    (access control lists)
 
@@ -20,7 +22,21 @@ Exit status: 0 success, 1 failure (an error from the broker or the daemon, a bad
 input line, corruption found), 2 usage (see :mod:`lkstream.cli.base`).
 """
 
-from lkstream.cli import acls, backup, bench, bridge, consume, daemon, groups, offline, produce, topics, users
+from lkstream.cli import (
+    acls,
+    backup,
+    bench,
+    bridge,
+    cluster,
+    consume,
+    copy,
+    daemon,
+    groups,
+    offline,
+    produce,
+    topics,
+    users,
+)
 from lkstream.cli.base import cli, main, render_bytes
 
 __all__ = [
@@ -29,7 +45,9 @@ __all__ = [
     "bench",
     "bridge",
     "cli",
+    "cluster",
     "consume",
+    "copy",
     "daemon",
     "groups",
     "main",

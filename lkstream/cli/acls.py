@@ -21,9 +21,9 @@ from typing import Any
 
 import click
 
-from lkstream.cli.base import broker_errors, cli, count_of, print_table
+from lkstream.cli.base import broker_errors, cli, print_table
 from lkstream.cli.security_files import resolve, security_file_options
-from lkstream.errors import InvalidArgumentError
+from lkstream.errors import InvalidArgumentError, count_of
 from lkstream.security.acl import CLUSTER_NAME, AclDocument, AclEntry, Operation, PatternType, Permission
 from lkstream.security.watched import edit_file, read_file
 

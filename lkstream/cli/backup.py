@@ -23,9 +23,9 @@ from contextlib import contextmanager
 
 import click
 
-from lkstream.cli.base import broker_errors, cli, count_of, print_table
+from lkstream.cli.base import broker_errors, cli, print_table
 from lkstream.cli.security_files import resolve
-from lkstream.errors import InvalidArgumentError, LkstreamError
+from lkstream.errors import InvalidArgumentError, LkstreamError, count_of
 from lkstream.security.acl import AclDocument
 from lkstream.security.credentials import UsersDocument
 from lkstream.storage.backup import BackupReport, backup_data_dir, default_security_files, summary

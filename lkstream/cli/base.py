@@ -188,6 +188,17 @@ def connect_daemon(bootstrap: str, **options: Any) -> RemoteBroker:
     return connect(bootstrap, **daemon_credentials(), **options)
 
 
+@contextmanager
+def remote_daemon(bootstrap: str) -> Iterator[RemoteBroker]:
+    """A connection to the daemon at ``bootstrap`` (with the command's credentials), errors as CLI errors."""
+    with broker_errors():
+        broker = connect_daemon(bootstrap)
+        try:
+            yield broker
+        finally:
+            broker.close()
+
+
 def data_dir_option(help_text: str, *, must_exist: bool = True) -> Callable[[Any], Any]:
     """``--data-dir DIR``: work on a data directory instead of asking ``--bootstrap``."""
     return click.option(
@@ -299,10 +310,6 @@ def render_bytes(data: bytes | None, binary: str = "hex") -> str:
     if binary == "base64":
         return "base64:" + base64.b64encode(data).decode("ascii")
     return "hex:" + data.hex()
-
-
-def count_of(count: int, noun: str, plural: str = "") -> str:
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def _compression_name(header: BatchHeader) -> str:

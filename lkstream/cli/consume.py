@@ -1,28 +1,28 @@
-"""``lkstream consume``: print a topic's records, from a daemon or read offline from a data dir.
+"""``lkstream consume``: print topics' records, from a daemon or read offline from a data dir.
 
 ::
 
-    lkstream consume TOPIC [--bootstrap HOST:PORT | --data-dir DIR]
-                     [--from earliest|latest|committed|OFFSET | --from-timestamp MS] [--partition N]
-                     [--follow] [--max-messages N] [--output raw|json] [--group GROUP]
+    lkstream consume TOPIC... [-r] [--bootstrap HOST:PORT | --data-dir DIR]
+                     [-o POSITION | --from-timestamp TIME] [-p N[,N...]] [--follow] [-n N]
+                     [-f FORMAT [-Z] | --output raw|json] [-g GROUP]
+
+The flags are kcat's and rpk's where they have one (``-o``, ``-p``, ``-n``, ``-f``,
+``-Z``, ``-g``; a TOPIC starting with ``^`` is a regular expression, as in kcat).
+Positions and times: :mod:`lkstream.cli.positions`; format strings:
+:mod:`lkstream.cli.record_format`; the group member: :mod:`lkstream.cli.consume_group`.
 
 Invariants:
 
-* **A group commits only what was printed, and only forward.** With ``--group``
-  the next offset is committed (CommitOffset) after each printed batch, i.e. for
-  records already written to stdout; with ``--follow``, after each record. A
-  commit never moves the group back: re-reading from an earlier ``--from``
-  commits nothing until it passes the committed offset (``lkstream groups reset``
-  rewinds a group). Commits are refused while the group has live members.
-* **A group resumes where it committed.** With ``--group`` and no ``--from`` (or
-  ``--from committed``), each partition starts at the group's committed offset
-  (FetchCommittedOffsets), clamped into the partition's current bounds, or at its
-  log start when the group never committed there.
+* **A group is a group.** With ``--group`` the command is a member of the group: members
+  split the partitions and commit only what they printed (:mod:`lkstream.cli.consume_group`).
+  Without it nothing is committed.
+* **A follower waits for a topic that will come.** ``--follow`` on a topic that does not
+  exist yet waits for it (saying so on stderr) when the daemon creates topics on first
+  produce, as a Kafka consumer subscribed by name does; otherwise it is ``NOT_FOUND``.
 * **Offline is read-only.** ``--data-dir`` reads through
   :class:`lkstream.storage.reader.DataDirReader`: no daemon, no ``LOCK`` taken, safe
-  beside a running daemon (whose newest batch may then be missing). It sees what
-  recovery would keep. Commits need a broker, so ``--group`` and ``--follow`` need
-  ``--bootstrap``.
+  beside a running daemon (whose newest batch may then be missing). Commits and waits
+  need a broker, so ``--group`` and ``--follow`` need ``--bootstrap``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from contextlib import nullcontext, suppress
-from typing import Protocol
+from typing import Final, Literal
 
 import click
 
@@ -42,80 +43,31 @@ from lkstream.cli.base import (
     check_one_target,
     cli,
     connect_daemon,
-    count_of,
     data_dir_option,
     progress,
 )
+from lkstream.cli.consume_group import consume_as_member
+from lkstream.cli.consume_sources import OfflineSource, RemoteSource, Source, is_pattern, matching_topics
+from lkstream.cli.positions import (
+    POSITION_HELP,
+    TIME_HELP,
+    OffsetSpec,
+    Position,
+    offset_spec_value,
+    time_value,
+)
+from lkstream.cli.record_format import FORMAT_HELP, RecordFormat
 from lkstream.client.remote import RemoteBroker
 from lkstream.client.retry import DEFAULT_RETRY_TIMEOUT_S
-from lkstream.format.codec import Record, decode_batch
+from lkstream.errors import LkstreamError, UnknownTopicError, no_such_partition
+from lkstream.format.codec import Record
 from lkstream.format.json_records import record_to_json
 from lkstream.storage.reader import DataDirReader
 
-# -- where records come from ------------------------------------------------------------------------
+#: How often a follower asks whether the topic it waits for exists yet.
+TOPIC_WAIT_INTERVAL_S: Final = 0.5
 
-
-class _Source(Protocol):
-    def partition_count(self, topic: str) -> int: ...
-
-    def bounds(self, topic: str) -> list[tuple[int, int]]: ...
-
-    def chunks(self, topic: str, pid: int, offset: int) -> Iterator[list[Record]]: ...
-
-    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, pids: list[int]) -> dict[int, int]: ...
-
-
-class _Remote:
-    """Records from a daemon, one Fetch per chunk."""
-
-    def __init__(self, broker: RemoteBroker) -> None:
-        self.broker = broker
-
-    def partition_count(self, topic: str) -> int:
-        return self.broker.partitions_for(topic)
-
-    def bounds(self, topic: str) -> list[tuple[int, int]]:
-        return [(p.log_start_offset, p.high_watermark) for p in self.broker.describe_topic(topic).partitions]
-
-    def chunks(self, topic: str, pid: int, offset: int) -> Iterator[list[Record]]:
-        while records := self.broker.read_from(topic, pid, offset):
-            yield records
-            offset = records[-1].offset + 1
-
-    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, pids: list[int]) -> dict[int, int]:
-        return self.broker.offsets_for_timestamp(topic, timestamp_ms, pids)
-
-
-class _Offline:
-    """Records read from a data directory's segments, one batch per chunk, without the lock."""
-
-    def __init__(self, reader: DataDirReader) -> None:
-        self.reader = reader
-
-    def partition_count(self, topic: str) -> int:
-        return len(self.reader.partitions(topic))
-
-    def bounds(self, topic: str) -> list[tuple[int, int]]:
-        parts = [self.reader.partition(topic, pid) for pid in self.reader.partitions(topic)]
-        return [(part.log_start_offset, part.end_offset()) for part in parts]
-
-    def chunks(self, topic: str, pid: int, offset: int) -> Iterator[list[Record]]:
-        for batch in self.reader.partition(topic, pid).batches(offset):
-            yield decode_batch(batch.data, topic, pid, offset)
-
-    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, pids: list[int]) -> dict[int, int]:
-        found = {}
-        for pid in pids:
-            part = self.reader.partition(topic, pid)
-            found[pid] = part.end_offset()  # every record older: the end, as the daemon answers
-            for batch in part.batches(part.log_start_offset):
-                if batch.header.max_timestamp >= timestamp_ms:
-                    hits = [r.offset for r in decode_batch(batch.data, topic, pid) if r.timestamp >= timestamp_ms]
-                    if hits:
-                        found[pid] = hits[0]
-                        break
-        return found
-
+TopicPartition = tuple[str, int]
 
 # -- output -----------------------------------------------------------------------------------------
 
@@ -125,9 +77,19 @@ def json_line(record: Record) -> str:
     return json.dumps(record_to_json(record), ensure_ascii=False)
 
 
-class _Printer:
-    def __init__(self, output: str, max_messages: int | None, advance: Callable[[float], None]) -> None:
-        self.output = output
+def _raw(record: Record) -> bytes:
+    return (record.value or b"") + b"\n"
+
+
+def _json(record: Record) -> bytes:
+    return json_line(record).encode("utf-8") + b"\n"
+
+
+class Printer:
+    """Writes each record to stdout as rendered, counting down ``--num``."""
+
+    def __init__(self, render: Callable[[Record], bytes], max_messages: int | None, advance: Callable[[float], None]):
+        self.render = render
         self.remaining = max_messages
         self.advance = advance
         self.out = sys.stdout.buffer
@@ -137,10 +99,7 @@ class _Printer:
         return self.remaining is not None and self.remaining <= 0
 
     def emit(self, record: Record) -> None:
-        if self.output == "json":
-            self.out.write(json_line(record).encode("utf-8") + b"\n")
-        else:
-            self.out.write((record.value or b"") + b"\n")
+        self.out.write(self.render(record))
         self.out.flush()
         self.advance(1)
         if self.remaining is not None:
@@ -154,88 +113,53 @@ def _ignore(amount: float) -> None:
 # -- where to start ---------------------------------------------------------------------------------
 
 
-def _starts(
-    source: _Source,
-    broker: RemoteBroker | None,
-    topic: str,
-    *,
-    pids: list[int],
-    start: str,
-    from_timestamp: int | None,
-    group: str | None,
-) -> dict[int, int]:
-    if from_timestamp is not None:
-        found = source.offsets_for_timestamp(topic, from_timestamp, pids)
-        return {pid: found[pid] for pid in pids}
+def _chosen_partitions(topic: str, count: int, partitions: tuple[int, ...], spec: OffsetSpec) -> list[int]:
+    """The partitions of ``topic`` to read: ``-p``'s and the spec's chosen ones, or all."""
+    chosen = sorted(set(partitions) | set(spec.per_partition)) or list(range(count))
+    for pid in chosen:
+        if pid >= count:
+            # The broker's own words and code, as `produce -p` prints them (a failure, not a usage error).
+            raise click.ClickException(f"INVALID_ARGUMENT: {no_such_partition(topic, pid, count)}")
+    return chosen
+
+
+def _starts(source: Source, topic: str, pids: list[int], spec: OffsetSpec) -> dict[int, int]:
     bounds = source.bounds(topic)
-    if start == "earliest":
-        return {pid: bounds[pid][0] for pid in pids}
-    if start == "latest":
-        return {pid: bounds[pid][1] for pid in pids}
-    if start == "committed":
-        assert broker is not None and group is not None  # checked with the options
-        committed = broker.committed_offsets(group, topic, pids)
-        # Retention may have deleted past a commit: resume at the oldest record still there.
-        return {pid: min(max(committed.get(pid, 0), bounds[pid][0]), bounds[pid][1]) for pid in pids}
-    return dict.fromkeys(pids, int(start))
+
+    def at_time(pid: int) -> Callable[[int], int]:
+        return lambda ms: source.offsets_for_timestamp(topic, ms, [pid])[pid]
+
+    def never_committed() -> int | None:  # "committed" needs --group, which reads as a member
+        return None
+
+    starts = {}
+    for pid in pids:
+        position = spec.position(pid) or Position("earliest")
+        low, high = bounds[pid]
+        starts[pid] = position.resolve(low, high, never_committed, at_time(pid))
+    return starts
 
 
-class _GroupProgress:
-    """A group's position per partition, committed forward only.
-
-    The coordinator refuses to move a committed offset backward (only an operator
-    reset may), so re-reading from an earlier ``--from`` leaves the commit where it
-    is until the reader passes it.
-    """
-
-    def __init__(self, broker: RemoteBroker, group: str, topic: str, pids: list[int]) -> None:
-        self._broker, self._group, self._topic = broker, group, topic
-        self._committed = broker.committed_offsets(group, topic, pids)
-
-    def advance(self, pid: int, offset: int) -> None:
-        if offset > self._committed.get(pid, -1):
-            self._broker.commit_offset(self._group, self._topic, pid, offset)
-            self._committed[pid] = offset
+# -- reading ----------------------------------------------------------------------------------------
 
 
-def _drain(
-    source: _Source,
-    topic: str,
-    *,
-    pid: int,
-    offset: int,
-    printer: _Printer,
-    group: _GroupProgress | None,
-) -> None:
-    """Print ``topic[pid]`` from ``offset`` up to its current end (or until enough were printed).
-
-    With a ``group``, the position after each printed chunk is committed for it.
-    """
+def _drain(source: Source, topic: str, pid: int, offset: int, printer: Printer) -> None:
+    """Print ``topic[pid]`` from ``offset`` up to its current end (or until enough were printed)."""
     for records in source.chunks(topic, pid, offset):
-        start = offset
         for record in records:
             if printer.done:
-                break
+                return
             printer.emit(record)
-            offset = record.offset + 1
-        if group is not None and offset > start:
-            group.advance(pid, offset)
-        if printer.done:
-            return
 
 
-async def _follow(
-    broker: RemoteBroker, topic: str, starts: dict[int, int], printer: _Printer, group: _GroupProgress | None
-) -> None:
-    async def one(pid: int, offset: int) -> None:
+async def _follow(broker: RemoteBroker, starts: dict[TopicPartition, int], printer: Printer) -> None:
+    async def one(topic: str, pid: int, offset: int) -> None:
         async for record in broker.subscribe(topic, pid, offset):
             printer.emit(record)
-            if group is not None:  # a streamed record is its own batch
-                await asyncio.to_thread(group.advance, pid, record.offset + 1)
             if printer.done:
                 return
 
-    tasks = [asyncio.create_task(one(pid, offset)) for pid, offset in starts.items()]
+    tasks = [asyncio.create_task(one(topic, pid, offset)) for (topic, pid), offset in starts.items()]
     try:
         while tasks and not printer.done:
             finished, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -248,35 +172,146 @@ async def _follow(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _from_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None or value in ("earliest", "latest", "committed") or value.isdigit():
-        return value
-    raise click.BadParameter(f"{value!r} is not earliest, latest, committed or a non-negative offset", ctx, param)
+def wait_for_topics(broker: RemoteBroker, topics: list[str]) -> None:
+    """Return once every topic exists; while one does not, say so on stderr and wait.
+
+    Only when the daemon creates topics on first produce (``auto_create_topics``): a topic
+    that nothing may create is ``NOT_FOUND`` at once (a typo should not wait for ever).
+    """
+    for topic in topics:
+        try:
+            broker.describe_topic(topic)
+            continue
+        except UnknownTopicError as missing:
+            try:
+                creates = broker.describe_cluster().auto_create_topics
+            except LkstreamError:  # a daemon older than DescribeCluster cannot say: do not wait
+                raise missing from None
+            if not creates:
+                raise
+        click.echo(
+            f"waiting for topic {topic!r} to be created (the daemon creates it on its first produce); Ctrl-C to stop",
+            err=True,
+        )
+        while True:
+            time.sleep(TOPIC_WAIT_INTERVAL_S)
+            try:
+                broker.describe_topic(topic)
+                break
+            except UnknownTopicError:
+                continue
+
+
+def _read_standalone(
+    source: Source,
+    broker: RemoteBroker | None,
+    topics: list[str],
+    printer: Printer,
+    *,
+    partitions: tuple[int, ...],
+    spec: OffsetSpec,
+    follow: bool,
+) -> None:
+    starts: dict[TopicPartition, int] = {}
+    for topic in topics:
+        pids = _chosen_partitions(topic, source.partition_count(topic), partitions, spec)
+        starts.update({(topic, pid): offset for pid, offset in _starts(source, topic, pids, spec).items()})
+    if not follow:
+        for (topic, pid), offset in starts.items():
+            _drain(source, topic, pid, offset, printer)
+            if printer.done:
+                return
+        return
+    assert broker is not None  # --follow needs a daemon: checked with the options
+    asyncio.run(_follow(broker, starts, printer))
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def _partitions_value(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[int, ...]:
+    chosen: list[int] = []
+    for item in ",".join(value).split(","):
+        if item.strip():
+            if not item.strip().isdigit():
+                raise click.BadParameter(f"{item.strip()!r} is not a partition number", ctx, param)
+            chosen.append(int(item))
+    return tuple(sorted(set(chosen)))
+
+
+def _member_reset(
+    ctx: click.Context, spec: OffsetSpec | None, from_timestamp: int | None, partitions: tuple[int, ...]
+) -> Literal["earliest", "latest"]:
+    """A group member's start for partitions the group never committed: earliest or latest."""
+    if from_timestamp is not None or partitions or (spec is not None and spec.per_partition):
+        raise click.UsageError(
+            "with --group the group's coordinator assigns the partitions and they start at the group's committed "
+            "offsets: -p, --from-timestamp and per-partition offsets do not apply (move the group with "
+            "`lkstream groups reset`, or read without --group)",
+            ctx,
+        )
+    kinds = spec.kinds if spec is not None else set()
+    if kinds - {"earliest", "latest", "committed"}:
+        raise click.UsageError(
+            "with --group, --offset may only be earliest or latest (where partitions the group never committed "
+            "start); use `lkstream groups reset` to move a group",
+            ctx,
+        )
+    return "latest" if kinds == {"latest"} else "earliest"
 
 
 @cli.command()
-@click.argument("topic")
+@click.argument("topics", nargs=-1, required=True, metavar="TOPIC...")
 @bootstrap_option
 @data_dir_option("Read this data directory offline (read-only, no daemon, no lock) instead of asking --bootstrap.")
 @click.option(
+    "-r",
+    "--regex",
+    is_flag=True,
+    help="Each TOPIC is a regular expression (full match; a TOPIC starting with ^ is one anyway, as in kcat).",
+)
+@click.option(
+    "-o",
+    "--offset",
     "--from",
-    "start",
-    metavar="earliest|latest|committed|OFFSET",
-    callback=_from_value,
-    help="Where to start in each partition. committed: the --group's committed offsets (the log start where it "
-    "never committed). Default: committed with --group, else earliest.",
+    "spec",
+    metavar="POSITION",
+    callback=offset_spec_value,
+    help=f"Where to start: {POSITION_HELP}. Default: earliest (a --group: its committed offsets).",
 )
 @click.option(
     "--from-timestamp",
     "from_timestamp",
-    type=int,
-    metavar="MS",
-    help="Start in each partition at the first record whose timestamp (milliseconds since the epoch) is >= MS "
-    "(the end of the partition when every record is older). Excludes --from.",
+    metavar="TIME",
+    callback=time_value,
+    help=f"Start at the first record at or after TIME in each partition (the end when all are older): {TIME_HELP}.",
 )
-@click.option("--partition", type=click.IntRange(min=0), help="Read only this partition (default: all).")
-@click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (until Ctrl-C or --max-messages).")
-@click.option("--max-messages", type=click.IntRange(min=1), help="Stop after this many records.")
+@click.option(
+    "-p",
+    "--partition",
+    "partitions",
+    multiple=True,
+    metavar="N[,N...]",
+    callback=_partitions_value,
+    help="Read only these partitions (repeatable; default: all).",
+)
+@click.option("--follow", is_flag=True, help="Keep waiting for new records (until Ctrl-C or --num).")
+@click.option(
+    "-n",
+    "--num",
+    "--max-messages",
+    "max_messages",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Stop after this many records.",
+)
+@click.option("-f", "--format", "fmt", metavar="FORMAT", help=f"Print each record through {FORMAT_HELP}.")
+@click.option(
+    "-Z",
+    "--null-literal",
+    is_flag=True,
+    help="With -f: print a null key or value as NULL instead of nothing (kcat's -Z).",
+)
 @click.option(
     "--output",
     type=click.Choice(["raw", "json"]),
@@ -286,52 +321,68 @@ def _from_value(ctx: click.Context, param: click.Parameter, value: str | None) -
     'value, headers; bytes that are not UTF-8 as {"base64": ...}), the shape `produce --json` reads.',
 )
 @click.option(
+    "-g",
     "--group",
     metavar="GROUP",
-    help="Consume as consumer group GROUP: start at its committed offsets (unless --from or --from-timestamp "
-    "says otherwise) and commit the position after each printed batch. Needs --bootstrap.",
+    help="Consume as a member of consumer group GROUP: members split the partitions, each starts at the group's "
+    "committed offsets and commits what it printed. Needs --bootstrap.",
 )
 @click.pass_context
 def consume(
     ctx: click.Context,
     *,
-    topic: str,
+    topics: tuple[str, ...],
     bootstrap: str,
     data_dir: str | None,
-    start: str | None,
+    regex: bool,
+    spec: OffsetSpec | None,
     from_timestamp: int | None,
-    partition: int | None,
+    partitions: tuple[int, ...],
     follow: bool,
     max_messages: int | None,
+    fmt: str | None,
+    null_literal: bool,
     output: str,
     group: str | None,
 ) -> None:
-    """Print the records of TOPIC, partition by partition, then stop (or, with --follow, wait for more).
+    """Print the records of each TOPIC, partition by partition, then stop (or, with --follow, wait for more).
 
     JSON output is one record object per line: topic, partition, offset,
     timestamp, key, value, headers, where a key, value or header value is a
     string when it is UTF-8 and {"base64": "..."} otherwise (docs/http.md, "The
-    record object"); `lkstream produce T2 --json` reads it back, so
-    `consume T --output json | produce T2 --json` copies a topic.
+    record object"); `lkstream produce T2 --json` reads it back.
 
-    With --group, each partition starts at the group's committed offset (read
-    back from the daemon with FetchCommittedOffsets; the log start where the
-    group never committed) unless --from or --from-timestamp is given, and the
-    next offset to read is committed after each printed batch, i.e. only for
-    records already written to stdout; with --follow, after each record.
+    With -f, each record is printed through kcat's format string, e.g.
+    -f '%t[%p]@%o %k=%s headers: %h\\n'.
 
-    With --max-messages, stdout redirected and stderr on a terminal, a progress
-    bar counts the records printed.
+    With --group GROUP the command is a member of the group, as `kcat -G` and
+    `rpk topic consume -g` are: members split the partitions; each partition
+    starts at the group's committed offset (one never committed at --offset
+    earliest or latest) and the positions of printed records are committed
+    every second, at a rebalance and at the end.
+
+    --follow on a topic that does not exist yet waits for it when the daemon
+    creates topics on first produce.
+
+    With --num, stdout redirected and stderr on a terminal, a progress bar
+    counts the records printed.
     """
     check_one_target(ctx, data_dir)
-    if from_timestamp is not None and start is not None:
-        raise click.UsageError("--from and --from-timestamp are mutually exclusive", ctx)
-    if start == "committed" and group is None:
-        raise click.UsageError("--from committed needs --group GROUP", ctx)
+    if from_timestamp is not None and spec is not None:
+        raise click.UsageError("--offset/--from and --from-timestamp are mutually exclusive", ctx)
     if data_dir is not None and (group is not None or follow):
         raise click.UsageError("--data-dir reads offline: --group and --follow need a daemon (--bootstrap)", ctx)
-    if start is None and from_timestamp is None:
-        start = "committed" if group is not None else "earliest"
+    if fmt is not None and ctx.get_parameter_source("output") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("-f/--format and --output are mutually exclusive", ctx)
+    if null_literal and fmt is None:
+        raise click.UsageError("-Z applies to -f/--format output", ctx)
+    reset = _member_reset(ctx, spec, from_timestamp, partitions) if group is not None else "earliest"
+    if group is None and spec is not None and "committed" in spec.kinds:
+        raise click.UsageError("--offset committed needs --group GROUP", ctx)
+    if from_timestamp is not None:
+        spec = OffsetSpec(default=Position("timestamp", from_timestamp))
+    with broker_errors():
+        render = _renderer(fmt, null_literal, output)
     # A bar only when it cannot mix with the records: stdout goes elsewhere than the terminal.
     bar_total = max_messages if not sys.stdout.isatty() else None
     with broker_errors():
@@ -341,48 +392,28 @@ def consume(
             if data_dir is None
             else None
         )
-        source: _Source = _Remote(broker) if broker is not None else _Offline(DataDirReader(data_dir or ""))
         try:
-            bar = progress(f"consume {topic}", bar_total) if bar_total else nullcontext(_ignore)
-            with bar as advance:
-                printer = _Printer(output, max_messages, advance)
-                _print_records(
-                    source, broker, topic, printer,
-                    partition=partition, start=start or "", from_timestamp=from_timestamp, follow=follow, group=group,
-                )  # fmt: skip
+            source: Source = (
+                RemoteSource(broker) if broker is not None else OfflineSource(DataDirReader(data_dir or ""))
+            )
+            bar = progress(f"consume {' '.join(topics)}", bar_total) if bar_total else nullcontext(_ignore)
+            with bar as advance, suppress(KeyboardInterrupt):
+                printer = Printer(render, max_messages, advance)
+                names = matching_topics(source, topics, regex=regex)
+                if follow and broker is not None:
+                    wait_for_topics(broker, [name for name in names if not (regex or is_pattern(name))])
+                if broker is not None and group is not None:
+                    consume_as_member(broker, names, group, printer, follow=follow, reset=reset)
+                else:
+                    _read_standalone(
+                        source, broker, names, printer, partitions=partitions, spec=spec or OffsetSpec(), follow=follow
+                    )
         finally:
             if broker is not None:
                 broker.close()
 
 
-def _print_records(
-    source: _Source,
-    broker: RemoteBroker | None,
-    topic: str,
-    printer: _Printer,
-    *,
-    partition: int | None,
-    start: str,
-    from_timestamp: int | None,
-    follow: bool,
-    group: str | None,
-) -> None:
-    count = source.partition_count(topic)
-    if partition is not None and partition >= count:
-        # The broker's own words and code, as `produce --partition` prints them.
-        raise click.ClickException(
-            f"INVALID_ARGUMENT: partition {partition} does not exist in {topic!r} "
-            f"(it has {count_of(count, 'partition')})"
-        )
-    pids = [partition] if partition is not None else list(range(count))
-    starts = _starts(source, broker, topic, pids=pids, start=start, from_timestamp=from_timestamp, group=group)
-    progress = _GroupProgress(broker, group, topic, pids) if broker is not None and group is not None else None
-    if not follow:
-        for pid, offset in starts.items():
-            _drain(source, topic, pid=pid, offset=offset, printer=printer, group=progress)
-            if printer.done:
-                return
-        return
-    assert broker is not None  # --follow needs a daemon: checked with the options
-    with suppress(KeyboardInterrupt):
-        asyncio.run(_follow(broker, topic, starts, printer, progress))
+def _renderer(fmt: str | None, null_literal: bool, output: str) -> Callable[[Record], bytes]:
+    if fmt is not None:
+        return RecordFormat(fmt, null=b"NULL" if null_literal else b"").render
+    return _json if output == "json" else _raw

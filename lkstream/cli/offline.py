@@ -35,8 +35,8 @@ import os
 
 import click
 
-from lkstream.cli.base import EXIT_PROBLEMS, batch_line, cli, count_of, record_lines
-from lkstream.errors import InvalidArgumentError
+from lkstream.cli.base import EXIT_PROBLEMS, batch_line, cli, record_lines
+from lkstream.errors import InvalidArgumentError, count_of
 from lkstream.format.batch import HEADER_SIZE, MAGIC, compute_crc, parse_header
 from lkstream.storage.files import StorageFile
 from lkstream.storage.reader import ScanProblem, open_read_only, read_index_entries, scan_segment

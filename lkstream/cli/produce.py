@@ -2,8 +2,11 @@
 
 ::
 
-    lkstream produce TOPIC [--bootstrap HOST:PORT | --data-dir DIR] [--key-separator SEP | --json]
-                     [--partition N] [--file PATH]
+    lkstream produce TOPIC [--bootstrap HOST:PORT | --data-dir DIR] [-K SEP | -k KEY | --json]
+                     [-H NAME=VALUE ...] [-p N] [-z gzip|snappy|lz4|zstd] [--file PATH]
+
+The short flags are kcat's and rpk's (``-K`` key separator, ``-k`` one key for every
+record, ``-H`` a header, ``-p`` partition, ``-z`` compression).
 
 Invariants:
 
@@ -19,11 +22,12 @@ Invariants:
 
 ``--json`` lines are record objects, the shape ``consume --output json`` prints
 (:mod:`lkstream.format.json_records`, docs/http.md "The record object"):
-``{"key": K, "value": V, "headers": [{"key": "name", "value": V}], "partition": N}`` where a
-key, value or header value is a string (sent as UTF-8), ``{"base64": "..."}`` for any bytes,
-or ``null``; only ``value`` is required; a line's ``partition`` overrides ``--partition``;
-``topic``, ``offset`` and ``timestamp`` are accepted and ignored, so consumed lines can be
-produced into another topic as they are.
+``{"key": K, "value": V, "headers": [{"key": "name", "value": V}], "partition": N, "timestamp": MS}``
+where a key, value or header value is a string (sent as UTF-8), ``{"base64": "..."}`` for any
+bytes, or ``null``; only ``value`` is required; a line's ``partition`` overrides ``--partition``
+and its ``timestamp`` is kept (records without one get the time they are sent); ``topic`` and
+``offset`` are accepted and ignored, so consumed lines can be produced into another topic as
+they are, with their partitions and times.
 
 Delivery: a daemon restart is waited out (the remote client reconnects with backoff
 for up to 30 s). A request resent after the connection dropped may have been
@@ -41,7 +45,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from typing import IO, Any, Final, Protocol
+from typing import IO, Any, Final, NamedTuple
 
 import click
 
@@ -53,29 +57,25 @@ from lkstream.cli.base import (
     check_one_target,
     cli,
     connect_daemon,
-    count_of,
     data_dir_option,
     error_code,
     progress,
 )
-from lkstream.errors import DataDirLockedError, LkstreamError
-from lkstream.format.codec import Headers
-from lkstream.format.json_records import INPUT_FIELDS, check_ignored_fields, headers_from_json, json_to_bytes
+from lkstream.cli.sending import COMPRESSIONS, Line, Sender, Target
+from lkstream.errors import DataDirLockedError, LkstreamError, count_of
+from lkstream.format.codec import Compression, Headers
+from lkstream.format.json_records import (
+    INPUT_FIELDS,
+    check_ignored_fields,
+    headers_from_json,
+    json_to_bytes,
+    timestamp_from_json,
+)
 from lkstream.storage.reader import DataDirReader
 
-#: Lines sent per Produce request.
-PRODUCE_BATCH_LINES: Final = 1000
 #: A pipe or terminal that pauses this long gets what it wrote so far sent.
 LINGER_S: Final = 0.1
 _JSON_FIELDS: Final = INPUT_FIELDS | {"key_encoding", "value_encoding"}
-
-Item = tuple[bytes | None, bytes | None, Headers]
-
-
-class _Target(Protocol):
-    def produce_many_sync(self, topic: str, records: Any, *, partition: int | None = None) -> list[tuple[int, int]]: ...
-
-    def close(self) -> None: ...
 
 
 class BadLineError(Exception):
@@ -139,8 +139,8 @@ def _live_lines(fd: int, advance: Callable[[float], None]) -> Iterator[bytes | N
         pending += chunk
 
 
-def parse_json_line(line: bytes, number: int) -> tuple[Item, int | None]:
-    """One ``--json`` line as ``((key, value, headers), partition)``; :class:`BadLineError` if it is not one.
+def parse_json_line(line: bytes, number: int) -> Line:
+    """One ``--json`` line as a :class:`Line`; :class:`BadLineError` if it is not one.
 
     The shape is :mod:`lkstream.format.json_records`' (what ``consume --output json``
     prints). The ``key_encoding``/``value_encoding`` markers of older ``consume``
@@ -166,9 +166,10 @@ def parse_json_line(line: bytes, number: int) -> tuple[Item, int | None]:
         key = _field_bytes(obj, "key")
         value = _field_bytes(obj, "value")
         headers = headers_from_json(obj.get("headers"))
+        timestamp = timestamp_from_json(obj)
     except ValueError as exc:
         raise BadLineError(number, str(exc)) from None
-    return (key, value, headers), partition
+    return Line(key, value, headers, partition, timestamp)
 
 
 def _field_bytes(obj: dict[str, Any], field: str) -> bytes | None:
@@ -181,27 +182,34 @@ def _field_bytes(obj: dict[str, Any], field: str) -> bytes | None:
     return json_to_bytes({"base64": obj[field]}, f'"{field}"')
 
 
-def _items(
-    lines: Iterator[bytes | None], separator: bytes | None, as_json: bool, default_partition: int | None
-) -> Iterator[tuple[Item, int | None] | None]:
-    """Records with their partition; ``None`` passes an input pause through to the sender."""
+class LineShape(NamedTuple):
+    """How a text line becomes a record: a key separator or one fixed key, headers, a partition."""
+
+    separator: bytes | None = None
+    key: bytes | None = None
+    headers: Headers = ()
+    partition: int | None = None
+    as_json: bool = False
+
+
+def _items(lines: Iterator[bytes | None], shape: LineShape) -> Iterator[Line | None]:
+    """Records of the input lines; ``None`` passes an input pause through to the sender."""
     number = 0
     for line in lines:
         if line is None:
             yield None
             continue
         number += 1
-        if as_json:
-            item, partition = parse_json_line(line, number)
-            yield item, default_partition if partition is None else partition
+        if shape.as_json:
+            parsed = parse_json_line(line, number)
+            yield parsed if parsed.partition is not None else parsed._replace(partition=shape.partition)
             continue
-        key: bytes | None = None
-        value = line
-        if separator is not None:
-            head, found, tail = line.partition(separator)
+        key, value = shape.key, line
+        if shape.separator is not None:
+            head, found, tail = line.partition(shape.separator)
             if found:
                 key, value = head, tail
-        yield (key, value, []), default_partition
+        yield Line(key, value, list(shape.headers), shape.partition)
 
 
 def _regular_file_size(stream: IO[bytes]) -> int | None:
@@ -220,7 +228,7 @@ def _ignore(amount: float) -> None:
 # -- sending ----------------------------------------------------------------------------------------
 
 
-def open_target(bootstrap: str, data_dir: str | None) -> _Target:
+def open_target(bootstrap: str, data_dir: str | None) -> Target:
     """A daemon client for ``bootstrap``, or an embedded broker on ``data_dir`` (which takes its LOCK)."""
     if data_dir is None:
         return connect_daemon(bootstrap)
@@ -234,40 +242,38 @@ def open_target(bootstrap: str, data_dir: str | None) -> _Target:
         ) from None
 
 
-def _send(target: _Target, topic: str, items: Iterator[tuple[Item, int | None] | None]) -> tuple[int, Exception | None]:
-    """Send ``items`` in requests of up to 1,000 (one partition each); ``(acknowledged, error)``.
+def _send(sender: Sender, lines: Iterator[Line | None]) -> Exception | None:
+    """Send every line, a pause in the input (``None``) sending what is held; the error that stopped it.
 
-    A pause in the input (``None``) sends what is held. A bad line stops the
-    input but the records before it are still sent, so the count is exactly
-    what the broker holds.
+    A bad line stops the input but the records before it are still sent, so
+    ``sender.acknowledged`` is exactly what the broker holds.
     """
-    acknowledged = 0
-    batch: list[Item] = []
-    batch_partition: int | None = None
     stop: Exception | None = None
     try:
-        for entry in items:
-            if entry is None:
-                if batch:
-                    acknowledged += len(target.produce_many_sync(topic, batch, partition=batch_partition))
-                    batch = []
-                continue
-            item, partition = entry
-            if batch and (partition != batch_partition or len(batch) == PRODUCE_BATCH_LINES):
-                acknowledged += len(target.produce_many_sync(topic, batch, partition=batch_partition))
-                batch = []
-            batch_partition = partition
-            batch.append(item)
+        for line in lines:
+            if line is None:
+                sender.flush()
+            else:
+                sender.add(line)
     except BadLineError as exc:
         stop = exc
     except LkstreamError as exc:
-        return acknowledged, exc
-    if batch:
-        try:
-            acknowledged += len(target.produce_many_sync(topic, batch, partition=batch_partition))
-        except LkstreamError as exc:
-            return acknowledged, exc
-    return acknowledged, stop
+        return exc
+    try:
+        sender.flush()
+    except LkstreamError as exc:
+        return exc
+    return stop
+
+
+def _header_value(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Headers:
+    headers = []
+    for item in value:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", ctx, param)
+        headers.append((name, text.encode()))
+    return headers
 
 
 @cli.command()
@@ -279,18 +285,38 @@ def _send(target: _Target, topic: str, items: Iterator[tuple[Item, int | None] |
     must_exist=False,
 )
 @click.option(
+    "-K",
     "--key-separator",
     metavar="SEP",
     help="Split each line at the first SEP into key and value (a line without SEP has no key).",
+)
+@click.option("-k", "--key", "fixed_key", metavar="KEY", help="Give every record this key.")
+@click.option(
+    "-H",
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=_header_value,
+    help="Give every record this header (repeatable).",
 )
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help='Each line is a JSON object {"key", "value", "headers", "partition"}; a key, value or header value '
-    'is a string, {"base64": "..."} or null. Excludes --key-separator.',
+    help='Each line is a JSON object {"key", "value", "headers", "partition", "timestamp"} (what `consume '
+    '--output json` prints); a key, value or header value is a string, {"base64": "..."} or null. A line\'s '
+    "timestamp (ms) is kept. Excludes -K, -k and -H.",
 )
-@click.option("--partition", type=click.IntRange(min=0), help="Send every record to this partition.")
+@click.option("-p", "--partition", type=click.IntRange(min=0), help="Send every record to this partition.")
+@click.option(
+    "-z",
+    "--compression",
+    type=click.Choice(COMPRESSIONS),
+    default="none",
+    show_default=True,
+    help="Compress each batch (Kafka's codecs; consumers decompress on their own).",
+)
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False), help="Read lines from this file.")
 @click.pass_context
 def produce(
@@ -300,8 +326,11 @@ def produce(
     bootstrap: str,
     data_dir: str | None,
     key_separator: str | None,
+    fixed_key: str | None,
+    headers: Headers,
     as_json: bool,
     partition: int | None,
+    compression: str,
     path: str | None,
 ) -> None:
     """Send each line of stdin (or --file) as one record of TOPIC; print how many were acknowledged.
@@ -315,21 +344,31 @@ def produce(
     check_one_target(ctx, data_dir)
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
-    if as_json and key_separator is not None:
-        raise click.UsageError("--json and --key-separator are mutually exclusive", ctx)
-    separator = None if key_separator is None else key_separator.encode()
+    if as_json and (key_separator is not None or fixed_key is not None or headers):
+        raise click.UsageError("--json lines carry their own key and headers: -K, -k and -H do not apply", ctx)
+    if key_separator is not None and fixed_key is not None:
+        raise click.UsageError("-K/--key-separator and -k/--key are mutually exclusive", ctx)
+    shape = LineShape(
+        separator=None if key_separator is None else key_separator.encode(),
+        key=None if fixed_key is None else fixed_key.encode(),
+        headers=headers,
+        partition=partition,
+        as_json=as_json,
+    )
     where = data_dir if data_dir is not None else bootstrap
     with broker_errors():
         target = open_target(bootstrap or DEFAULT_BOOTSTRAP, data_dir)
+    sender = Sender(target, topic, Compression.parse(compression))
     try:
         with open(path, "rb") if path is not None else nullcontext(sys.stdin.buffer) as stream:
             size = _regular_file_size(stream)
             bar = progress(f"produce {topic}", size, unit="bytes") if size is not None else nullcontext(_ignore)
             with bar as step:
-                acknowledged, error = _send(target, topic, _items(_lines(stream, step), separator, as_json, partition))
+                error = _send(sender, _items(_lines(stream, step), shape))
     finally:
         with broker_errors():
             target.close()
+    acknowledged = sender.acknowledged
     if error is not None:
         click.echo(f"{count_of(acknowledged, 'record')} acknowledged before the error", err=True)
         message = f"{error_code(error)}: {error}" if isinstance(error, LkstreamError) else str(error)

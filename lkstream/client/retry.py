@@ -29,6 +29,10 @@ failure, whether to try again and after how long:
   and ``OverloadedError``;
   and an address that answers HTTP/1.x (the daemon's HTTP port given as
   ``--bootstrap``): that fails at once with a message naming the gRPC port.
+  An address that closes the connection before the daemon was ever reached is asked
+  once, with a raw Kafka ApiVersions request, whether it is a Kafka listener
+  (:func:`kafka_listener_error`): the daemon's Kafka port given as ``--bootstrap``
+  fails at once too, instead of after the connect timeout.
 
 :func:`normalise_address` gives a bare host the daemon's default port (9090),
 as ``kcat -b localhost`` does for Kafka's 9092; gRPC would otherwise use 443.
@@ -39,6 +43,9 @@ from __future__ import annotations
 import enum
 import json
 import random
+import socket
+import ssl
+import struct
 import time
 from typing import Any, Final
 
@@ -65,6 +72,15 @@ _NOT_SENT_MARKERS: Final = (
 )
 # What gRPC says when the address answers HTTP/1.x: the daemon's HTTP port, not its gRPC port.
 _HTTP1_MARKERS: Final = ("http1.x server", "http/1", "expected settings frame")
+# What gRPC says when the peer accepted the connection and closed it: a TLS port to a plaintext
+# client, or a port that speaks neither HTTP/2 nor HTTP/1.x (the daemon's Kafka listener).
+_CLOSED_MARKERS: Final = ("socket closed", "connection reset", "end of tcp stream", "broken pipe")
+#: How long the one Kafka probe of an address may take (connect, send, first answer bytes).
+KAFKA_PROBE_TIMEOUT_S: Final = 1.0
+# ApiVersions v0 (api key 18), correlation id "LKST", no client id: every Kafka listener answers it,
+# before any SASL exchange, with a frame that repeats the correlation id.
+_PROBE_CORRELATION: Final = 0x4C4B5354
+_KAFKA_PROBE: Final = struct.pack(">ihhih", 10, 18, 0, _PROBE_CORRELATION, -1)
 # Daemon answers that mean "nothing was done, I am stopping": retried like a refused connection.
 _RETRIABLE_ANSWERS: Final = frozenset({"BrokerClosedError"})
 # Daemon answers that mean "nothing was done, come back after retry_after_ms" (RESOURCE_EXHAUSTED).
@@ -108,6 +124,51 @@ def wrong_protocol(address: str, exc: grpc.RpcError) -> LkstreamError | None:
         address,
         "it answers HTTP/1.x, so it is an HTTP port (the daemon's JSON/metrics port?); --bootstrap and "
         f"lkstream.connect() take the daemon's gRPC port (server.grpc_port, {DEFAULT_PORT} by default)",
+    )
+
+
+def closed_by_peer(exc: grpc.RpcError) -> bool:
+    """Whether ``exc`` says the address accepted the connection and closed it (see :func:`kafka_listener_error`)."""
+    code, details, trailing = _status(exc)
+    lowered = details.lower()
+    return (
+        code is grpc.StatusCode.UNAVAILABLE
+        and not trailing.get(ERROR_CLASS_KEY)
+        and any(marker in lowered for marker in _CLOSED_MARKERS)
+    )
+
+
+def kafka_listener_error(
+    address: str, tls: ssl.SSLContext | None = None, server_name: str | None = None
+) -> LkstreamError | None:
+    """A clear error when ``address`` answers a Kafka ApiVersions request (a Kafka listener), else None.
+
+    One short exchange on a raw socket (with ``tls`` when the client uses TLS), bounded by
+    :data:`KAFKA_PROBE_TIMEOUT_S`; anything but a Kafka answer (a TLS alert, a closed
+    connection, silence) means "not a Kafka listener".
+    """
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=KAFKA_PROBE_TIMEOUT_S) as raw:
+            sock = raw if tls is None else tls.wrap_socket(raw, server_hostname=server_name or host)
+            sock.sendall(_KAFKA_PROBE)
+            answer = b""
+            while len(answer) < 8:
+                chunk = sock.recv(8 - len(answer))
+                if not chunk:
+                    return None
+                answer += chunk
+    except (OSError, ValueError):  # refused, reset, timed out, a TLS failure (ssl.SSLError), a bad port
+        return None
+    size, correlation = struct.unpack(">ii", answer)
+    if correlation != _PROBE_CORRELATION or size < 4:
+        return None
+    return BrokerUnavailableError(
+        address,
+        "it answers Kafka's protocol, so this is the Kafka listener (server.kafka_port); --bootstrap and "
+        f"lkstream.connect() take the daemon's gRPC port (server.grpc_port, {DEFAULT_PORT} by default), "
+        "or use a Kafka client with this address",
     )
 
 

@@ -13,10 +13,11 @@ A record as JSON (docs/http.md, "The record object")::
   name may repeat). On input an object ``{"name": value}`` is accepted too.
 * **Output fields are accepted on input**, so ``lkstream consume T --output json |
   lkstream produce T2 --json`` copies a topic: ``partition`` is honoured (the
-  record goes to that partition); ``topic``, ``offset`` and ``timestamp`` are
-  checked for their type and otherwise ignored: the target topic is the one
-  the command or request names, the broker assigns offsets, and records get
-  the time they are produced.
+  record goes to that partition), and so is ``timestamp`` by ``lkstream produce
+  --json`` (a copy keeps each record's time; the HTTP API ignores it and stamps
+  the time of the produce); ``topic`` and ``offset`` are checked for their type
+  and otherwise ignored: the target topic is the one the command or request
+  names, and the broker assigns offsets.
 
 Pure functions over in-memory values.
 """
@@ -34,7 +35,7 @@ from lkstream.format.codec import Headers, Record
 #: Fields of a printed record, in print order.
 OUTPUT_FIELDS: Final = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 #: Output fields that input accepts and ignores (after a type check).
-IGNORED_FIELDS: Final = frozenset({"topic", "offset", "timestamp"})
+IGNORED_FIELDS: Final = frozenset({"topic", "offset"})
 #: Every field input accepts.
 INPUT_FIELDS: Final = frozenset(OUTPUT_FIELDS)
 
@@ -104,7 +105,7 @@ def record_to_json(record: Record, force_base64: bool = False) -> dict[str, Any]
 
 
 def check_ignored_fields(obj: dict[str, Any]) -> None:
-    """ValueError unless ``topic`` is a string and ``offset``/``timestamp`` integers (when present)."""
+    """ValueError unless ``topic`` is a string and ``offset`` and ``timestamp`` integers (when present)."""
     topic = obj.get("topic")
     if topic is not None and not isinstance(topic, str):
         raise ValueError(f'"topic" must be a string, not {json.dumps(topic)[:60]}')
@@ -112,3 +113,15 @@ def check_ignored_fields(obj: dict[str, Any]) -> None:
         value = obj.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise ValueError(f'"{name}" must be an integer, not {json.dumps(value)[:60]}')
+
+
+def timestamp_from_json(obj: dict[str, Any]) -> int | None:
+    """The record's ``timestamp`` (ms since the epoch) when it has one; ValueError unless a non-negative integer."""
+    value = obj.get("timestamp")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(
+            f'"timestamp" must be a non-negative integer (ms since the epoch), not {json.dumps(value)[:60]}'
+        )
+    return value

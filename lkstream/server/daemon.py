@@ -57,6 +57,7 @@ from lkstream.security.credentials import SCRAM_MECHANISMS
 from lkstream.security.sasl import MECHANISMS, OAUTHBEARER
 from lkstream.server.collector import freeze_start_up_heap
 from lkstream.server.grpc.access import AccessInterceptor, AuthenticationInterceptor, server_credentials
+from lkstream.server.grpc.cluster_rpcs import DaemonFacts
 from lkstream.server.grpc.limits import AdmissionInterceptor, server_options
 from lkstream.server.grpc.peers import PeerLimiter
 from lkstream.server.grpc.server import SERVICE_NAME, BrokerService, LaneOffer, __version__
@@ -116,9 +117,11 @@ class Daemon:
             self.server,
         )
         address = f"{settings.grpc_host}:{settings.grpc_port}"
-        busy = port_in_use(settings.grpc_host, settings.grpc_port)
-        if busy is not None:  # asked first: gRPC core would log its own multi-line error before failing
-            raise InvalidArgumentError(cannot_listen("gRPC", address, busy, "grpc"))
+        # Every listener's port asked first, all at once: gRPC core would log its own multi-line error
+        # before failing, and a user with two ports taken should learn of both from one start.
+        busy = busy_ports(settings)
+        if busy:
+            raise InvalidArgumentError("\n".join(busy))
         try:
             if self.certificates is None:
                 self.port = self.server.add_insecure_port(address)
@@ -207,9 +210,17 @@ class Daemon:
                 await self.kafka.start()
             except OSError as exc:
                 where = f"{self.settings.kafka_host}:{self.settings.kafka_port}"
-                message = f"cannot listen on {where} for Kafka: {exc.strerror or exc}"
-                raise InvalidArgumentError(message) from None
+                reason = (exc.strerror or str(exc)).lower()
+                raise InvalidArgumentError(cannot_listen("Kafka", where, reason, "kafka")) from None
             self.service.kafka_lane = self._lane_offer(self.kafka)
+        self.service.facts = DaemonFacts(
+            version=__version__,
+            grpc=self.address,
+            http=self.http_address,
+            kafka="" if self.kafka is None else self.kafka.bootstrap,
+            tls=self.certificates is not None,
+            auth=self.access.enabled,
+        )
         await self.server.start()
         self.peer_limiter.start()
         self.trimmer = HeapTrimmer(self.broker.admission, asyncio.get_running_loop())
@@ -338,6 +349,22 @@ def port_in_use(host: str, port: int) -> str | None:
     return None
 
 
+def busy_ports(settings: ServerSettings) -> list[str]:
+    """One :func:`cannot_listen` line per listener whose port cannot be bound now (gRPC, HTTP, Kafka)."""
+    listeners = [
+        ("gRPC", settings.grpc_host, settings.grpc_port, "grpc"),
+        ("HTTP", settings.http_host, settings.http_port, "http"),
+    ]
+    if settings.kafka_port >= 0:
+        listeners.append(("Kafka", settings.kafka_host, settings.kafka_port, "kafka"))
+    lines = []
+    for what, host, port, setting in listeners:
+        reason = port_in_use(host, port)
+        if reason is not None:
+            lines.append(cannot_listen(what, f"{host}:{port}", reason, setting))
+    return lines
+
+
 def cannot_listen(what: str, address: str, reason: str, setting: str) -> str:
     """One line naming the address, why, and the setting that moves the listener elsewhere."""
     if "in use" in reason:
@@ -398,7 +425,8 @@ def run(settings: ServerSettings, config: BrokerConfig, access: Access | None = 
     try:
         asyncio.run(serve(settings, config, ready=print_ready, access=access))
     except LkstreamError as exc:
-        print(f"lkstream: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # several busy ports: one line each
+            print(f"lkstream: {line}", file=sys.stderr)
         return 1
     log.info("stopped cleanly")
     return 0

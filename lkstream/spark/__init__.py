@@ -40,6 +40,7 @@ from lkstream.spark.arrow import arrow_schema, spark_ddl
 from lkstream.spark.options import parse_sink_options, parse_source_options
 
 if TYPE_CHECKING:
+    from lkstream.spark.progress import LagListener, OffsetsBehind, offsets_behind_latest
     from lkstream.spark.source import DataLossError, OffsetRange
 
 FORMAT = "lkstream"
@@ -47,7 +48,13 @@ FORMAT = "lkstream"
 #: Public names of the source, imported on first use: Spark unpickles this package in every
 #: Python process it starts for the format (planning, reading, writing), and each should load
 #: only the side it runs: a read task never needs the sink (asyncio, the gRPC client).
-_LAZY = {"DataLossError": "lkstream.spark.source", "OffsetRange": "lkstream.spark.source"}
+_LAZY = {
+    "DataLossError": "lkstream.spark.source",
+    "OffsetRange": "lkstream.spark.source",
+    "LagListener": "lkstream.spark.progress",
+    "OffsetsBehind": "lkstream.spark.progress",
+    "offsets_behind_latest": "lkstream.spark.progress",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -62,9 +69,12 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "FORMAT",
     "DataLossError",
+    "LagListener",
     "LkstreamDataSource",
     "OffsetRange",
+    "OffsetsBehind",
     "arrow_schema",
+    "offsets_behind_latest",
     "register",
 ]
 
@@ -93,9 +103,12 @@ class LkstreamDataSource(DataSource):
         return BatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from lkstream.spark.source import StreamReader
+        from lkstream.spark.source import StreamReader, UnplannableStream
 
-        return StreamReader(parse_source_options(self.options, streaming=True))
+        try:
+            return StreamReader(parse_source_options(self.options, streaming=True))
+        except Exception as exc:  # raised again, as it is, by the reader's first call
+            return UnplannableStream(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:

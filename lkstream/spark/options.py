@@ -2,9 +2,11 @@
 
 The names mirror Spark's Kafka source (``subscribe``, ``startingOffsets``,
 ``maxOffsetsPerTrigger``, ...) so switching a query from Kafka changes the
-format name and the address only. Everything is validated here, when the query
-is planned, so a typo is one clear :class:`~lkstream.errors.InvalidArgumentError`
-on the driver instead of a stack trace from a Spark worker.
+format name only: Kafka's own names (``kafka.bootstrap.servers``, ``kafka.*``
+tuning) are taken as :mod:`lkstream.spark.kafka_options` says. Everything is
+validated here, when the query is planned, so a typo is one clear
+:class:`~lkstream.errors.InvalidArgumentError` on the driver instead of a stack
+trace from a Spark worker.
 
 Offsets in JSON options follow Kafka's conventions: ``{"topic": {"0": 23}}``,
 with ``-2`` meaning earliest and ``-1`` latest.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from lkstream.errors import InvalidArgumentError
+from lkstream.spark.kafka_options import duration_ms, kafka_aliases
 
 if TYPE_CHECKING:
     from lkstream.security.tls import ClientTls
@@ -53,6 +56,10 @@ SOURCE_OPTIONS: Final = frozenset(
         "startingtimestamp",
         "endingtimestamp",
         "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+        "startingoffsetsbytimestampstrategy",
+        "maxrecordsperpartition",
         "minpartitions",
         "failondataloss",
         "includeheaders",
@@ -62,6 +69,10 @@ SOURCE_OPTIONS: Final = frozenset(
 SINK_OPTIONS: Final = frozenset({*CREDENTIAL_OPTIONS, "bootstrap", "topic", "compression", "batchbytes"})
 
 DEFAULT_FETCH_MAX_BYTES: Final = 4 * 1024 * 1024
+#: Kafka's default ``maxTriggerDelay``: how long ``minOffsetsPerTrigger`` may hold a micro-batch back.
+DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60 * 1000
+#: ``startingOffsetsByTimestampStrategy``: with no record at or after the time, fail, or start at the end.
+TIMESTAMP_STRATEGIES: Final = ("error", "latest")
 
 
 @dataclass(frozen=True)
@@ -124,11 +135,23 @@ class SourceOptions:
     starting_timestamp: int | None = None
     ending_timestamp: int | None = None
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    starting_timestamp_strategy: str = "error"
+    max_records_per_partition: int | None = None
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     extra: dict[str, str] = field(default_factory=dict)
+    #: Kafka options that were given and are ignored (they only tune Kafka's own consumer).
+    ignored: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """What the query reads, for logs and progress: ``lkstream[orders,clicks] daemon 127.0.0.1:9090``."""
+        sub = self.subscription
+        what = ",".join(sub.topics) if sub.topics else sub.pattern or ",".join(f"{t}-{p}" for t, p in sub.assign)
+        return f"lkstream[{what}] {self.access.describe()}"
 
 
 @dataclass(frozen=True)
@@ -281,7 +304,7 @@ def _subscription(opts: dict[str, str]) -> Subscription:
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate the reader options; raises :class:`InvalidArgumentError` naming the bad option."""
-    opts = _lower(options)
+    opts, ignored = kafka_aliases(_lower(options), what="lkstream source")
     _reject_unknown(opts, SOURCE_OPTIONS, "lkstream source")
     access = _access(opts)
     subscription = _subscription(opts)
@@ -289,14 +312,28 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
             if name.lower() in opts:
                 raise InvalidArgumentError(f"option {name} is for batch queries only (spark.read)")
-    elif "maxoffsetspertrigger" in opts:
-        raise InvalidArgumentError("option maxOffsetsPerTrigger is for streaming queries only (spark.readStream)")
+    else:
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if name.lower() in opts:
+                raise InvalidArgumentError(f"option {name} is for streaming queries only (spark.readStream)")
     starting = _offsets(opts, "startingOffsets", "latest" if streaming else "earliest", allow=("earliest", "latest"))
     if not streaming and isinstance(starting, str) and starting == "latest":
         raise InvalidArgumentError("option startingOffsets=latest is not allowed in a batch query (as in Kafka)")
     ending = _offsets(opts, "endingOffsets", "latest", allow=("latest",))
     starting_ts = opts.get("startingoffsetsbytimestamp")
     ending_ts = opts.get("endingoffsetsbytimestamp")
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in TIMESTAMP_STRATEGIES:
+        raise InvalidArgumentError(
+            f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
+    min_per_trigger = _int(opts, "minOffsetsPerTrigger", minimum=0)
+    max_per_trigger = _int(opts, "maxOffsetsPerTrigger", minimum=1)
+    if min_per_trigger is not None and max_per_trigger is not None and min_per_trigger > max_per_trigger:
+        raise InvalidArgumentError(
+            f"option minOffsetsPerTrigger ({min_per_trigger}) is above maxOffsetsPerTrigger ({max_per_trigger})"
+        )
+    delay = opts.get("maxtriggerdelay")
     return SourceOptions(
         access=access,
         subscription=subscription,
@@ -306,17 +343,22 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         ending_by_timestamp=_partition_map(ending_ts, "endingOffsetsByTimestamp") if ending_ts else None,
         starting_timestamp=_int(opts, "startingTimestamp", minimum=0),
         ending_timestamp=_int(opts, "endingTimestamp", minimum=0),
-        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", minimum=1),
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else duration_ms(delay, "maxTriggerDelay"),
+        starting_timestamp_strategy=strategy,
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", minimum=1),
         min_partitions=_int(opts, "minPartitions", minimum=1),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         fetch_max_bytes=_int(opts, "fetchMaxBytes", minimum=1024) or DEFAULT_FETCH_MAX_BYTES,
+        ignored=tuple(ignored),
     )
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the writer options; the sink writes through a daemon (``bootstrap``) only."""
-    opts = _lower(options)
+    opts, _ = kafka_aliases(_lower(options), what="lkstream sink")
     if "path" in opts and "bootstrap" not in opts:
         raise InvalidArgumentError(
             "the lkstream sink writes through a daemon: set option bootstrap (the path option is read-only)"

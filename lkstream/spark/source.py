@@ -19,9 +19,11 @@ deleted fails the task (``failOnDataLoss=true``, the default) or is skipped
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -195,9 +197,9 @@ class Planner:
                     raise InvalidArgumentError(
                         f"option {what}OffsetsByTimestamp gives no timestamp for {tp[0]}[{tp[1]}]"
                     )
-                out[tp] = self.view.offset_for_timestamp(tp[0], tp[1], ts)
+                out[tp] = self._offset_at(tp, ts, high, what)
             elif timestamp is not None:
-                out[tp] = self.view.offset_for_timestamp(tp[0], tp[1], timestamp)
+                out[tp] = self._offset_at(tp, timestamp, high, what)
             elif isinstance(spec, str):
                 out[tp] = low if spec == "earliest" else high
             else:
@@ -209,6 +211,20 @@ class Planner:
                     )
                 out[tp] = low if offset == EARLIEST else high if offset == LATEST else offset
         return out
+
+    def _offset_at(self, tp: TopicPartition, timestamp_ms: int, high: int, what: str) -> int:
+        """The first offset at or after ``timestamp_ms``; the end when there is none, except for a start with
+        ``startingOffsetsByTimestampStrategy=error`` (Kafka's default), which fails the query as Kafka's does."""
+        found = self.view.offset_for_timestamp(tp[0], tp[1], timestamp_ms)
+        if found < high or what != "starting" or self.options.starting_timestamp_strategy == "latest":
+            return found
+        if found < self.view.bounds(*tp)[1]:  # a record at the time arrived since the bounds were read
+            return found
+        raise InvalidArgumentError(
+            f"{tp[0]}[{tp[1]}] has no record at or after the starting timestamp {timestamp_ms}: as Kafka's source, "
+            "the query fails (startingOffsetsByTimestampStrategy=error); set startingOffsetsByTimestampStrategy="
+            "latest to start such partitions at their end"
+        )
 
     def ranges(self, start: Offsets, end: Offsets, *, lenient_new: bool = False) -> list[OffsetRange]:
         """One task per non-empty range, split further to reach ``minPartitions``."""
@@ -222,7 +238,7 @@ class Planner:
             begin = 0 if begin is None else begin
             if stop > begin:
                 spans.append((tp, begin, stop, fail))
-        pieces = _split(spans, opts.min_partitions)
+        pieces = _split(spans, opts.min_partitions, opts.max_records_per_partition)
         return [
             OffsetRange(opts.access, tp[0], tp[1], a, b, opts.include_headers, fail, opts.fetch_max_bytes)
             for tp, a, b, fail in pieces
@@ -230,15 +246,20 @@ class Planner:
 
 
 def _split(
-    spans: list[tuple[TopicPartition, int, int, bool]], min_partitions: int | None
+    spans: list[tuple[TopicPartition, int, int, bool]],
+    min_partitions: int | None,
+    max_records: int | None = None,
 ) -> list[tuple[TopicPartition, int, int, bool]]:
-    """Split large ranges so there are about ``min_partitions`` tasks, each piece sized by its share."""
-    if not min_partitions or len(spans) >= min_partitions:
-        return spans
+    """Split large ranges so there are about ``min_partitions`` tasks, each piece sized by its share, and
+    no task holds more than ``max_records`` offsets (Kafka's maxRecordsPerPartition): the larger of the two."""
     total = sum(b - a for _, a, b, _ in spans)
+    if (not min_partitions or len(spans) >= min_partitions) and not max_records:
+        return spans
     out: list[tuple[TopicPartition, int, int, bool]] = []
     for tp, a, b, fail in spans:
-        parts = max(1, min(b - a, round(min_partitions * (b - a) / total)))
+        by_share = round(min_partitions * (b - a) / total) if min_partitions and len(spans) < min_partitions else 1
+        by_size = -(-(b - a) // max_records) if max_records else 1
+        parts = max(1, min(b - a, max(by_share, by_size)))
         for i in range(parts):
             lo = a + (b - a) * i // parts
             hi = a + (b - a) * (i + 1) // parts
@@ -308,11 +329,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.planner = Planner(options)
         self._target: Offsets | None = None
+        # When minOffsetsPerTrigger last let a micro-batch through: never yet, so the first one goes (as Kafka's).
+        self._last_trigger = -math.inf
         # Fail at query start, on the driver, for a missing topic or an unreachable daemon.
         self.planner.topic_partitions(strict=options.subscription.pattern is None)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "planner": Planner(self.options), "_target": None}
+        return {"options": self.options, "planner": Planner(self.options), "_target": None, "_last_trigger": -math.inf}
 
     def initialOffset(self) -> dict[str, Any]:
         opts = self.options
@@ -342,9 +365,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {tp: max(high, begin.get(tp, 0)) for tp, high in latest.items()}
         for tp, offset in begin.items():
             latest.setdefault(tp, offset)
+        if self._held_back(begin, latest):
+            return start
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
         return to_json(latest)
+
+    def _held_back(self, begin: Offsets, latest: Offsets) -> bool:
+        """Kafka's minOffsetsPerTrigger: hold the micro-batch back while fewer records wait, at most
+        maxTriggerDelay after the last one. Trigger.AvailableNow reads what it pinned, whatever the count."""
+        wanted = self.options.min_offsets_per_trigger
+        if not wanted or self._target is not None:
+            return False
+        now = time.monotonic()
+        waiting = sum(max(0, high - begin.get(tp, 0)) for tp, high in latest.items())
+        if waiting < wanted and (now - self._last_trigger) * 1000 < self.options.max_trigger_delay_ms:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_json(self._latest())
@@ -361,3 +399,47 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self.planner.close()
+
+
+class UnplannableStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream reader of a query that cannot be planned: every call raises why (a bad option, a missing
+    topic, an unreachable daemon).
+
+    PySpark 4.3's planner process makes the reader, then calls ``reader.stop()`` in a ``finally``: when the
+    constructor raises, ``reader`` was never bound and the ``UnboundLocalError`` of that ``finally`` ends the
+    traceback the user reads, below ours. Made this way, the reader exists, the first call Spark makes raises
+    our error, and our message is the last one.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def _fail(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._fail()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._fail()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        self._fail()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._fail()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        self._fail()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._fail()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._fail()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._fail()
+
+    def stop(self) -> None:
+        """Nothing was opened."""

@@ -55,6 +55,7 @@ from lkstream.errors import (
     StorageError,
     TooManyOpenFilesError,
     TopicExistsError,
+    UnknownGroupError,
     UnknownMemberError,
     UnknownTopicError,
 )
@@ -110,6 +111,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (InconsistentGroupProtocolError, Code.FAILED_PRECONDITION),
     (GroupNotEmptyError, Code.FAILED_PRECONDITION),
     (GroupMaxSizeReachedError, Code.RESOURCE_EXHAUSTED),
+    (UnknownGroupError, Code.NOT_FOUND),
     (OffsetRegressionError, Code.FAILED_PRECONDITION),
     (GroupError, Code.FAILED_PRECONDITION),  # any other refusal of the coordinator
 )

@@ -14,7 +14,7 @@ other fence (``text``, ``console``, none) is output or a listing and is not run.
   (SIGINT, the Ctrl-C of the quickstart's last step) after the last block.
 
 **Where.** A fresh directory laid out as a checkout: copies of the Makefile,
-pyproject.toml, conf/ and examples/, and a ``.venv`` whose ``bin`` and ``lib`` are
+pyproject.toml, conf/, examples/ and scripts/, and a ``.venv`` whose ``bin`` and ``lib`` are
 links to this test run's virtualenv, with its install stamps newer than
 pyproject.toml (so ``make run`` starts at once and never reinstalls). Shell blocks
 run in ``bash -e -o pipefail`` with that venv's ``bin`` first on PATH, as after
@@ -130,7 +130,8 @@ class Workspace:
         ws = cls(root, {"9090": str(grpc), "8080": str(http), "9092": str(kafka)})
         for name in ("Makefile", "pyproject.toml"):
             shutil.copy(REPO / name, root / name)
-        shutil.copytree(REPO / "examples", root / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+        for tree in ("examples", "scripts"):
+            shutil.copytree(REPO / tree, root / tree, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(REPO / "conf", root / "conf")
         for conf in (root / "conf").glob("*.yml"):
             conf.write_text(ws.substitute(conf.read_text()))

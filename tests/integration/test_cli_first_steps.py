@@ -108,8 +108,8 @@ def test_busy_grpc_and_http_ports_each_print_one_line_naming_the_setting(daemon:
     grpc_port = daemon.address.rsplit(":", 1)[1]
     http_port = daemon.http_address.rsplit(":", 1)[1]
     cases = {
-        "grpc": (["--grpc-port", grpc_port, "--http-port", "0"], "server.grpc_port"),
-        "http": (["--grpc-port", "0", "--http-port", http_port], "server.http_port"),
+        "grpc": (["--grpc-port", grpc_port, "--http-port", "0", "--kafka-port", "0"], "server.grpc_port"),
+        "http": (["--grpc-port", "0", "--http-port", http_port, "--kafka-port", "0"], "server.http_port"),
     }
     for name, (flags, setting) in cases.items():
         done = run("serve", "--persist-dir", str(tmp_path / name), *flags, "--log-level", "WARNING")

@@ -149,6 +149,8 @@ CASES: dict[str, list[Case]] = {
     "ResetOffsets": [
         Case(pb.ResetOffsetsRequest(group="g3", topic=ORDERS, earliest=True), [acl("admin", "cluster", "cluster")])
     ],
+    "DeleteGroup": [Case(pb.DeleteGroupRequest(group="g4"), [acl("delete", "group", "g4")])],
+    "DescribeCluster": [Case(pb.DescribeClusterRequest(), [acl("describe", "cluster", "cluster")])],
     "ProduceStream": [
         Case(
             pb.ProduceRequest(topic=ORDERS, record_batch=bytes(encode_batch([(None, b"v")]))),

@@ -16,6 +16,7 @@ from lkstream.cli import cli, render_bytes
 from lkstream.cli.base import print_table
 from lkstream.cli.bench import percentile
 from lkstream.cli.produce import BadLineError, parse_json_line
+from lkstream.cli.sending import Line
 from lkstream.storage.clock import ManualClock
 
 from .datadir import SEGMENT_BYTES, VALUE, batch_positions, flip_byte, segment_paths
@@ -212,23 +213,21 @@ def test_consume_offline_from_a_timestamp(data_dir: str) -> None:
 
 
 def test_parse_json_line_accepts_the_documented_shapes_and_names_bad_lines() -> None:
-    item, partition = parse_json_line(b'{"key": null, "value": "v", "headers": {"b": {"base64": "AA=="}}}', 1)
-    assert (item, partition) == ((None, b"v", [("b", b"\x00")]), None)
-    item, partition = parse_json_line('{"key": "é", "value": null, "partition": 3}'.encode(), 2)
-    assert (item, partition) == (("é".encode(), None, []), 3)
-    # What `consume --output json` prints is accepted as it is: topic, offset and timestamp are ignored.
+    line = parse_json_line(b'{"key": null, "value": "v", "headers": {"b": {"base64": "AA=="}}}', 1)
+    assert line == Line(None, b"v", [("b", b"\x00")], None, None)
+    line = parse_json_line('{"key": "é", "value": null, "partition": 3}'.encode(), 2)
+    assert line == Line("é".encode(), None, [], 3, None)
+    # What `consume --output json` prints is accepted as it is: the partition and the timestamp are kept,
+    # topic and offset are ignored.
     printed = (
         b'{"topic": "t", "partition": 1, "offset": 7, "timestamp": 1795663613751, "key": {"base64": "/w=="}, '
         b'"value": "v", "headers": [{"key": "h", "value": null}, {"key": "h", "value": {"base64": "AA=="}}]}'
     )
-    assert parse_json_line(printed, 3) == ((b"\xff", b"v", [("h", None), ("h", b"\x00")]), 1)
+    assert parse_json_line(printed, 3) == Line(b"\xff", b"v", [("h", None), ("h", b"\x00")], 1, 1795663613751)
     # The key_encoding/value_encoding form of older `consume` output still reads.
     assert parse_json_line(
         b'{"key": "", "key_encoding": "base64", "value": "AAE=", "value_encoding": "base64"}', 4
-    ) == (
-        (b"", b"\x00\x01", []),
-        None,
-    )
+    ) == Line(b"", b"\x00\x01", [], None, None)
     bad_lines = {
         b"{": "not valid JSON",
         b"\xff": "not valid JSON",
@@ -246,6 +245,7 @@ def test_parse_json_line_accepts_the_documented_shapes_and_names_bad_lines() -> 
         b'{"value": "v", "headers": [{"key": "h", "value": 1}]}': "header 'h' must be a string",
         b'{"value": "v", "offset": "3"}': '"offset" must be an integer',
         b'{"value": "v", "timestamp": 1.5}': '"timestamp" must be an integer',
+        b'{"value": "v", "timestamp": -1}': '"timestamp" must be a non-negative integer',
         b'{"value": "v", "topic": 7}': '"topic" must be a string',
         b'{"value": "AAE=", "value_encoding": "hex"}': '"value_encoding" must be "base64"',
     }

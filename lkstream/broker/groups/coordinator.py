@@ -118,7 +118,7 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import InvalidArgumentError, UnknownTopicError
+from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import (
     validate_client_id,
@@ -428,6 +428,23 @@ class GroupCoordinator(CoordinatorUpkeep, OffsetCalls, ClassicMemberCalls):
     def topics_changed(self) -> None:
         """Recompute assignments whose partition counts changed (call after creating or deleting a topic)."""
         self.tick()
+
+    def forget(self, group: str) -> bool:
+        """Drop what this coordinator knows of ``group`` (a delete); whether it knew anything.
+
+        :class:`GroupNotEmptyError` while the group has live members. Committed offsets are
+        the offset store's (the broker forgets them too).
+        """
+        validate_group(group)
+        with self._lock:
+            self._expire_locked()
+            g = self._groups.get(group)
+            if g is None:
+                return False
+            if g.members:
+                raise GroupNotEmptyError(group, len(g.members), "delete the group")
+            self._drop_if_empty_locked(g)
+            return True
 
     # -- inspection --------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from lkstream.errors import (
     RebalanceInProgressError,
     StaleGenerationError,
     UnknownAssignorError,
+    UnknownGroupError,
     UnknownMemberError,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "RebalanceInProgressError",
     "StaleGenerationError",
     "UnknownAssignorError",
+    "UnknownGroupError",
     "UnknownMemberError",
 ]

@@ -39,10 +39,11 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import InvalidArgumentError, OffsetOutOfRangeError
+from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from lkstream.broker.partition import Partition
+    from lkstream.storage.offsets import OffsetStore
 
 #: A heartbeat long poll never waits longer than this, whatever the caller asks.
 MAX_HEARTBEAT_WAIT_MS = 30_000
@@ -57,6 +58,7 @@ class GroupCalls:
     #: Bumped by the broker whenever a topic appears, disappears or changes its partition count.
     topics_version: int
     _ticked_topics_version: int = -1
+    offset_store: OffsetStore
 
     # What the mixin needs from the broker (declared for the type checker; Broker defines them).
     @abstractmethod
@@ -220,6 +222,23 @@ class GroupCalls:
         self._ticked_topics_version = version
         self.classic_groups.tick()
         run_downgrades(self.classic_groups, self.groups, self.groups.limits.migration_policy)
+
+    def delete_group(self, group: str) -> int | None:
+        """Drop ``group``: its committed offsets and what the Kafka listener knows of it (Kafka's DeleteGroups).
+
+        Returns how many committed offsets were forgotten, or None when the group is unknown to
+        both coordinators (no members, no commits). :class:`GroupNotEmptyError` while it has
+        live members in either.
+        """
+        classic = self.classic_groups.snapshot(group)
+        if classic is not None and classic.members:
+            raise GroupNotEmptyError(group, len(classic.members), "delete the group")
+        known = self.groups.describe(group).state is not GroupState.DEAD or (classic is not None and classic.generation)
+        self.groups.forget(group)  # refuses a member that joined meanwhile
+        if not known:
+            return None
+        self.classic_groups.forget(group)
+        return self.offset_store.forget_group(group)
 
     # -- inspection ------------------------------------------------------------------------------
 

@@ -85,6 +85,7 @@ import grpc
 
 from lkstream.broker.partitioner import StickyPartitioner
 from lkstream.client.remote.calls import DEFAULT_FETCH_BYTES, fetch_request
+from lkstream.client.remote.cluster import RemoteClusterCalls
 from lkstream.client.remote.groups import RemoteGroupCalls
 from lkstream.client.remote.kafka_lane import (
     AsyncLane,
@@ -105,7 +106,7 @@ from lkstream.client.retry import (
     Retry,
     normalise_address,
 )
-from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, UnknownTopicError
+from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, UnknownTopicError, no_such_partition
 from lkstream.format.codec import Compression, Record, decode_batches
 from lkstream.security.access import AUTHORIZATION_KEY
 from lkstream.security.loopback import is_loopback_address
@@ -143,7 +144,7 @@ def connect(address: str = "127.0.0.1:9090", **options: Any) -> RemoteBroker:
     return RemoteBroker(address, **options)
 
 
-class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
+class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteClusterCalls, RemoteProduce):
     """A connection to an LKSTREAM daemon with the embedded :class:`Broker`'s surface."""
 
     def __init__(
@@ -381,9 +382,7 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         """``(log_start_offset, high_watermark)`` of ``topic[partition]`` (one Admin describe)."""
         stats = self.describe_topic(topic).partitions
         if not 0 <= partition < len(stats):
-            raise InvalidArgumentError(
-                f"partition {partition!r} does not exist in {topic!r} (it has {len(stats)} partitions)"
-            )
+            raise no_such_partition(topic, partition, len(stats))
         return stats[partition].log_start_offset, stats[partition].high_watermark
 
     def commit_offset(self, group: str, topic: str, partition: int, offset: int) -> None:

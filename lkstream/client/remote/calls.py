@@ -17,7 +17,14 @@ from typing import Any, Final
 import grpc
 
 from lkstream.client.remote.wire import ClientStub
-from lkstream.client.retry import Attempts, Retry, retry_advice_s, wrong_protocol
+from lkstream.client.retry import (
+    Attempts,
+    Retry,
+    closed_by_peer,
+    kafka_listener_error,
+    retry_advice_s,
+    wrong_protocol,
+)
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, LkstreamError
 from lkstream.security.tls import ClientTls
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -48,6 +55,8 @@ class RemoteCalls:
     _aio: dict[asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, Any]]
     _tls: ClientTls | None
     _credentials: grpc.ChannelCredentials | None
+    #: Whether the address was asked if it is a Kafka listener (once, before the daemon was reached).
+    _probed: bool = False
 
     def _error(self, exc: grpc.RpcError) -> LkstreamError:
         misdirected = wrong_protocol(self.address, exc)
@@ -58,6 +67,23 @@ class RemoteCalls:
         details = (call.details() if hasattr(call, "details") else "") or ""
         trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
         return error_from_status(code, details, tuple(trailing or ()), self.address)
+
+    def _misdirected(self, exc: grpc.RpcError) -> LkstreamError | None:
+        """Before the daemon was ever reached: a clear error when the address is a Kafka listener.
+
+        A closed connection is what a TLS port does to a plaintext client too, so the address is
+        asked (once) with a Kafka request rather than guessed from gRPC's words.
+        """
+        if self._reached or self._probed or not closed_by_peer(exc):
+            return None
+        self._probed = True
+        context = None
+        if self._tls is not None:
+            try:
+                context = self._tls.ssl_context()
+            except InvalidArgumentError:
+                return None
+        return kafka_listener_error(self.address, context, None if self._tls is None else self._tls.server_name)
 
     def _attempts(self, retry: Retry, deadline: float | None = None) -> Attempts:
         return Attempts(
@@ -78,9 +104,8 @@ class RemoteCalls:
             error = BrokerUnavailableError(self.address, f"gave up after {attempts} attempts: {details}")
         if isinstance(error, BrokerUnavailableError) and self._tls is None and "socket closed" in str(error).lower():
             # What a TLS port does to a plaintext client: say so, it is the likely cause.
-            error = BrokerUnavailableError(
-                self.address, f"{error.args[0]} (does the daemon use TLS? connect with tls=)"
-            )
+            reason = str(error).removeprefix(f"cannot reach the lkstream daemon at {self.address}: ")
+            error = BrokerUnavailableError(self.address, f"{reason} (does the daemon use TLS? connect with tls=)")
         return error
 
     def _lost(self, exc: grpc.RpcError, delay: float) -> None:
@@ -132,6 +157,9 @@ class RemoteCalls:
                     raise InvalidArgumentError("this RemoteBroker is closed") from None
                 raise
             except grpc.RpcError as exc:
+                misdirected = self._misdirected(exc)
+                if misdirected is not None:
+                    raise misdirected from None
                 delay = attempts.delay(exc)
                 if delay is None or delay <= 0 or self._closed:
                     raise self._gave_up(exc, attempts.count) from None

@@ -156,6 +156,15 @@ class RemoteGroupCalls(RemoteCalls):
         response = self._call(self._stub.ResetOffsets, request)
         return {int(pid): int(offset) for pid, offset in response.offsets.items()}
 
+    def delete_group(self, group: str) -> int | None:
+        """Drop ``group`` (its committed offsets); refused while it has live members.
+
+        Returns how many committed offsets were forgotten; an unknown group is
+        :class:`~lkstream.errors.UnknownGroupError` (the embedded broker returns None).
+        """
+        response = self._call(self._stub.DeleteGroup, pb.DeleteGroupRequest(group=group))
+        return int(response.offsets_removed)
+
     def _describe(self, group: str) -> pb.DescribeGroupResponse:
         response: pb.DescribeGroupResponse = self._call(
             self._stub.DescribeGroup, pb.DescribeGroupRequest(group=group), retry=Retry.SAFE

@@ -20,8 +20,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from lkstream.broker.groups.classic import ClassicState, MemberIdRequiredError
-from lkstream.errors import GroupMaxSizeReachedError, GroupNotEmptyError, LkstreamError
+from lkstream.broker.groups.classic import MemberIdRequiredError
+from lkstream.errors import (
+    GroupMaxSizeReachedError,
+    LkstreamError,
+)
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import NODE_ID, RequestContext
 from lkstream.kafka.handlers import classic_routing
@@ -287,15 +290,4 @@ async def delete_groups(ctx: RequestContext, header: RequestHeader, frame: bytes
 
 
 def _delete_group(ctx: RequestContext, name: str) -> int:
-    broker = ctx.broker
-    known = ctx.server.groups.snapshot(name)
-    state = broker.describe_group(name).state
-    if known is not None and known.state is not ClassicState.EMPTY and known.members:
-        raise GroupNotEmptyError(name, len(known.members), "delete the group")
-    if str(state) == "Dead" and (known is None or not known.generation):
-        return ErrorCode.group_id_not_found
-    if broker.describe_group(name).members:
-        raise GroupNotEmptyError(name, len(broker.describe_group(name).members), "delete the group")
-    ctx.server.groups.forget(name)
-    broker.offset_store.forget_group(name)
-    return 0
+    return ErrorCode.group_id_not_found if ctx.broker.delete_group(name) is None else 0

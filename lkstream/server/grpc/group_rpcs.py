@@ -25,7 +25,7 @@ from lkstream.broker.groups.coordinator import (
 )
 from lkstream.broker.groups.types import TopicPartition
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.errors import InvalidArgumentError
+from lkstream.errors import InvalidArgumentError, UnknownGroupError
 from lkstream.security.acl import ResourceType
 from lkstream.server.grpc.guard import guard
 from lkstream.wire._proto import messaging_pb2 as pb
@@ -35,7 +35,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class GroupRpcs:
-    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, CommitOffsets, DescribeGroup, ListGroups, ResetOffsets."""
+    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, CommitOffsets, DescribeGroup, ListGroups, ResetOffsets,
+    DeleteGroup."""
 
     broker: Broker
     metrics: BrokerMetrics
@@ -197,4 +198,12 @@ class GroupRpcs:
             for pid, offset in offsets.items():
                 self.metrics.record_committed(request.topic, request.group, pid, offset)
             return pb.ResetOffsetsResponse(offsets=offsets)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def DeleteGroup(self, request: pb.DeleteGroupRequest, context: Context) -> pb.DeleteGroupResponse:
+        async with guard(context, self.metrics):
+            removed = await asyncio.to_thread(self.broker.delete_group, request.group)  # offsets are fsynced
+            if removed is None:
+                raise UnknownGroupError(request.group)
+            return pb.DeleteGroupResponse(offsets_removed=removed)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -11,6 +11,7 @@ The rules follow Kafka's: producing needs ``write`` on the topic (and ``create``
 would auto-create it); reading needs ``read`` on the topic; a consumer group's calls
 need ``read`` on the group; committing needs ``read`` on the group and on each topic;
 looking at offsets needs ``describe``; operator offset resets need ``admin`` on the
+cluster, deleting a group ``delete`` on it, describing the daemon ``describe`` on the
 cluster. Listing topics or groups needs nothing: the answer holds only what the
 caller may ``describe`` (:data:`FILTERED`). Handshake only needs a principal.
 ``ProduceStream`` and ``FetchStream`` carry many requests: opening one needs a
@@ -91,6 +92,8 @@ RPC_NEEDS: Final[dict[str, Rule]] = {
     "DescribeGroup": lambda r, b: [(DESCRIBE, GROUP, r.group)],
     "ListGroups": lambda r, b: [],
     "ResetOffsets": lambda r, b: [(ADMIN, CLUSTER, CLUSTER_NAME)],
+    "DeleteGroup": lambda r, b: [(DELETE, GROUP, r.group)],  # as Kafka's DeleteGroups
+    "DescribeCluster": lambda r, b: [(DESCRIBE, CLUSTER, CLUSTER_NAME)],
     # Streams need a principal to open; the servicer checks each request with its unary twin's rule.
     "ProduceStream": lambda r, b: [],
     "FetchStream": lambda r, b: [],

@@ -53,6 +53,7 @@ from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.principal import requester_of
 from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.grpc.access import call_principal, recheck_call
+from lkstream.server.grpc.cluster_rpcs import ClusterRpcs, DaemonFacts
 from lkstream.server.grpc.group_rpcs import GroupRpcs
 from lkstream.server.grpc.guard import guard
 from lkstream.server.grpc.stream_rpcs import STREAMS, StreamRpcs
@@ -152,7 +153,7 @@ class LaneOffer:
     sasl: bool = False
 
 
-class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
+class BrokerService(GroupRpcs, StreamRpcs, ClusterRpcs, pb_grpc.BrokerServicer):
     """The ``lkstream.Broker`` servicer. Runs on one event loop; not thread-safe.
 
     Subclassing the generated base keeps the server startable whatever the proto
@@ -172,6 +173,8 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         #: Told to clients in Handshake: the Kafka listener they may produce through, and whether it
         #: wants TLS and SASL (set once it listens).
         self.kafka_lane = LaneOffer()
+        #: What DescribeCluster says of the daemon (its addresses, once bound).
+        self.facts = DaemonFacts(version=__version__)
 
     # -- produce ---------------------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     UnknownTopicError,
+    no_such_partition,
 )
 from lkstream.format.codec import decode_batches
 from lkstream.security.access import Access
@@ -359,9 +360,7 @@ class HttpApi:
             count = self.broker.config.partitions  # what auto-creation would give it
         for partition in asked:
             if partition >= count:
-                raise InvalidArgumentError(
-                    f"partition {partition} does not exist in {topic!r} (it has {count} partitions)"
-                )
+                raise no_such_partition(topic, partition, count)
 
     # -- consume -----------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from aiohttp import web
 
 from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
-from lkstream.errors import InvalidArgumentError, RecordTooLargeError
+from lkstream.errors import InvalidArgumentError, RecordTooLargeError, no_such_partition
 from lkstream.format.codec import decode_batches
 from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.http.errors import ApiError, body_errors, json_response
@@ -76,7 +76,7 @@ class EventLogRoutes:
         count = await ensure_topic(self.broker, self.topic, requester="daemon", partitions=self.partitions)
         pid = int(raw)
         if pid >= count:
-            raise InvalidArgumentError(f"partition {pid} does not exist in {self.topic!r} (it has {count} partitions)")
+            raise no_such_partition(self.topic, pid, count)
         return pid
 
     async def produce(self, request: web.Request) -> web.Response:

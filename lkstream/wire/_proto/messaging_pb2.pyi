@@ -601,3 +601,53 @@ class ResetOffsetsResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.ScalarMap[int, int]
     def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ("offsets_removed",)
+    OFFSETS_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    offsets_removed: int
+    def __init__(self, offsets_removed: _Optional[int] = ...) -> None: ...
+
+class DescribeClusterRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeClusterResponse(_message.Message):
+    __slots__ = ("server_version", "protocol_version", "grpc_address", "http_address", "kafka_address", "data_dir", "data_bytes", "topics", "partitions", "groups", "auto_create_topics", "default_partitions", "uptime_s", "tls", "auth")
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    DATA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CREATE_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    server_version: str
+    protocol_version: int
+    grpc_address: str
+    http_address: str
+    kafka_address: str
+    data_dir: str
+    data_bytes: int
+    topics: int
+    partitions: int
+    groups: int
+    auto_create_topics: bool
+    default_partitions: int
+    uptime_s: float
+    tls: bool
+    auth: bool
+    def __init__(self, server_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., grpc_address: _Optional[str] = ..., http_address: _Optional[str] = ..., kafka_address: _Optional[str] = ..., data_dir: _Optional[str] = ..., data_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., partitions: _Optional[int] = ..., groups: _Optional[int] = ..., auto_create_topics: _Optional[bool] = ..., default_partitions: _Optional[int] = ..., uptime_s: _Optional[float] = ..., tls: _Optional[bool] = ..., auth: _Optional[bool] = ...) -> None: ...

@@ -129,6 +129,16 @@ class BrokerStub:
                 request_serializer=messaging__pb2.FetchRequest.SerializeToString,
                 response_deserializer=messaging__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/lkstream.Broker/DeleteGroup',
+                request_serializer=messaging__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=messaging__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
+        self.DescribeCluster = channel.unary_unary(
+                '/lkstream.Broker/DescribeCluster',
+                request_serializer=messaging__pb2.DescribeClusterRequest.SerializeToString,
+                response_deserializer=messaging__pb2.DescribeClusterResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -262,6 +272,18 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeCluster(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -359,6 +381,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FetchStream,
                     request_deserializer=messaging__pb2.FetchRequest.FromString,
                     response_serializer=messaging__pb2.FetchResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=messaging__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=messaging__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'DescribeCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCluster,
+                    request_deserializer=messaging__pb2.DescribeClusterRequest.FromString,
+                    response_serializer=messaging__pb2.DescribeClusterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -874,6 +906,60 @@ class Broker:
             '/lkstream.Broker/FetchStream',
             messaging__pb2.FetchRequest.SerializeToString,
             messaging__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/DeleteGroup',
+            messaging__pb2.DeleteGroupRequest.SerializeToString,
+            messaging__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lkstream.Broker/DescribeCluster',
+            messaging__pb2.DescribeClusterRequest.SerializeToString,
+            messaging__pb2.DescribeClusterResponse.FromString,
             options,
             channel_credentials,
             insecure,
