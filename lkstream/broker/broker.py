@@ -50,6 +50,7 @@ from lkstream.errors import (
     RecordTooLargeError,
     TopicExistsError,
     UnknownTopicError,
+    count_of,
     map_os_errors,
     no_such_partition,
 )
@@ -533,7 +534,7 @@ class Broker(GroupCalls):
         topic = self._topic(name, create=False)
         if not isinstance(count, int) or isinstance(count, bool) or count <= len(topic.partitions):
             raise InvalidArgumentError(
-                f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
+                f"topic {name!r} has {count_of(len(topic.partitions), 'partition')}; a new count must be larger, not {count!r}"
             )
         existing = sum(len(t.partitions) for t in self._topics.values())
         added = count - len(topic.partitions)

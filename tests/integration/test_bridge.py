@@ -180,7 +180,7 @@ async def test_bridge_errors_are_clear(daemon: DaemonProcess, kafka: str) -> Non
         finally:
             await admin.close()
         narrow = BridgeSettings(topics=["wide"], kafka_bootstrap=kafka, target_topic="narrow")
-        with pytest.raises(InvalidArgumentError, match="'narrow' has 1 partitions but 'wide' has 3"):
+        with pytest.raises(InvalidArgumentError, match="'narrow' has 1 partition but 'wide' has 3"):
             await KafkaBridge(source, narrow).run()
         assert source.committed_offsets("lkstream-bridge", "wide") == {}  # nothing committed on failure
 

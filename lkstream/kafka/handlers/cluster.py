@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from lkstream.errors import LkstreamError
+from lkstream.errors import LkstreamError, count_of
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import CLUSTER_ID, NODE_ID, RequestContext
 from lkstream.kafka.errors import error_code
@@ -276,7 +276,10 @@ async def _create_partitions(ctx: RequestContext, name: str, count: int, validat
     except (LkstreamError, KeyError) as exc:
         return ErrorCode.unknown_topic_or_partition, str(exc)
     if count <= current:
-        return ErrorCode.invalid_partitions, f"topic {name!r} has {current} partitions; the new count must be larger"
+        return (
+            ErrorCode.invalid_partitions,
+            f"topic {name!r} has {count_of(current, 'partition')}; the new count must be larger",
+        )
     if validate_only:
         return 0, None
     try:
