@@ -534,7 +534,8 @@ class Broker(GroupCalls):
         topic = self._topic(name, create=False)
         if not isinstance(count, int) or isinstance(count, bool) or count <= len(topic.partitions):
             raise InvalidArgumentError(
-                f"topic {name!r} has {count_of(len(topic.partitions), 'partition')}; a new count must be larger, not {count!r}"
+                f"topic {name!r} has {count_of(len(topic.partitions), 'partition')}; "
+                f"a new count must be larger, not {count!r}"
             )
         existing = sum(len(t.partitions) for t in self._topics.values())
         added = count - len(topic.partitions)
