@@ -193,7 +193,9 @@ def check_batch(
         raise CorruptRecordError(f"truncated batch: {available} of {header.size} bytes")
     if header.magic != MAGIC:
         raise CorruptRecordError(f"unsupported magic {header.magic} (expected {MAGIC})")
-    if header.records_count < 1 or header.last_offset_delta < header.records_count - 1:
+    # An empty batch (no records) exists only in compacted logs: the cleaner writes one over a removed
+    # range, or keeps an idempotent producer's last batch without its records (docs/adr/0006).
+    if header.records_count < 0 or header.last_offset_delta < max(header.records_count - 1, 0):
         raise CorruptRecordError(
             f"inconsistent counts: records_count={header.records_count}, last_offset_delta={header.last_offset_delta}"
         )
