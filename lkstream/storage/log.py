@@ -17,7 +17,9 @@ Invariants this module enforces:
   the written end (lower latency; a crash may take back the unsynced tail and
   its offsets are then reused).
 * **Retention** deletes whole sealed segments, oldest first, never the active
-  one; ``log_start_offset`` is the base of the first remaining segment.
+  one; ``log_start_offset`` is the base of the first remaining segment, or the later
+  offset DeleteRecords set (:mod:`lkstream.storage.log_maintenance`, which also rolls
+  by time and swaps in the cleaner's rewritten segments).
 * **Recovery** (on construction): validate the active segment from the
   checkpoint's recovery point (or from 0), truncate at the first invalid byte,
   rebuild index entries for what remains; see :class:`RecoveryReport`.
@@ -44,6 +46,7 @@ from lkstream.format.batch import MAGIC, BatchHeader, check_batch, parse_header,
 from lkstream.storage.checkpoint import Checkpoint, CheckpointDamaged, read_checkpoint, write_checkpoint
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.files import OsFile, StorageFile, fsync_dir
+from lkstream.storage.log_maintenance import LogMaintenance
 from lkstream.storage.producers import DEFAULT_MAX_PRODUCERS, ProducerStateTable, producer_fields
 from lkstream.storage.segment import (
     INDEX_SUFFIX,
@@ -53,6 +56,7 @@ from lkstream.storage.segment import (
     format_segment_name,
     parse_segment_name,
 )
+from lkstream.storage.swap import recover_swaps
 
 log = logging.getLogger("lkstream.storage")
 
@@ -75,6 +79,8 @@ class LogConfig:
     visible_after_fsync: bool = False
     checkpoint_interval_ms: int = 1000
     max_producer_ids: int = DEFAULT_MAX_PRODUCERS
+    #: Seal the active segment once it has held data this long (Kafka's ``segment.ms``); -1: never.
+    segment_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,7 @@ class LogRecovery:
         return self.report.truncated_bytes
 
 
-class PartitionLog:
+class PartitionLog(LogMaintenance):
     """The log of one partition. Thread-safe."""
 
     def __init__(
@@ -164,10 +170,12 @@ class PartitionLog:
         if new_files is not None:
             self.recovery = self._open_new(new_files)
             self.producers = ProducerStateTable(self.config.max_producer_ids)
+            self._no_marks()
             return
         with map_os_errors("create partition directory", directory):
             os.makedirs(directory, exist_ok=True)
         self.recovery = self._open()
+        self._open_marks()
         # Idempotent producers: rebuilt from the snapshot plus the batch headers after it.
         self.producers = ProducerStateTable.rebuild(directory, self._segments, self.config.max_producer_ids)
 
@@ -181,7 +189,8 @@ class PartitionLog:
         return LogRecovery(self.topic, self.partition, active.path, report)
 
     def _open(self) -> LogRecovery:
-        swept = self._sweep_strays()
+        swaps = recover_swaps(self.directory)  # first: it decides which segment files exist
+        swept = swaps.dropped + self._sweep_strays()
         bases = sorted(
             parsed[0]
             for name in os.listdir(self.directory)
@@ -267,10 +276,6 @@ class PartitionLog:
     # -- properties ------------------------------------------------------------------------------
 
     @property
-    def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
-
-    @property
     def next_offset(self) -> int:
         """The offset the next appended record gets (the log end offset)."""
         return self._segments[-1].next_offset
@@ -314,8 +319,13 @@ class PartitionLog:
                 if duplicate is not None:
                     return AppendResult(duplicate[0], duplicate[1], 0, duplicate=True)
             active = self._segments[-1]
-            if active.size > 0 and active.size + len(batch) > self.config.segment_max_bytes:
+            if active.size > 0 and (
+                active.size + len(batch) > self.config.segment_max_bytes
+                or (self.config.segment_ms >= 0 and self._roll_due(active, self._clock.now_ms()))
+            ):
                 active = self._roll()
+            if active.size == 0 and self.config.segment_ms >= 0:
+                self._active_since_ms = self._clock.now_ms()
             base = active.next_offset
             stamp_base_offset(batch, base)
             stamped = BatchHeader(
@@ -345,6 +355,7 @@ class PartitionLog:
         old.file.truncate(old.size)
         old.file.fsync()
         old.index.file.fsync()
+        old.mark_sealed(self._clock.now_ms())
         new = self._new_segment(old.next_offset)
         fsync_dir(self.directory)
         self._segments.append(new)

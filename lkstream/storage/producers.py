@@ -169,6 +169,14 @@ class ProducerStateTable:
         while len(self._producers) > self.max_producers:
             self._producers.popitem(last=False)
 
+    def last_batch_offsets(self) -> dict[int, int]:
+        """``{producer_id: last offset of its newest batch}``: the batches the cleaner keeps, empty if need be.
+
+        Kafka's cleaner keeps each live producer's last batch so that its sequence survives a
+        restart that rebuilds this table from batch headers (lkstream.storage.cleaner).
+        """
+        return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.items() if entry.batches}
+
     # -- persistence -------------------------------------------------------------------------------
 
     def encode_snapshot(self, offset: int) -> bytes:
