@@ -1,8 +1,10 @@
 """The embedded broker: topics, partitions, produce, fetch, retention.
 
 ``Broker`` owns one data directory (``LOCK``), opens and recovers every
-partition on construction, and runs two background threads: the group-commit
-thread (:mod:`lkstream.storage.durability`) and the retention thread.
+partition on construction, and runs background threads: the group-commit
+thread (:mod:`lkstream.storage.durability`), the retention thread (which also
+rolls quiet partitions by ``segment.ms``) and the log cleaner
+(:mod:`lkstream.broker.cleaning`).
 
 Produce runs on the caller's thread: the records of each target partition are
 encoded into one v2 batch (split at ``max_batch_bytes``) by LKSTREAM's C encoder
@@ -19,16 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.admission import AdmissionBudget
+from lkstream.broker.cleaning import Cleaner, PartitionCleaning
 from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
@@ -57,6 +61,7 @@ from lkstream.format.produce import (
     record_sizes,
 )
 from lkstream.format.validate import Limits, validate_producer_batch
+from lkstream.storage.cleaner import CleanerPolicy
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.handles import FileBudget, derive_capacity
@@ -199,6 +204,17 @@ class Broker(GroupCalls):
         # Session timeouts are seconds: the retention loop's interval (a minute) is too coarse.
         self._group_ticker = threading.Thread(target=self._tick_groups, name="lkstream-groups", daemon=True)
         self._group_ticker.start()
+        #: The log cleaner of compacted topics (None with ``log_cleaner_enabled=False``).
+        self.cleaner: Cleaner | None = None
+        if self.config.log_cleaner_enabled:
+            self.cleaner = Cleaner(
+                self._open_logs,
+                lambda topic: self._cleaner_policy(topic),  # noqa: PLW0108 (looked up per call, tests replace it)
+                self._clock,
+                budget_bytes=self.config.log_cleaner_dedupe_buffer_bytes,
+                backoff_ms=self.config.log_cleaner_backoff_ms,
+            )
+            self.cleaner.start()
 
     def _open_existing_topics(self) -> None:
         opened: dict[str, _Topic] = {}
@@ -436,7 +452,15 @@ class Broker(GroupCalls):
     def describe_topic(self, name: str) -> TopicDescription:
         topic = self._topic(name, create=False)
         table = topic.partitions
-        return TopicDescription(name, topic.settings, [table.stats(pid) for pid in range(len(table))], topic.topic_id)
+        stats = [table.stats(pid) for pid in range(len(table))]
+        if self._cleaner_policy(name) is not None:  # a compacted topic: how much the cleaner has to do
+            stats = [self._with_dirty_ratio(table.peek(pid), stat) for pid, stat in enumerate(stats)]
+        return TopicDescription(name, topic.settings, stats, topic.topic_id)
+
+    @staticmethod
+    def _with_dirty_ratio(partition: Partition | None, stats: PartitionStats) -> PartitionStats:
+        ratio = 0.0 if partition is None else partition.log.dirty_ratio()
+        return dataclasses.replace(stats, dirty_ratio=ratio)
 
     def topic_id(self, name: str) -> uuid.UUID:
         """The id of the topic's current incarnation (see :class:`TopicDescription`)."""
@@ -791,6 +815,53 @@ class Broker(GroupCalls):
                 continue  # deleted concurrently
         return deleted
 
+    def roll_quiet_partitions(self) -> int:
+        """Seal every active segment that held data for its ``segment.ms`` (the retention thread's job)."""
+        rolled = 0
+        for _, _, plog in self._open_logs():
+            try:
+                rolled += plog.roll_if_due()
+            except BrokerClosedError:
+                continue  # deleted concurrently
+        return rolled
+
+    def _open_logs(self) -> Iterator[tuple[str, int, PartitionLog]]:
+        """``(topic, partition, log)`` of every open partition (a never-used one holds nothing)."""
+        for topic in list(self._topics.values()):
+            for partition in topic.partitions.opened():
+                yield topic.name, partition.pid, partition.log
+
+    def _cleaner_policy(self, topic: str) -> CleanerPolicy | None:
+        """How the cleaner treats ``topic``: None unless its ``cleanup.policy`` holds ``compact``."""
+        return None
+
+    def cleaner_status(self, topic: str, pid: int) -> PartitionCleaning | None:
+        """What the cleaner knows of ``topic[pid]``: dirty ratio, last clean (None: not compacted, or not yet seen)."""
+        return None if self.cleaner is None else self.cleaner.status(topic, pid)
+
+    # -- DeleteRecords --------------------------------------------------------------------------
+
+    def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
+        """Delete the records of ``topic`` below ``before[partition]`` (Kafka's DeleteRecords).
+
+        Returns each partition's log start offset after it (Kafka's low watermark). An offset
+        of -1 means the high watermark. Every partition is checked first (:class:`InvalidArgumentError`
+        for one the topic does not have, :class:`OffsetOutOfRangeError` for an offset above its
+        high watermark), then each is applied: the new log start is durable when this returns,
+        reads below it are out of range, and the whole segments below it are deleted. An offset at
+        or below the current log start changes nothing.
+        """
+        self._check_open()
+        targets = []
+        for pid, offset in before.items():
+            partition = self.partition(topic, pid)
+            high = partition.high_watermark
+            wanted = high if offset == -1 else offset
+            if not isinstance(wanted, int) or isinstance(wanted, bool) or not 0 <= wanted <= high:
+                raise OffsetOutOfRangeError(topic, pid, offset, partition.log_start_offset, high)
+            targets.append((pid, partition, wanted))
+        return {pid: partition.log.delete_records(wanted) for pid, partition, wanted in targets}
+
     def _tick_groups(self) -> None:
         while not self._stop_maintenance.wait(GROUP_TICK_S):
             try:
@@ -804,6 +875,8 @@ class Broker(GroupCalls):
         while not self._stop_maintenance.wait(interval):
             try:
                 self.enforce_retention()
+                # A quiet partition's tail becomes cleanable (and deletable) only once it is sealed.
+                self.roll_quiet_partitions()
             except Exception:  # keep retention alive; the error is in the log
                 log.exception("retention failed")
 
@@ -830,6 +903,8 @@ class Broker(GroupCalls):
         self._stop_maintenance.set()
         self._maintenance.join()
         self._group_ticker.join()
+        if self.cleaner is not None:
+            self.cleaner.close()  # after the pass in progress: its swaps stay whole
         self._trash.close()
         errors: list[BaseException] = []
         try:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from lkstream.broker.tail import HotTail, TailBudget
 from lkstream.broker.wakeups import run_on_loop
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOfRangeError
-from lkstream.format.codec import Record, decode_batches
+from lkstream.format.codec import Record, read_records
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, ReadResult
 
@@ -189,9 +189,17 @@ class Partition:
         return self.log.read(offset, max_bytes)
 
     def read_from(self, offset: int, max_msgs: int | None = None, max_bytes: int = DEFAULT_FETCH_BYTES) -> list[Record]:
-        """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches."""
-        result = self.read_raw(offset, max_bytes)
-        return decode_batches(result.data, self.topic, self.pid, offset, max_msgs)
+        """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches.
+
+        Empty only at the high watermark: a read that finds batches without records for the
+        offsets asked (a compacted log's gaps, docs/adr/0006) reads on past them.
+        """
+
+        def fetch(at: int) -> tuple[bytes, int]:
+            result = self.read_raw(at, max_bytes)
+            return result.data, result.high_watermark
+
+        return read_records(fetch, self.topic, self.pid, offset, max_msgs)[0]
 
     # -- waiting ---------------------------------------------------------------------------------
 

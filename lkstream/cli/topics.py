@@ -6,6 +6,7 @@
     lkstream topics list     [--bootstrap HOST:PORT | --data-dir DIR]
     lkstream topics describe TOPIC [--bootstrap HOST:PORT | --data-dir DIR]
     lkstream topics delete TOPIC --yes [--bootstrap HOST:PORT]
+    lkstream topics delete-records TOPIC --before OFFSET [--partition P ...] [--bootstrap HOST:PORT]
 
 Against a daemon (``--bootstrap``, default 127.0.0.1:9090) every subcommand goes
 through :class:`lkstream.client.remote.RemoteBroker`. With ``--data-dir``,
@@ -52,9 +53,14 @@ class PartitionRow(NamedTuple):
     high_watermark: int
     segments: int
     size_bytes: int
+    dirty: str = "-"  # compacted topics: the share of the sealed bytes the cleaner has not cleaned yet
 
 
-_HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES")
+_HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES", "DIRTY")
+
+
+def _dirty(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.0%}"
 
 
 @contextmanager
@@ -139,9 +145,11 @@ def list_(bootstrap: str, data_dir: str | None) -> None:
 def describe(topic: str, bootstrap: str, data_dir: str | None) -> None:
     """Print TOPIC's settings, then a table with one row per partition.
 
-    Columns: log start offset, next offset, high watermark, segment count and
-    bytes of segments. Offline (--data-dir) the next offset is the log end that
-    recovery would arrive at, and the high watermark equals it.
+    Columns: log start offset, next offset, high watermark, segment count, bytes
+    of segments, and for a compacted topic the dirty ratio (the share of the sealed
+    bytes the cleaner has not cleaned yet; "-" otherwise). Offline (--data-dir) the
+    next offset is the log end that recovery would arrive at, and the high watermark
+    equals it.
     """
     if data_dir is not None:
         with broker_errors():
@@ -161,7 +169,15 @@ def describe(topic: str, bootstrap: str, data_dir: str | None) -> None:
             description = broker.describe_topic(topic)
         settings = description.settings
         rows = [
-            PartitionRow(pid, s.log_start_offset, s.next_offset, s.high_watermark, s.segment_count, s.size_bytes)
+            PartitionRow(
+                pid,
+                s.log_start_offset,
+                s.next_offset,
+                s.high_watermark,
+                s.segment_count,
+                s.size_bytes,
+                _dirty(s.dirty_ratio),
+            )
             for pid, s in enumerate(description.partitions)
         ]
         click.echo(
@@ -183,3 +199,28 @@ def delete(topic: str, bootstrap: str, yes: bool) -> None:
     with _remote(bootstrap) as broker:
         broker.delete_topic(topic)
     click.echo(f"deleted topic {topic}")
+
+
+@topics.command("delete-records")
+@click.argument("topic")
+@_bootstrap
+@click.option(
+    "--before",
+    required=True,
+    type=click.IntRange(min=-1),
+    help="Delete the records below this offset (-1: below the high watermark, i.e. all of them).",
+)
+@click.option(
+    "--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="A partition (repeat; default: all)."
+)
+def delete_records(topic: str, bootstrap: str, before: int, partitions: tuple[int, ...]) -> None:
+    """Delete TOPIC's records below an offset (Kafka's DeleteRecords); print each partition's new log start.
+
+    The log start offset moves to OFFSET, durably: reads below it are out of range (consumers
+    reset as their auto_offset_reset says) and whole segments below it are deleted. Exit 1
+    (OUT_OF_RANGE) for an offset above a partition's high watermark.
+    """
+    with _remote(bootstrap) as broker:
+        wanted = partitions or tuple(range(broker.partitions_for(topic)))
+        lows = broker.delete_records(topic, dict.fromkeys(wanted, before))
+    print_table([(pid, low) for pid, low in sorted(lows.items())], ("PARTITION", "LOG_START"))

@@ -13,7 +13,9 @@
  * keyed hash an outside producer cannot aim at, that needs ~2^64 keys in one map
  * (Kafka keeps a 16-byte MD5 per key for the same reason).
  *
- * Memory: 24 bytes per slot, 26.7 bytes per key at the 90% load the map fills to.
+ * Memory: 24 bytes per slot, 26.7 bytes per key at the 90% load the map fills to. The table is
+ * calloc'ed and an empty slot is all zeros (a slot stores offset + 1), so pages no key reached
+ * are never touched: a large budget costs what the keys of a pass use, and freeing returns it.
  * Not thread-safe: one cleaner thread owns a map.
  */
 #define PY_SSIZE_T_CLEAN
@@ -24,7 +26,7 @@
 typedef struct {
     uint64_t h0;
     uint64_t h1;
-    int64_t offset; /* -1: the slot is empty */
+    int64_t next; /* the key's latest offset + 1; 0: the slot is empty */
 } Slot;
 
 typedef struct {
@@ -114,7 +116,7 @@ static Slot *find(KeyMap *self, uint64_t h0, uint64_t h1) {
     Py_ssize_t i = (Py_ssize_t)(h0 % (uint64_t)self->size);
     for (;;) {
         Slot *slot = &self->slots[i];
-        if (slot->offset < 0 || (slot->h0 == h0 && slot->h1 == h1)) {
+        if (slot->next == 0 || (slot->h0 == h0 && slot->h1 == h1)) {
             return slot;
         }
         i = i + 1 == self->size ? 0 : i + 1;
@@ -140,13 +142,10 @@ static int KeyMap_init(KeyMap *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "slots must be at least 2 and fit in memory");
         return -1;
     }
-    Slot *slots = PyMem_RawMalloc((size_t)size * sizeof(Slot));
+    Slot *slots = PyMem_RawCalloc((size_t)size, sizeof(Slot));
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
-    }
-    for (Py_ssize_t i = 0; i < size; i++) {
-        slots[i].offset = -1;
     }
     PyMem_RawFree(self->slots);
     self->slots = slots;
@@ -171,16 +170,16 @@ static PyObject *KeyMap_put(KeyMap *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*L", &key, &offset)) {
         return NULL;
     }
-    if (offset < 0) {
+    if (offset < 0 || offset == INT64_MAX) {
         PyBuffer_Release(&key);
-        PyErr_SetString(PyExc_ValueError, "offset must be >= 0");
+        PyErr_SetString(PyExc_ValueError, "offset must be in 0..2**63-2");
         return NULL;
     }
     uint64_t h0, h1;
     siphash128((const uint8_t *)key.buf, (size_t)key.len, self->k0, self->k1, &h0, &h1);
     PyBuffer_Release(&key);
     Slot *slot = find(self, h0, h1);
-    if (slot->offset < 0) {
+    if (slot->next == 0) {
         if (self->count >= self->max_entries) {
             Py_RETURN_FALSE;
         }
@@ -188,8 +187,8 @@ static PyObject *KeyMap_put(KeyMap *self, PyObject *args) {
         slot->h1 = h1;
         self->count++;
     }
-    if (offset > slot->offset) {
-        slot->offset = offset;
+    if (offset + 1 > slot->next) {
+        slot->next = offset + 1;
     }
     Py_RETURN_TRUE;
 }
@@ -202,7 +201,7 @@ static PyObject *KeyMap_get(KeyMap *self, PyObject *args) {
     uint64_t h0, h1;
     siphash128((const uint8_t *)key.buf, (size_t)key.len, self->k0, self->k1, &h0, &h1);
     PyBuffer_Release(&key);
-    return PyLong_FromLongLong((long long)find(self, h0, h1)->offset);
+    return PyLong_FromLongLong((long long)find(self, h0, h1)->next - 1);
 }
 
 static PyObject *KeyMap_digest(KeyMap *self, PyObject *args) {
@@ -220,9 +219,13 @@ static PyObject *KeyMap_digest(KeyMap *self, PyObject *args) {
 }
 
 static PyObject *KeyMap_clear(KeyMap *self, PyObject *Py_UNUSED(ignored)) {
-    for (Py_ssize_t i = 0; i < self->size; i++) {
-        self->slots[i].offset = -1;
+    /* A fresh calloc rather than a memset: the pages the keys touched go back to the system. */
+    Slot *slots = PyMem_RawCalloc((size_t)self->size, sizeof(Slot));
+    if (slots == NULL) {
+        return PyErr_NoMemory();
     }
+    PyMem_RawFree(self->slots);
+    self->slots = slots;
     self->count = 0;
     Py_RETURN_NONE;
 }
@@ -243,7 +246,7 @@ static PyMethodDef KeyMap_methods[] = {
      "nothing stored, when the key is new and the map is full."},
     {"get", (PyCFunction)KeyMap_get, METH_VARARGS, "get(key) -> the key's latest offset, or -1."},
     {"digest", (PyCFunction)KeyMap_digest, METH_VARARGS, "digest(key) -> the 16-byte SipHash-2-4 of key (tests)."},
-    {"clear", (PyCFunction)KeyMap_clear, METH_NOARGS, "Forget every key (the memory stays allocated)."},
+    {"clear", (PyCFunction)KeyMap_clear, METH_NOARGS, "Forget every key."},
     {NULL, NULL, 0, NULL},
 };
 

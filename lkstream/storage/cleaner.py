@@ -174,6 +174,7 @@ class _Pass:
     now_ms: int
     replace: Replace
     stats: PassStats
+    pace: Callable[[], None]
 
 
 def clean_pass(
@@ -182,6 +183,8 @@ def clean_pass(
     key_map: KeyMapLike,
     now_ms: int,
     replace: Replace,
+    *,
+    pace: Callable[[], None] = lambda: None,
 ) -> PassStats:
     """Clean what ``snapshot`` allows (module docstring, steps 2-4); ``replace`` swaps each group in.
 
@@ -190,10 +193,11 @@ def clean_pass(
     :class:`~lkstream.errors.CorruptRecordError` for a damaged batch (nothing of the group it
     lies in is replaced) and :class:`~lkstream.errors.StorageError` for I/O trouble, such as a
     segment deleted by retention under the pass (the pass is then simply given up). The caller
-    records ``stats.map_end`` as the log's clean end.
+    records ``stats.map_end`` as the log's clean end. ``pace`` runs after every batch (the
+    broker's :class:`~lkstream.storage.pacing.Pacer`: a pass shares the GIL with the event loop).
     """
     started = time.perf_counter()
-    run = _Pass(snapshot, policy, key_map, now_ms, replace, PassStats())
+    run = _Pass(snapshot, policy, key_map, now_ms, replace, PassStats(), pace)
     cleanable = _cleanable(snapshot.sealed, now_ms, policy)
     dirty = [s for s in cleanable if s.next_offset > snapshot.clean_end]
     if dirty:
@@ -221,6 +225,7 @@ def _batches(run: _Pass, segment: SealedSegment) -> Iterator[tuple[BatchHeader, 
         assert item.data is not None
         run.stats.bytes_read += len(item.data)
         yield item.header, item.data
+        run.pace()
 
 
 def _records(run: _Pass, header: BatchHeader, data: bytes) -> tuple[bytes | memoryview, list[RecordSpan]]:

@@ -3,7 +3,8 @@
 Kafka's cleaner keeps a 16-byte MD5 of each key and an 8-byte offset in an
 open-addressing table of fixed size (``log.cleaner.dedupe.buffer.size``). This map
 does the same with a keyed 128-bit SipHash-2-4 (``_keymap.c``): 24 bytes a slot,
-filled to 90%, so about 26.7 bytes per key whatever the key's size. The budget
+filled to 90%, so about 26.7 bytes per key whatever the key's size, allocated for one
+pass and freed after it. The budget
 fixes the number of slots; a new key that does not fit is refused
 (:meth:`KeyMapLike.put` returns False) and the cleaner ends its pass there, cleaning
 what the map covers and leaving the rest for the next pass.
@@ -97,14 +98,22 @@ _NATIVE: Final = _native()
 NATIVE: Final = _NATIVE is not None
 
 
-def new_key_map(budget_bytes: int, *, native: bool = NATIVE) -> KeyMapLike:
-    """A key map within ``budget_bytes`` (at least a few slots), seeded at random."""
+def new_key_map(budget_bytes: int, *, most_keys: int | None = None, native: bool = NATIVE) -> KeyMapLike:
+    """A key map within ``budget_bytes``, seeded at random; no larger than ``most_keys`` keys need.
+
+    ``most_keys`` bounds the keys the map will be given (the offsets of the range a pass maps):
+    a small log gets a small table. The C table is zeroed lazily (calloc), so even a large one
+    costs only the pages its keys reach, and all of it goes back when the map is dropped.
+    """
     seed = os.urandom(16)
     if native and _NATIVE is not None:
         slots = max(4, budget_bytes // SLOT_BYTES)
+        if most_keys is not None:
+            slots = min(slots, max(4, most_keys * 10 // 9 + 2))
         built: KeyMapLike = _NATIVE(slots, seed)
         return built
-    return DigestDictMap(max(1, budget_bytes // DICT_ENTRY_BYTES), seed)
+    entries = max(1, budget_bytes // DICT_ENTRY_BYTES)
+    return DigestDictMap(entries if most_keys is None else min(entries, max(1, most_keys)), seed)
 
 
 def keys_within(budget_bytes: int, *, native: bool = NATIVE) -> int:

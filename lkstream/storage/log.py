@@ -108,6 +108,8 @@ class PartitionStats:
     segment_count: int
     size_bytes: int
     active_segment_bytes: int
+    #: Compacted topics: the share of the sealed bytes not cleaned yet (None elsewhere; see Broker.describe_topic).
+    dirty_ratio: float | None = None
 
 
 @dataclass

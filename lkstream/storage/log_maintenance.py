@@ -302,6 +302,14 @@ class LogMaintenance:
                 )
         return False
 
+    def dirty_ratio(self) -> float:
+        """The share of the sealed bytes the cleaner has not cleaned yet (0 when nothing is sealed)."""
+        with self._lock:
+            sealed = self._segments[:-1]
+            total = sum(s.size for s in sealed)
+            dirty = sum(s.size for s in sealed if s.next_offset > self._clean_end)
+        return dirty / total if total else 0.0
+
     def set_clean_end(self, offset: int, tombstones_due_ms: int = -1) -> None:
         """Record a pass: every offset below ``offset`` is cleaned, and when its oldest kept tombstone may go.
 

@@ -282,7 +282,7 @@ def fetch_failure(header: RequestHeader, frame: bytes, code: int) -> bytes:
     return encode_fetch_response(
         header.api_version,
         [
-            (t.topic, [FetchPartitionResult(p.partition, code, -1, -1, None) for p in t.partitions])
+            (t.topic, [FetchPartitionResult(p.partition, code, -1, -1, b"") for p in t.partitions])
             for t in request.topics
         ],
     )
@@ -324,7 +324,10 @@ def _read_all(
     total = 0
     idle: dict[tuple[str, int], int] = {}
     for topic, pid, offset, partition_max, allowed in wanted:
-        answer = FetchPartitionResult(pid, 0, -1, -1, None)
+        # Empty records, not null, with an error too: Kafka answers MemoryRecords.EMPTY, and librdkafka
+        # refuses a null records field of a flexible Fetch ("invalid MessageSetSize -1"), so it never
+        # saw OFFSET_OUT_OF_RANGE and retried the same fetch forever.
+        answer = FetchPartitionResult(pid, 0, -1, -1, b"")
         answers.append((topic, answer))
         if not allowed:
             answer.error_code = ErrorCode.topic_authorization_failed

@@ -62,6 +62,8 @@ def _admin(request: Any, broker: Broker) -> list[Need]:
         return [(CREATE, TOPIC, request.create_topic.name)]
     if action == "delete_topic":
         return [(DELETE, TOPIC, request.delete_topic.name)]
+    if action == "delete_records":  # Kafka's DeleteRecords asks DELETE on the topic too
+        return [(DELETE, TOPIC, request.delete_records.topic)]
     if action == "describe_topic":
         d = request.describe_topic
         return [(DESCRIBE, TOPIC, d.name), *would_create(broker, d.name, d.create_if_missing)]

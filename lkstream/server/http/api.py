@@ -79,7 +79,7 @@ from lkstream.errors import (
     RecordTooLargeError,
     UnknownTopicError,
 )
-from lkstream.format.codec import decode_batches
+from lkstream.format.codec import decode_batches_through
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.server.admin_calls import ensure_topic
@@ -100,6 +100,7 @@ from lkstream.server.http.models import (
     ConsumeRequest,
     ConsumeResponse,
     CreateTopicRequest,
+    DeleteRecordsRequest,
     ErrorResponse,
     GroupOffsets,
     ProduceEntry,
@@ -193,6 +194,7 @@ class HttpApi:
         router.add_post("/topics", self.create_topic)
         router.add_get("/topics/{topic}", self.describe_topic)
         router.add_delete("/topics/{topic}", self.delete_topic)
+        router.add_post("/topics/{topic}/delete-records", self.delete_records)
         router.add_get("/groups/{group}", self.describe_group)
         router.add_get("/openapi.json", self.openapi)
 
@@ -435,7 +437,8 @@ class HttpApi:
                 if not start <= offset <= high:
                     raise OffsetOutOfRangeError(topic, pid, offset, start, high)
                 data = b""
-            records = decode_batches(data, topic, pid, offset) if data else []
+            # The next offset comes from the batches, not the last record: past a compacted topic's gaps.
+            records, after = decode_batches_through(data, topic, pid, offset) if data else ([], offset)
             budget -= len(data)
             reads.append(
                 (
@@ -443,7 +446,7 @@ class HttpApi:
                         "topic": topic,
                         "partition": pid,
                         "fetch_offset": offset,
-                        "next_fetch_offset": records[-1].offset + 1 if records else offset,
+                        "next_fetch_offset": after,
                         "high_watermark": high,
                         "log_start_offset": start,
                         "records": [record_json(r, force_base64) for r in records],
@@ -531,6 +534,16 @@ class HttpApi:
         self.check_ready()
         await asyncio.to_thread(self.broker.delete_topic, request.match_info["topic"])
         return web.Response(status=204)
+
+    async def delete_records(self, request: web.Request) -> web.Response:
+        """Kafka's DeleteRecords: each partition's log start moves to ``before`` (durable when answered)."""
+        self.check_ready()
+        topic = request.match_info["topic"]
+        body = await self.parsed_body(request, DeleteRecordsRequest)
+        before = {entry.partition: entry.before for entry in body.partitions}
+        lows = await asyncio.to_thread(self.broker.delete_records, topic, before)
+        partitions = [{"partition": pid, "low_watermark": low} for pid, low in sorted(lows.items())]
+        return json_response({"topic": topic, "partitions": partitions})
 
     async def describe_group(self, request: web.Request) -> web.Response:
         self.check_ready()

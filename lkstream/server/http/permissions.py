@@ -16,6 +16,7 @@ The rules are the gRPC ones (docs/security.md):
 ``GET /topics``                nothing: the answer lists only topics the caller may ``describe``
 ``POST /topics``               ``create`` on the topic
 ``GET|DELETE /topics/{t}``     ``describe`` / ``delete`` on the topic
+``POST /topics/{t}/delete-records``  ``delete`` on the topic (Kafka's DeleteRecords asks the same)
 ``GET /groups/{group}``        ``describe`` on the group; rows only for topics it may ``describe``
 ``POST /produce/{partition}``  as ``POST /produce`` on ``server.http_default_topic`` (it may create it)
 ``GET /fetch/{partition}``     ``read`` on the default topic; ``create`` when the call would create it
@@ -39,7 +40,7 @@ from lkstream.broker.broker import Broker
 from lkstream.errors import LkstreamError, UnknownTopicError
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.principal import Principal
-from lkstream.server.http.models import ConsumeRequest, CreateTopicRequest, ProduceRequest
+from lkstream.server.http.models import ConsumeRequest, CreateTopicRequest, DeleteRecordsRequest, ProduceRequest
 from lkstream.server.needs import Need, would_create
 
 READ, WRITE, CREATE, DELETE, DESCRIBE = (
@@ -118,6 +119,7 @@ ROUTE_NEEDS: Final[dict[str, RouteRule]] = {
     "POST /topics": RouteRule(lambda call: [(CREATE, TOPIC, call.body.name)], body=CreateTopicRequest),
     "GET /topics/{topic}": RouteRule(_topic_in_path(DESCRIBE)),
     "DELETE /topics/{topic}": RouteRule(_topic_in_path(DELETE)),
+    "POST /topics/{topic}/delete-records": RouteRule(_topic_in_path(DELETE), body=DeleteRecordsRequest),
     "GET /groups/{group}": RouteRule(lambda call: [(DESCRIBE, GROUP, call.match_info["group"])], filtered=True),
     "POST /produce/{partition}": RouteRule(
         lambda call: [(WRITE, TOPIC, call.default_topic), *_default_topic_missing(call)]
