@@ -48,9 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lkstream.errors import InvalidArgumentError
+from lkstream.storage.topic_config_keys import KEYS, LONG_MAX, BadValue
 
 MiB = 1024 * 1024
 
@@ -100,6 +101,39 @@ class BrokerConfig(BaseModel):
     )
     retention_check_interval_ms: int = Field(60_000, ge=10, description="How often retention runs.")
     max_message_bytes: int = Field(1 * MiB, ge=1, le=256 * MiB, description="Largest key + value of one record.")
+    cleanup_policy: str = Field(
+        "delete",
+        description="Topics' default cleanup.policy: delete, compact, or compact,delete (Kafka's log.cleanup.policy).",
+    )
+    segment_ms: int = Field(
+        604_800_000,
+        ge=1,
+        le=LONG_MAX,
+        description="Topics' default segment.ms: roll a partition's active segment once it is this old (log.roll.ms).",
+    )
+    delete_retention_ms: int = Field(
+        86_400_000,
+        ge=0,
+        le=LONG_MAX,
+        description="Topics' default delete.retention.ms: how long compaction keeps tombstones.",
+    )
+    min_cleanable_dirty_ratio: float = Field(
+        0.5, ge=0.0, le=1.0, description="Topics' default min.cleanable.dirty.ratio (log.cleaner.min.cleanable.ratio)."
+    )
+    min_compaction_lag_ms: int = Field(
+        0, ge=0, le=LONG_MAX, description="Topics' default min.compaction.lag.ms: records younger stay uncompacted."
+    )
+    max_compaction_lag_ms: int = Field(
+        LONG_MAX, ge=1, le=LONG_MAX, description="Topics' default max.compaction.lag.ms: the longest a record waits."
+    )
+    compression_type: Literal["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"] = Field(
+        "producer",
+        description="Topics' default compression.type: producer keeps the producer's codec; a codec recompresses.",
+    )
+    message_timestamp_type: Literal["CreateTime", "LogAppendTime"] = Field(
+        "CreateTime",
+        description="Topics' default message.timestamp.type: LogAppendTime stamps batches with the broker's clock.",
+    )
     max_batch_bytes: int = Field(16 * MiB, ge=1024, le=2**31 - 1, description="Largest record batch accepted.")
     max_decompressed_bytes: int = Field(
         64 * MiB,
@@ -136,6 +170,15 @@ class BrokerConfig(BaseModel):
     log_cleaner_backoff_ms: int = Field(
         15_000, ge=10, description="How long the cleaner sleeps when no partition needs cleaning."
     )
+
+    @field_validator("cleanup_policy")
+    @classmethod
+    def _cleanup_policy_is_kafkas(cls, value: str) -> str:
+        try:
+            KEYS["cleanup.policy"].parse(value)
+        except BadValue as exc:
+            raise ValueError(f"cleanup_policy {value!r}: {exc}") from None
+        return value
 
     @model_validator(mode="after")
     def _batch_holds_a_message(self) -> BrokerConfig:
@@ -343,6 +386,13 @@ def _parse_env(key: str, raw: str, source: str) -> Any:
         except ValueError:
             raise InvalidArgumentError(
                 f"invalid configuration: {key}: {raw!r} is not an integer (from {source})"
+            ) from None
+    if annotation is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"invalid configuration: {key}: {raw!r} is not a number (from {source})"
             ) from None
     return raw
 

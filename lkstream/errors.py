@@ -11,6 +11,9 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── InvalidArgumentError           bad name, size, partition, option (nothing was written)
     │   ├── RecordTooLargeError        a record above ``max_message_bytes`` or a batch above ``max_batch_bytes``
     │   ├── PartitionLimitError        a topic create would pass ``max_partitions`` (all topics together)
+    │   ├── InvalidConfigError         a topic config Kafka does not know, or a value outside its type or range
+    │   │   └── UnsupportedConfigError a known topic config (at that value) LKSTREAM cannot honour, and why
+    │   ├── InvalidTimestampError      a record timestamp outside the topic's message.timestamp.*.max.ms
     │   └── UnknownAssignorError       assignor not range / roundrobin / cooperative-sticky
     ├── UnknownTopicError              topic does not exist (and auto-create is off)
     ├── TopicExistsError               create_topic on an existing topic
@@ -210,6 +213,51 @@ class PartitionLimitError(InvalidArgumentError):
         self.requested = requested
         self.existing = existing
         self.limit = limit
+
+
+class InvalidConfigError(InvalidArgumentError):
+    """A topic config is not one Kafka knows, or its value is not of its type or range (nothing was changed).
+
+    ``name`` is the config (``retention.ms``), ``value`` the string given (None when none was).
+    Kafka's INVALID_CONFIG on the Kafka listener, INVALID_ARGUMENT on gRPC, HTTP 400.
+    """
+
+    def __init__(self, name: str, value: str | None, reason: str) -> None:
+        super().__init__(f"invalid topic config {name}={value!r}: {reason}" if value is not None else reason)
+        self.name = name
+        self.value = value
+        self.reason = reason
+
+
+class UnsupportedConfigError(InvalidConfigError):
+    """A topic config Kafka knows, at a value LKSTREAM cannot honour; the message says why (nothing was changed).
+
+    LKSTREAM never accepts a config it would then ignore (docs/kafka.md lists what each one does here).
+    """
+
+    def __init__(self, name: str, value: str | None, why: str) -> None:
+        InvalidArgumentError.__init__(self, f"LKSTREAM cannot honour topic config {name}={value!r}: {why}")
+        self.name = name
+        self.value = value
+        self.reason = why
+
+
+class InvalidTimestampError(InvalidArgumentError):
+    """A record's timestamp is further from the broker's clock than the topic allows (Kafka's INVALID_TIMESTAMP).
+
+    ``setting`` is ``message.timestamp.before.max.ms`` or ``message.timestamp.after.max.ms``.
+    """
+
+    def __init__(self, topic: str, timestamp_ms: int, now_ms: int, setting: str, limit_ms: int) -> None:
+        super().__init__(
+            f"record timestamp {timestamp_ms} is {abs(now_ms - timestamp_ms)} ms "
+            f"{'before' if timestamp_ms < now_ms else 'after'} the broker's clock ({now_ms}); "
+            f"topic {topic!r} allows {limit_ms} ms ({setting})"
+        )
+        self.topic = topic
+        self.timestamp_ms = timestamp_ms
+        self.setting = setting
+        self.limit_ms = limit_ms
 
 
 class DataDirLockedError(LkstreamError):

@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, overload
 
@@ -70,7 +70,8 @@ from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, Partition
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.producer_ids import ProducerIdAllocator
-from lkstream.storage.topics import TopicSettings, TopicStore
+from lkstream.storage.topic_config import NO_OVERRIDES, ConfigEntry, EffectiveTopicConfig, TopicConfig
+from lkstream.storage.topics import StoredTopic, TopicSettings, TopicStore
 from lkstream.storage.trash import TrashEmptier
 
 log = logging.getLogger("lkstream.broker")
@@ -102,6 +103,8 @@ class TopicDescription:
     settings: TopicSettings
     partitions: list[PartitionStats]
     topic_id: uuid.UUID = NIL_TOPIC_ID
+    #: The topic's config overrides (Kafka's names); what applies is :meth:`Broker.topic_config`.
+    configs: TopicConfig = NO_OVERRIDES
 
 
 @dataclass(frozen=True)
@@ -115,13 +118,19 @@ class BrokerStats:
 
 
 class _Topic:
-    def __init__(self, name: str, settings: TopicSettings, partitions: PartitionTable, topic_id: uuid.UUID) -> None:
+    def __init__(self, name: str, configs: TopicConfig, effective: EffectiveTopicConfig, topic_id: uuid.UUID) -> None:
         self.name = name
-        self.settings = settings
-        self.partitions = partitions
+        self.configs = configs
+        #: Replaced whole by an alter (never changed in place), so a reader sees one version or the other.
+        self.effective = effective
+        self.partitions: PartitionTable
         self.topic_id = topic_id
         self._routes: dict[Any, int] = {}
-        self._routes_for = len(partitions)
+        self._routes_for = 0
+
+    @property
+    def settings(self) -> TopicSettings:
+        return TopicSettings(len(self.partitions), self.effective.retention_ms, self.effective.retention_bytes)
 
     def route_cache(self, partitions: int) -> dict[Any, int]:
         """Keys seen by the produce fast path and their partitions, valid for ``partitions`` partitions."""
@@ -165,6 +174,10 @@ class Broker(GroupCalls):
         self.admission = AdmissionBudget(self.config.max_admitted_bytes)
         self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
+        #: Called as ``observer(topic, effective)`` after :meth:`alter_topic_configs` changed a topic's
+        #: configs (from the altering thread, outside the broker's lock): the cleaner and anything else
+        #: that caches per-topic values learn the new ones without a restart.
+        self.topic_config_observers: list[Callable[[str, EffectiveTopicConfig], None]] = []
         #: What recovery found in each partition opened at start. Partitions created later are not
         #: recovered from anything, and a list that grew with every create would leak under topic churn.
         self.recoveries: list[LogRecovery] = []
@@ -269,12 +282,13 @@ class Broker(GroupCalls):
     def _defaults(self) -> TopicSettings:
         return TopicSettings(self.config.partitions, self.config.retention_ms, self.config.retention_bytes)
 
-    def _log_config(self, settings: TopicSettings) -> LogConfig:
+    def _log_config(self, effective: EffectiveTopicConfig) -> LogConfig:
+        # Retention deletes only with "delete" in cleanup.policy: a compacted topic keeps every key.
         return LogConfig(
-            segment_max_bytes=self.config.segment_max_bytes,
-            index_interval_bytes=self.config.index_interval_bytes,
-            retention_ms=settings.retention_ms,
-            retention_bytes=settings.retention_bytes,
+            segment_max_bytes=effective.segment_bytes,
+            index_interval_bytes=effective.index_interval_bytes,
+            retention_ms=effective.retention_ms if effective.delete else -1,
+            retention_bytes=max(-1, effective.retention_bytes) if effective.delete else -1,
             visible_after_fsync=self.config.fsync_mode == "sync",
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
         )
@@ -286,25 +300,28 @@ class Broker(GroupCalls):
         thousands of idle partitions would be thousands of objects for the garbage collector to walk,
         issue 12, finding 9). An existing topic's are opened now: opening recovers them.
         """
-        settings, topic_id = self._store.load(name, self._defaults())
-        log_config = self._log_config(settings)
+        stored = self._store.load(name, self._defaults())
+        topic = _Topic(name, stored.configs, stored.configs.effective(self.config), stored.topic_id)
 
         def build(pid: int) -> Partition:
-            # Built once, on a directory TopicStore.create made empty (or grew with create_partitions).
-            return self._open_partition(name, pid, log_config, new=new)
+            # Built once, on a directory TopicStore.create made empty (or grew with create_partitions),
+            # with the configs that apply when it is built (an alter reconfigures the built ones).
+            return self._open_partition(name, pid, self._log_config(topic.effective), new=new)
 
         if new:
-            return _Topic(name, settings, PartitionTable(name, settings.partitions, build), topic_id)
+            topic.partitions = PartitionTable(name, stored.partitions, build)
+            return topic
         partitions: list[Partition] = []
         try:
-            for pid in range(settings.partitions):
-                partitions.append(self._open_partition(name, pid, log_config))
+            for pid in range(stored.partitions):
+                partitions.append(self._open_partition(name, pid, self._log_config(topic.effective)))
         except BaseException:
             for partition in partitions:
                 with contextlib.suppress(Exception):
                     partition.close()
             raise
-        return _Topic(name, settings, PartitionTable(name, settings.partitions, build, partitions), topic_id)
+        topic.partitions = PartitionTable(name, stored.partitions, build, partitions)
+        return topic
 
     def _publish(self, topic: _Topic) -> _Topic:
         """Make ``topic`` visible (caller holds ``_lock``)."""
@@ -341,21 +358,43 @@ class Broker(GroupCalls):
         *,
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
+        configs: Mapping[str, str | None] | TopicConfig | None = None,
     ) -> None:
-        """Create a topic; :class:`TopicExistsError` if it exists."""
-        defaults = self._defaults()
-        settings = TopicSettings(
-            defaults.partitions if partitions is None else partitions,
-            defaults.retention_ms if retention_ms is None else retention_ms,
-            defaults.retention_bytes if retention_bytes is None else retention_bytes,
-        )
+        """Create a topic; :class:`TopicExistsError` if it exists.
+
+        ``configs`` are Kafka's topic configs by name with string values
+        (``{"cleanup.policy": "compact"}``), validated by
+        :meth:`~lkstream.storage.topic_config.TopicConfig.parse` (:class:`InvalidConfigError`,
+        :class:`UnsupportedConfigError`); ``retention_ms`` / ``retention_bytes`` are shorthands for
+        ``retention.ms`` / ``retention.bytes``. Configs not given follow the broker's defaults.
+        """
+        count = self.config.partitions if partitions is None else partitions
+        topic_config = self._new_topic_config(configs, retention_ms, retention_bytes)
+        TopicSettings(count)  # the count's own check, before the name's
         validate_topic(name)
         with self._lock:
             self._check_open()
-            self._create_locked(name, settings)
+            self._create_locked(name, count, topic_config)
         self.groups.topics_changed()
 
-    def _create_locked(self, name: str, settings: TopicSettings) -> _Topic:
+    def _new_topic_config(
+        self,
+        configs: Mapping[str, str | None] | TopicConfig | None,
+        retention_ms: int | None,
+        retention_bytes: int | None,
+    ) -> TopicConfig:
+        """The validated overrides of a topic being created (checked against this broker's limits)."""
+        shorthands = {
+            name: str(value)
+            for name, value in (("retention.ms", retention_ms), ("retention.bytes", retention_bytes))
+            if value is not None
+        }
+        base = configs if isinstance(configs, TopicConfig) else TopicConfig.parse(configs or {})
+        topic_config = base.with_changes(set=shorthands) if shorthands else base
+        topic_config.checked(self.config)
+        return topic_config
+
+    def _create_locked(self, name: str, partitions: int, configs: TopicConfig | None = None) -> _Topic:
         """Create and open a topic, all or nothing. Caller holds ``_lock``.
 
         The directory appears in one rename (TopicStore.create); if opening it then fails
@@ -363,9 +402,9 @@ class Broker(GroupCalls):
         leaves no half topic that describe says is missing and create says exists.
         """
         existing = sum(len(t.partitions) for t in self._topics.values())
-        if existing + settings.partitions > self.config.max_partitions:
-            raise PartitionLimitError(name, settings.partitions, existing, self.config.max_partitions)
-        self._store.create(name, settings)
+        if existing + partitions > self.config.max_partitions:
+            raise PartitionLimitError(name, partitions, existing, self.config.max_partitions)
+        self._store.create(name, partitions, configs)
         try:
             return self._publish(self._open_topic(name, new=True))
         except BaseException as exc:
@@ -428,20 +467,19 @@ class Broker(GroupCalls):
             added = count - len(topic.partitions)
             if existing + added > self.config.max_partitions:
                 raise PartitionLimitError(name, added, existing, self.config.max_partitions)
-            settings = TopicSettings(count, topic.settings.retention_ms, topic.settings.retention_bytes)
+            TopicSettings(count)  # the count's own bound
             fresh: list[Partition] = []
             try:
                 fresh.extend(
-                    self._open_partition(name, pid, self._log_config(settings))
+                    self._open_partition(name, pid, self._log_config(topic.effective))
                     for pid in range(len(topic.partitions), count)
                 )
-                self._store.update(name, settings, topic.topic_id)
+                self._store.update(name, StoredTopic(count, topic.topic_id, topic.configs))
             except BaseException:
                 for partition in fresh:  # topic.json still has the old count: the topic opens as before
                     with contextlib.suppress(Exception):
                         partition.close()
                 raise
-            topic.settings = settings
             topic.partitions.grow(fresh)
             self.topics_version += 1
         self.groups.topics_changed()
@@ -455,12 +493,48 @@ class Broker(GroupCalls):
         stats = [table.stats(pid) for pid in range(len(table))]
         if self._cleaner_policy(name) is not None:  # a compacted topic: how much the cleaner has to do
             stats = [self._with_dirty_ratio(table.peek(pid), stat) for pid, stat in enumerate(stats)]
-        return TopicDescription(name, topic.settings, stats, topic.topic_id)
+        return TopicDescription(name, topic.settings, stats, topic.topic_id, topic.configs)
 
     @staticmethod
     def _with_dirty_ratio(partition: Partition | None, stats: PartitionStats) -> PartitionStats:
         ratio = 0.0 if partition is None else partition.log.dirty_ratio()
         return dataclasses.replace(stats, dirty_ratio=ratio)
+
+    # -- topic configs ----------------------------------------------------------------------------
+
+    def topic_config(self, name: str) -> EffectiveTopicConfig:
+        """The configs that apply to topic ``name``: its overrides over the broker's defaults."""
+        return self._topic(name, create=False).effective
+
+    def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
+        """Every topic config of ``name`` with its value, source and synonyms (Kafka's DescribeConfigs)."""
+        return self._topic(name, create=False).configs.describe(self.config)
+
+    def alter_topic_configs(
+        self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
+    ) -> TopicConfig:
+        """Set and delete config overrides of topic ``name`` (Kafka's IncrementalAlterConfigs); return them.
+
+        All or nothing: the new overrides are validated (:class:`InvalidConfigError`,
+        :class:`UnsupportedConfigError`), written to ``topic.json`` atomically, then applied to every
+        partition (retention, segment size and index spacing of new segments) and announced to
+        :attr:`topic_config_observers`. A deleted override falls back to the broker's default.
+        """
+        with self._lock:
+            self._check_open()
+            topic = self._topic(name, create=False)
+            configs = topic.configs.with_changes(set=set, delete=delete)
+            effective = configs.checked(self.config)
+            self._store.update(name, StoredTopic(len(topic.partitions), topic.topic_id, configs))
+            topic.configs, topic.effective = configs, effective
+            log_config = self._log_config(effective)
+            topic.partitions.each_built(lambda partition: partition.log.reconfigure(log_config))
+        for observer in list(self.topic_config_observers):
+            try:
+                observer(name, effective)
+            except Exception:  # an observer's failure must not undo or fail the alter
+                log.exception("a topic config observer failed for %r", name)
+        return configs
 
     def topic_id(self, name: str) -> uuid.UUID:
         """The id of the topic's current incarnation (see :class:`TopicDescription`)."""
@@ -518,7 +592,7 @@ class Broker(GroupCalls):
             topic = self._topics.get(name)
             if topic is not None:
                 return topic
-            return self._create_locked(name, self._defaults())
+            return self._create_locked(name, self.config.partitions)
 
     # -- produce --------------------------------------------------------------------------------
 

@@ -78,6 +78,16 @@ class PartitionTable:
         """The partitions built so far."""
         return [p for p in self._slots if p is not None]
 
+    def each_built(self, apply: Callable[[Partition], None]) -> None:
+        """Call ``apply`` on every partition built so far, holding the build lock.
+
+        For a change that partitions built later read when they are built (a topic config alter):
+        no partition can be built with the old value after this has run.
+        """
+        with self._lock:
+            for partition in self.opened():
+                apply(partition)
+
     def grow(self, fresh: list[Partition]) -> None:
         """Append ``fresh`` (new partitions, already open) when the topic grows (CreatePartitions).
 

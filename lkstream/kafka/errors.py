@@ -21,6 +21,8 @@ from lkstream.errors import (
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
     InvalidArgumentError,
+    InvalidConfigError,
+    InvalidTimestampError,
     LkstreamError,
     MemberOwnerError,
     NotPartitionOwnerError,
@@ -56,6 +58,8 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], ErrorCode]]] = (
     (NotPartitionOwnerError, ErrorCode.illegal_generation),
     (InconsistentGroupProtocolError, ErrorCode.inconsistent_group_protocol),
     (GroupNotEmptyError, ErrorCode.non_empty_group),
+    (InvalidConfigError, ErrorCode.invalid_config),
+    (InvalidTimestampError, ErrorCode.invalid_timestamp),
     (InvalidArgumentError, ErrorCode.invalid_request),
 )
 

@@ -25,6 +25,7 @@ from kio.index import api_key_map, load_request_schema, load_response_schema  # 
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from lkstream.kafka.bounds import Walk, request_walk
 from lkstream.kafka.protocol import FrameError
 
 Entity = Any  # kio's generated dataclasses; typed per API in the handlers
@@ -46,6 +47,12 @@ def _reader(api_key: int, version: int) -> Any:
 
 
 @cache
+def _decoder(api_key: int, version: int) -> tuple[Walk | None, Any]:
+    """The bounds walk and the reader of one request version (one cache lookup per request)."""
+    return request_walk(api_key, version), _reader(api_key, version)
+
+
+@cache
 def _writer(cls: Any) -> Any:
     return entity_writer(cls)
 
@@ -60,7 +67,7 @@ def warm_up(versions: dict[int, tuple[int, int]]) -> None:
     for api_key, (low, high) in versions.items():
         for version in range(low, high + 1):
             try:
-                _reader(api_key, version)
+                _decoder(api_key, version)
                 cls: Any = response_type(api_key, version)
                 _writer(cls)
             except Exception:  # a version kio lacks: served by hand or answered UNSUPPORTED_VERSION
@@ -68,9 +75,16 @@ def warm_up(versions: dict[int, tuple[int, int]]) -> None:
 
 
 def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Entity:
-    """The request body at ``offset`` of ``frame``; :class:`FrameError` if it does not parse."""
+    """The request body at ``offset`` of ``frame``; :class:`FrameError` if it does not parse.
+
+    Its lengths and counts are checked against the frame first (:mod:`lkstream.kafka.bounds`):
+    kio's reader would reserve memory for whatever an array claims.
+    """
+    walk, read = _decoder(api_key, version)
+    if walk is not None:
+        walk(frame, offset, len(frame))
     try:
-        entity, _size = _reader(api_key, version)(frame, offset)
+        entity, _size = read(frame, offset)
     except Exception as exc:  # kio raises several types for malformed input; all mean the same here
         raise FrameError(f"malformed {api_key_map.get(api_key, api_key)} v{version} request: {exc}") from None
     return entity

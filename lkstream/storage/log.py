@@ -275,6 +275,14 @@ class PartitionLog(LogMaintenance):
             raise
         return Segment(self.directory, base_offset, seg_file, idx_file, self.config.index_interval_bytes)
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Apply new limits (a topic config alter): rolling and retention use them from now on.
+
+        ``index_interval_bytes`` applies to segments created from now on.
+        """
+        with self._lock:
+            self.config = config
+
     # -- properties ------------------------------------------------------------------------------
 
     @property

@@ -1,8 +1,14 @@
 """Topic directories: ``topics/{topic}/topic.json`` plus one ``part{pid}/`` per partition.
 
-``topic.json`` (written atomically) holds the topic's own settings and its id::
+``topic.json`` (written atomically) holds the topic's partition count, its id and its config
+overrides (Kafka's names and canonical string values, :mod:`lkstream.storage.topic_config`)::
 
-    {"partitions": 3, "retention_ms": -1, "retention_bytes": -1, "topic_id": "<32 hex digits>"}
+    {"partitions": 3, "topic_id": "<32 hex digits>", "configs": {"cleanup.policy": "compact"}}
+
+A ``topic.json`` written before configs existed (issue 24) has ``retention_ms`` and
+``retention_bytes`` instead, always written, whether or not they were chosen for the topic: each
+becomes an override (``retention.ms``, ``retention.bytes``) when it differs from the broker's
+default at load, so the topic keeps the retention it had; the file is rewritten in the new form.
 
 ``topic_id`` (a UUID, since issue 12) names this incarnation of the topic: it is
 written with the topic, in the same rename that makes the topic exist, and a
@@ -13,7 +19,10 @@ the first time the topic is opened.
 
 A topic directory without ``topic.json`` (restored from a backup of segments
 only) is adopted: its partition count is the number of ``part{pid}``
-directories and its retention falls back to the broker defaults.
+directories and it has no config overrides (the broker's defaults apply). A ``topic.json``
+whose configs this version cannot honour stops the open with a
+:class:`~lkstream.errors.StorageError` naming the file: dropping them (say ``cleanup.policy=compact``)
+would let retention delete what the topic was configured to keep.
 
 Deleting a topic first renames its directory into ``trash/`` (one atomic
 rename, so a crash never leaves half a topic visible), then removes it; the
@@ -29,12 +38,20 @@ import os
 import shutil
 import threading
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from lkstream.errors import InvalidArgumentError, StorageError, TopicExistsError, UnknownTopicError, map_os_errors
+from lkstream.errors import (
+    InvalidArgumentError,
+    InvalidConfigError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicError,
+    map_os_errors,
+)
 from lkstream.storage.files import atomic_write, fsync_dir
 from lkstream.storage.names import parse_partition_dir, partition_dir_name, validate_topic
 from lkstream.storage.pacing import Pacer
+from lkstream.storage.topic_config import NO_OVERRIDES, TopicConfig
 
 log = logging.getLogger("lkstream.storage")
 
@@ -46,6 +63,12 @@ MAX_PARTITIONS = 10_000
 
 @dataclass(frozen=True)
 class TopicSettings:
+    """A topic's partition count and the retention that applies to it (the effective values).
+
+    What :class:`~lkstream.broker.broker.TopicDescription` and the remote client report; the
+    overrides themselves are a :class:`~lkstream.storage.topic_config.TopicConfig`.
+    """
+
     partitions: int
     retention_ms: int = -1
     retention_bytes: int = -1
@@ -57,6 +80,15 @@ class TopicSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or value < -1:
                 raise InvalidArgumentError(f"{name} must be -1 (unlimited) or a non-negative integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class StoredTopic:
+    """What ``topic.json`` holds: the partition count, the id of this incarnation, the config overrides."""
+
+    partitions: int
+    topic_id: uuid.UUID
+    configs: TopicConfig = NO_OVERRIDES
 
 
 class TopicStore:
@@ -82,23 +114,25 @@ class TopicStore:
     def list(self) -> list[str]:
         return sorted(name for name in os.listdir(self.root) if os.path.isdir(os.path.join(self.root, name)))
 
-    def load(self, topic: str, defaults: TopicSettings) -> tuple[TopicSettings, uuid.UUID]:
-        """The topic's settings and id (an id is made and written if ``topic.json`` has none)."""
+    def load(self, topic: str, defaults: TopicSettings) -> StoredTopic:
+        """The topic's partition count, id and configs (an id is made and written if ``topic.json`` has none).
+
+        ``defaults`` carries the broker's retention defaults, which decide whether the retention of a
+        ``topic.json`` from before configs existed becomes an override (see the module docstring).
+        """
         directory = self.topic_dir(topic)
         meta = os.path.join(directory, TOPIC_META)
         try:
             with open(meta, "rb") as f:
                 raw = json.loads(f.read())
-            settings = TopicSettings(
-                partitions=raw["partitions"],
-                retention_ms=raw.get("retention_ms", defaults.retention_ms),
-                retention_bytes=raw.get("retention_bytes", defaults.retention_bytes),
-            )
+            partitions = raw["partitions"]
+            TopicSettings(partitions)  # validates the count
+            configs, legacy = _stored_configs(raw, defaults, meta)
             topic_id = _parse_id(raw.get("topic_id"))
-            if topic_id is None:  # written before topic ids existed
-                topic_id = uuid.uuid4()
-                self._write_meta(topic, settings, topic_id)
-            return settings, topic_id
+            stored = StoredTopic(partitions, topic_id or uuid.uuid4(), configs)
+            if topic_id is None or legacy:  # written before topic ids, or before configs, existed
+                self.update(topic, stored)
+            return stored
         except FileNotFoundError:
             if not os.path.isdir(directory):
                 raise UnknownTopicError(topic) from None
@@ -108,13 +142,13 @@ class TopicStore:
         count = max(pids, default=-1) + 1
         if count == 0:
             raise UnknownTopicError(topic)
-        settings = TopicSettings(count, defaults.retention_ms, defaults.retention_bytes)
-        topic_id = uuid.uuid4()
-        self._write_meta(topic, settings, topic_id)
-        return settings, topic_id
+        stored = StoredTopic(count, uuid.uuid4())
+        self.update(topic, stored)
+        return stored
 
-    def create(self, topic: str, settings: TopicSettings) -> uuid.UUID:
+    def create(self, topic: str, partitions: int, configs: TopicConfig | None = None) -> uuid.UUID:
         """Create the topic's directories and ``topic.json`` in one rename; return its new id."""
+        TopicSettings(partitions)  # validates the count
         directory = self.topic_dir(topic)
         if os.path.exists(directory):
             raise TopicExistsError(topic)
@@ -126,11 +160,12 @@ class TopicStore:
             pacer = Pacer()  # beside the daemon's event loop: see empty()
             with map_os_errors("create topic", directory):
                 os.makedirs(staging)
-                for pid in range(settings.partitions):
+                for pid in range(partitions):
                     os.mkdir(os.path.join(staging, partition_dir_name(pid)))
                     pacer.step()
             topic_id = uuid.uuid4()
-            atomic_write(os.path.join(staging, TOPIC_META), _meta_json(settings, topic_id))
+            stored = StoredTopic(partitions, topic_id, configs or TopicConfig())
+            atomic_write(os.path.join(staging, TOPIC_META), _meta_json(stored))
             with map_os_errors("create topic", directory):
                 os.rename(staging, directory)
         except BaseException:
@@ -142,11 +177,9 @@ class TopicStore:
             log.warning("could not fsync %s after creating %r: %s", self.root, topic, exc)
         return topic_id
 
-    def update(self, topic: str, settings: TopicSettings, topic_id: uuid.UUID) -> None:
-        self._write_meta(topic, settings, topic_id)
-
-    def _write_meta(self, topic: str, settings: TopicSettings, topic_id: uuid.UUID) -> None:
-        atomic_write(os.path.join(self.topic_dir(topic), TOPIC_META), _meta_json(settings, topic_id))
+    def update(self, topic: str, stored: StoredTopic) -> None:
+        """Replace ``topic.json`` atomically (a crash leaves the old one or the new one)."""
+        atomic_write(os.path.join(self.topic_dir(topic), TOPIC_META), _meta_json(stored))
 
     def delete(self, topic: str) -> None:
         """Move the topic into the trash atomically, then remove it."""
@@ -203,8 +236,26 @@ class TopicStore:
             shutil.rmtree(os.path.join(self.trash, name), ignore_errors=True)
 
 
-def _meta_json(settings: TopicSettings, topic_id: uuid.UUID) -> bytes:
-    return json.dumps({**asdict(settings), "topic_id": topic_id.hex}).encode()
+def _meta_json(stored: StoredTopic) -> bytes:
+    return json.dumps(
+        {"partitions": stored.partitions, "topic_id": stored.topic_id.hex, "configs": stored.configs.to_json()}
+    ).encode()
+
+
+def _stored_configs(raw: dict[str, object], defaults: TopicSettings, meta: str) -> tuple[TopicConfig, bool]:
+    """The overrides a ``topic.json`` holds, and whether it is of the form before configs existed."""
+    if "configs" in raw:
+        try:
+            return TopicConfig.from_json(raw["configs"]), False
+        except InvalidConfigError as exc:
+            why = f"the topic configs in it cannot be honoured ({exc}); fix or restore it"
+            raise StorageError(why, path=meta) from exc
+    legacy = {}
+    for field, name in (("retention_ms", "retention.ms"), ("retention_bytes", "retention.bytes")):
+        value = raw.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value != getattr(defaults, field):
+            legacy[name] = str(value)
+    return TopicConfig.parse(legacy), True
 
 
 def _parse_id(raw: object) -> uuid.UUID | None:

@@ -44,7 +44,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lkstream.errors import CorruptRecordError, StorageError, map_os_errors
+from lkstream.errors import CorruptRecordError, InvalidConfigError, StorageError, map_os_errors
 from lkstream.format.batch import BatchHeader
 from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_records
 from lkstream.storage.checkpoint import CHECKPOINT_NAME
@@ -67,6 +67,7 @@ from lkstream.storage.reader import (
     scan_segment,
 )
 from lkstream.storage.segment import SEGMENT_SUFFIX, parse_segment_name
+from lkstream.storage.topic_config import TopicConfig
 from lkstream.storage.topics import TOPIC_META
 
 Severity = Literal["error", "warning"]
@@ -223,6 +224,11 @@ class _Verifier:
         count = raw.get("partitions") if isinstance(raw, dict) else None
         if isinstance(raw, dict) and not is_topic_id(raw.get("topic_id")):
             self._add("warning", meta, "has no topic_id (written before topic ids): the broker adds one at open")
+        if isinstance(raw, dict) and "configs" in raw:
+            try:
+                TopicConfig.from_json(raw["configs"])
+            except InvalidConfigError as exc:
+                self._add("error", meta, f"its topic configs cannot be honoured ({exc}): the broker refuses to start")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             self._add("error", meta, f"partitions is {count!r}, not a positive integer")
             return

@@ -115,9 +115,9 @@ def _install_topic_create_crash(stage: str) -> None:
     original_partition_dir_name = topics_mod.partition_dir_name
     original_atomic_write = topics_mod.atomic_write
 
-    def create(self, topic, settings):  # type: ignore[no-untyped-def]
+    def create(self, topic, *args, **kwargs):  # type: ignore[no-untyped-def]
         state["armed"] = True
-        return original_create(self, topic, settings)
+        return original_create(self, topic, *args, **kwargs)
 
     def partition_dir_name(pid):  # type: ignore[no-untyped-def]
         if state["armed"] and stage == "topic-partitions" and pid == 1:

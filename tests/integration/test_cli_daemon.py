@@ -116,7 +116,18 @@ def test_lkstream_serve_runs_the_same_daemon_and_exits_0_on_sigterm(tmp_path: Pa
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "lkstream.cli", "serve", "--config", str(REPO / "conf" / "local.yml")]
-    cmd += ["--persist-dir", str(tmp_path / "data"), "--grpc-port", "0", "--http-port", "0", "--kafka-port", "0", "--fsync-mode", "sync"]
+    cmd += [
+        "--persist-dir",
+        str(tmp_path / "data"),
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--kafka-port",
+        "0",
+        "--fsync-mode",
+        "sync",
+    ]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     try:
         assert process.stdout is not None

@@ -243,6 +243,10 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "TooManyOpenFilesError": (429, "too_many_open_files"),
         "StorageAccessError": (409, "storage_access"),
         "PartitionLimitError": (400, "partition_limit"),
+        # issue 24: topic configs and timestamps, all INVALID_ARGUMENT
+        "InvalidConfigError": (400, "invalid_config"),
+        "UnsupportedConfigError": (400, "unsupported_config"),
+        "InvalidTimestampError": (400, "invalid_timestamp"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:

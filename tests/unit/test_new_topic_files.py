@@ -19,7 +19,7 @@ from lkstream.storage import pacing
 from lkstream.storage.files import fsync_dir
 from lkstream.storage.handles import FileBudget
 from lkstream.storage.pacing import Pacer
-from lkstream.storage.topics import TopicSettings, TopicStore
+from lkstream.storage.topics import TopicStore
 from lkstream.storage.verify import verify_data_dir
 
 
@@ -127,7 +127,7 @@ def test_creating_and_removing_a_large_topic_pauses_for_other_threads(
 
 def test_emptying_the_trash_removes_every_partition_of_a_deleted_topic(tmp_path: Path) -> None:
     store = TopicStore(str(tmp_path))
-    store.create("t", TopicSettings(3))
+    store.create("t", 3)
     (Path(store.partition_dir("t", 1)) / "00000000000000000000.seg").write_bytes(b"data")
     trashed = store.move_to_trash("t")
     store.empty(trashed)

@@ -162,3 +162,17 @@ def test_parse_offset_file_name_splits_group_topic_and_partition() -> None:
     assert parse_offset_file_name("g__a__b__part0.offset") == ("g", "a__b", 0)
     assert parse_offset_file_name("g__orders__part03.offset") is None
     assert parse_offset_file_name("orders.offset") is None
+
+
+def test_verify_reports_topic_configs_the_broker_cannot_honour(data_dir: str) -> None:
+    with Broker(persist_dir=data_dir) as broker:
+        broker.create_topic("t", configs={"cleanup.policy": "compact"})
+    meta = os.path.join(data_dir, "topics", "t", "topic.json")
+    with open(meta, encoding="utf-8") as f:
+        raw = json.load(f)
+    raw["configs"]["cleanup.policy"] = "shred"
+    with open(meta, "w", encoding="utf-8") as f:
+        json.dump(raw, f)
+    report = verify_data_dir(data_dir)
+    assert [(p.severity, p.path) for p in report.problems] == [("error", meta)]
+    assert "'shred' is not delete or compact" in report.problems[0].message

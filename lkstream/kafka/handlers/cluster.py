@@ -22,6 +22,7 @@ from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import CLUSTER_RESOURCE
 from lkstream.kafka.topic_ids import NIL
 from lkstream.storage.names import validate_topic
+from lkstream.storage.topic_config import TopicConfig
 
 _UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
 #: DescribeConfigs resource types (Kafka's ConfigResource.Type).
@@ -225,15 +226,16 @@ async def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) ->
     if topic.assignments:
         return ErrorCode.invalid_request, "manual replica assignment is not supported", -1
     partitions = ctx.broker.config.partitions if topic.num_partitions == -1 else topic.num_partitions
-    settings: dict[str, int] = {}
+    configs: dict[str, str | None] = {}
     for config in topic.configs:
-        name = TOPIC_CONFIGS.get(config.name)
-        if name is None or config.value is None:
-            return ErrorCode.invalid_config, f"unsupported topic config {config.name!r}", -1
-        try:
-            settings[name] = int(config.value)
-        except ValueError:
-            return ErrorCode.invalid_config, f"{config.name} must be an integer, got {config.value!r}", -1
+        if config.name in configs:
+            return ErrorCode.invalid_config, f"topic config {config.name!r} is given twice", -1
+        configs[config.name] = config.value
+    try:
+        parsed = TopicConfig.parse(configs)
+        parsed.checked(ctx.broker.config)
+    except LkstreamError as exc:
+        return error_code(exc), str(exc), -1
     if partitions < 1:
         return ErrorCode.invalid_partitions, f"num_partitions must be >= 1, got {partitions}", -1
     try:
@@ -248,14 +250,10 @@ async def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) ->
         return 0, None, partitions
     try:
         # Creating directories and fsyncing them: off the event loop.
-        await asyncio.to_thread(ctx.broker.create_topic, topic.name, partitions, **settings)
+        await asyncio.to_thread(ctx.broker.create_topic, topic.name, partitions, configs=parsed)
     except LkstreamError as exc:
         return _topic_error(exc), str(exc), -1
     return 0, None, partitions
-
-
-#: Kafka topic config names that map onto LKSTREAM topic settings (others are refused).
-TOPIC_CONFIGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
 
 
 async def delete_topics(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
