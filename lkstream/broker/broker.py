@@ -48,6 +48,7 @@ from lkstream.errors import (
     LkstreamError,
     OffsetOutOfRangeError,
     PartitionLimitError,
+    PolicyViolationError,
     RecordTooLargeError,
     UnknownTopicError,
     map_os_errors,
@@ -60,7 +61,8 @@ from lkstream.format.produce import (
     normalise_records,
     record_sizes,
 )
-from lkstream.format.validate import Limits, validate_producer_batch
+from lkstream.format.rewrite import first_keyless_record
+from lkstream.format.validate import Limits, records_of, validate_producer_batch
 from lkstream.storage.cleaner import CleanerPolicy
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
@@ -222,12 +224,14 @@ class Broker(GroupCalls):
         if self.config.log_cleaner_enabled:
             self.cleaner = Cleaner(
                 self._open_logs,
-                lambda topic: self._cleaner_policy(topic),  # noqa: PLW0108 (looked up per call, tests replace it)
+                self._cleaner_policy,
                 self._clock,
                 budget_bytes=self.config.log_cleaner_dedupe_buffer_bytes,
                 backoff_ms=self.config.log_cleaner_backoff_ms,
             )
             self.cleaner.start()
+            # A topic altered to (or within) cleanup.policy=compact is looked at now, not after the backoff.
+            self.topic_config_observers.append(lambda _topic, _effective: self._wake_cleaner())
 
     def _open_existing_topics(self) -> None:
         opened: dict[str, _Topic] = {}
@@ -291,6 +295,8 @@ class Broker(GroupCalls):
             retention_bytes=max(-1, effective.retention_bytes) if effective.delete else -1,
             visible_after_fsync=self.config.fsync_mode == "sync",
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
+            segment_ms=effective.segment_ms,
+            segment_jitter_ms=effective.segment_jitter_ms,
         )
 
     def _open_topic(self, name: str, *, new: bool = False) -> _Topic:
@@ -679,8 +685,12 @@ class Broker(GroupCalls):
             batch = bytearray(batch)
         # A batch from outside (gRPC record_batch, the Kafka listener) is checked completely:
         # a correct CRC over wrong records would poison every read across it (issue 12).
-        validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
-        target = self.partition(self._topic(topic, create=True).name, pid)
+        header = validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
+        found = self._topic(topic, create=True)
+        if found.effective.compact:
+            section = records_of(batch, header, self._limits.max_decompressed_bytes)
+            _refuse_keyless(found.name, first_keyless_record(section, header.records_count))
+        target = self.partition(found.name, pid)
         with self._acknowledgement(len(batch)) as ack:
             result = ack.append(target, batch, owned=owned)
         return (result.base_offset, result.last_offset), ack
@@ -733,6 +743,8 @@ class Broker(GroupCalls):
         topic = self._topic(topic_name, create=True)
         if partition is not None:
             self.partition(topic.name, partition)
+        if topic.effective.compact:
+            _refuse_keyless(topic.name, next((i for i, item in enumerate(records) if item[0] is None), None))
         partitions = len(topic.partitions)
         encoded = encode_call(
             records,
@@ -892,11 +904,9 @@ class Broker(GroupCalls):
     def roll_quiet_partitions(self) -> int:
         """Seal every active segment that held data for its ``segment.ms`` (the retention thread's job)."""
         rolled = 0
-        for _, _, plog in self._open_logs():
-            try:
-                rolled += plog.roll_if_due()
-            except BrokerClosedError:
-                continue  # deleted concurrently
+        for topic in list(self._topics.values()):
+            for partition in topic.partitions.opened():
+                rolled += partition.roll_if_due()
         return rolled
 
     def _open_logs(self) -> Iterator[tuple[str, int, PartitionLog]]:
@@ -907,7 +917,21 @@ class Broker(GroupCalls):
 
     def _cleaner_policy(self, topic: str) -> CleanerPolicy | None:
         """How the cleaner treats ``topic``: None unless its ``cleanup.policy`` holds ``compact``."""
-        return None
+        found = self._topics.get(topic)
+        if found is None or not found.effective.compact:
+            return None
+        e = found.effective
+        return CleanerPolicy(
+            delete_retention_ms=e.delete_retention_ms,
+            min_compaction_lag_ms=e.min_compaction_lag_ms,
+            max_compaction_lag_ms=e.max_compaction_lag_ms,
+            min_cleanable_dirty_ratio=e.min_cleanable_dirty_ratio,
+            max_decompressed_bytes=self.config.max_decompressed_bytes,
+        )
+
+    def _wake_cleaner(self) -> None:
+        if self.cleaner is not None:
+            self.cleaner.wake()
 
     def cleaner_status(self, topic: str, pid: int) -> PartitionCleaning | None:
         """What the cleaner knows of ``topic[pid]``: dirty ratio, last clean (None: not compacted, or not yet seen)."""
@@ -926,6 +950,12 @@ class Broker(GroupCalls):
         or below the current log start changes nothing.
         """
         self._check_open()
+        if not self._topic(topic, create=False).effective.delete:
+            # Kafka refuses it too (POLICY_VIOLATION): a compacted topic keeps every key's latest record.
+            raise PolicyViolationError(
+                f"the records of {topic!r} cannot be deleted: its cleanup.policy has no 'delete' "
+                "(a compacted topic keeps the latest record of every key)"
+            )
         targets = []
         for pid, offset in before.items():
             partition = self.partition(topic, pid)
@@ -1013,3 +1043,12 @@ class Broker(GroupCalls):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+def _refuse_keyless(topic: str, index: int | None) -> None:
+    """A compacted topic keeps records by key: one without a key is refused (Kafka's INVALID_RECORD)."""
+    if index is not None:
+        raise InvalidArgumentError(
+            f"rejected producer batch: record {index} has no key, and topic {topic!r} is compacted "
+            "(cleanup.policy=compact keeps the latest record of every key)"
+        )

@@ -138,6 +138,8 @@ class Partition:
         return result
 
     def _appended_locked(self, batch: bytearray, result: AppendResult, owned: bool) -> None:
+        if result.rolled:
+            self._tail.drop_below(result.base_offset)  # the tail holds the active segment only
         # The tail keeps its own immutable copy unless the batch is handed over: callers may
         # reuse their buffer.
         if len(batch) <= self._tail.max_bytes:
@@ -166,6 +168,14 @@ class Partition:
             raise InvalidArgumentError("this partition was not opened by a broker that can produce")
         results = await self._producer(self.topic, records, partition=self.pid)
         return [offset for _, offset in results]
+
+    def roll_if_due(self) -> bool:
+        """Seal the active segment if ``segment.ms`` says so (a quiet partition); whether it did."""
+        with self._lock:
+            rolled = self.log.roll_if_due()
+            if rolled:
+                self._tail.clear()  # it held the segment just sealed: the cleaner may rewrite that now
+            return rolled
 
     # -- reading ---------------------------------------------------------------------------------
 

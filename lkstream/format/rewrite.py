@@ -162,6 +162,14 @@ def _finish(header: bytearray, section: bytes) -> bytes:
     return bytes(header)
 
 
+def first_keyless_record(records: bytes | memoryview, count: int) -> int | None:
+    """The index of the first record without a key in a (walked, inflated) records section, or None."""
+    for index, span in enumerate(record_spans(records, count)):
+        if span[4] is None:
+            return index
+    return None
+
+
 def attributes_of(batch: bytes | memoryview) -> int:
     """The attributes field of the batch at the start of ``batch``."""
     value: int = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_AT)[0]

@@ -28,6 +28,7 @@ from lkstream.errors import (
     NotPartitionOwnerError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    PolicyViolationError,
     ProducerFencedError,
     RebalanceInProgressError,
     RecordTooLargeError,
@@ -59,6 +60,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], ErrorCode]]] = (
     (InconsistentGroupProtocolError, ErrorCode.inconsistent_group_protocol),
     (GroupNotEmptyError, ErrorCode.non_empty_group),
     (InvalidConfigError, ErrorCode.invalid_config),
+    (PolicyViolationError, ErrorCode.policy_violation),
     (InvalidTimestampError, ErrorCode.invalid_timestamp),
     (InvalidArgumentError, ErrorCode.invalid_request),
 )

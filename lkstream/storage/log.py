@@ -81,6 +81,8 @@ class LogConfig:
     max_producer_ids: int = DEFAULT_MAX_PRODUCERS
     #: Seal the active segment once it has held data this long (Kafka's ``segment.ms``); -1: never.
     segment_ms: int = -1
+    #: Up to this much, drawn per segment, comes off ``segment_ms`` (Kafka's ``segment.jitter.ms``).
+    segment_jitter_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class AppendResult:
     last_offset: int
     size: int
     duplicate: bool = False  # an idempotent producer's retry: nothing was written, offsets are the original's
+    rolled: bool = False  # the batch starts a new segment: everything before it is sealed now
 
 
 @dataclass(frozen=True)
@@ -329,13 +332,14 @@ class PartitionLog(LogMaintenance):
                 if duplicate is not None:
                     return AppendResult(duplicate[0], duplicate[1], 0, duplicate=True)
             active = self._segments[-1]
-            if active.size > 0 and (
+            rolled = active.size > 0 and (
                 active.size + len(batch) > self.config.segment_max_bytes
                 or (self.config.segment_ms >= 0 and self._roll_due(active, self._clock.now_ms()))
-            ):
+            )
+            if rolled:
                 active = self._roll()
             if active.size == 0 and self.config.segment_ms >= 0:
-                self._active_since_ms = self._clock.now_ms()
+                self._start_roll_clock()
             base = active.next_offset
             stamp_base_offset(batch, base)
             stamped = BatchHeader(
@@ -354,7 +358,7 @@ class PartitionLog(LogMaintenance):
                 self.producers.record(fields, base, stamped.last_offset)
             self.unflushed_bytes += len(batch)
             self._appended = True
-        return AppendResult(base, stamped.last_offset, len(batch))
+        return AppendResult(base, stamped.last_offset, len(batch), rolled=rolled)
 
     def _roll(self) -> Segment:
         """Seal the active segment (fsynced) and start a new one. Caller holds the lock."""

@@ -24,6 +24,7 @@ lock) orders the writes of ``marks.meta``.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,6 +92,7 @@ class LogMaintenance:
     _tombstones_due_ms: int
     _marks_lock: threading.Lock
     _active_since_ms: int
+    _roll_jitter_ms: int
     _durable_position: int
     _durable_next_offset: int
 
@@ -110,7 +112,7 @@ class LogMaintenance:
         """The state of a log without ``marks.meta`` (a new partition; the constructor)."""
         self._marks_lock = threading.Lock()
         self._log_start, self._clean_end, self._tombstones_due_ms = 0, 0, -1
-        self._active_since_ms = self._clock.now_ms()
+        self._start_roll_clock()
 
     def _open_marks(self) -> None:
         """Read ``marks.meta`` and apply it (constructor, after recovery): the log start, the clean end."""
@@ -138,7 +140,7 @@ class LogMaintenance:
             )
             self._start_over_at(self._log_start)
         self._delete_below_start()
-        self._active_since_ms = self._active_first_time(self._segments[-1])
+        self._start_roll_clock(self._active_first_time(self._segments[-1]))
 
     def _active_first_time(self, active: Segment) -> int:
         """When the active segment got its first batch: its header's time, never later than now."""
@@ -160,10 +162,18 @@ class LogMaintenance:
 
     # -- rolling by time -----------------------------------------------------------------------------
 
+    def _start_roll_clock(self, since_ms: int | None = None) -> None:
+        """The active segment got its first batch at ``since_ms`` (default: now); draw its jitter."""
+        self._active_since_ms = self._clock.now_ms() if since_ms is None else since_ms
+        jitter, segment_ms = self.config.segment_jitter_ms, self.config.segment_ms
+        self._roll_jitter_ms = random.randrange(min(jitter, segment_ms)) if jitter > 0 and segment_ms > 0 else 0
+
     def _roll_due(self, active: Segment, now_ms: int) -> bool:
         """Whether ``segment_ms`` says to seal the non-empty active segment. Caller holds the lock."""
         segment_ms = self.config.segment_ms
-        return segment_ms >= 0 and active.size > 0 and now_ms - self._active_since_ms >= segment_ms
+        return (
+            segment_ms >= 0 and active.size > 0 and now_ms - self._active_since_ms >= segment_ms - self._roll_jitter_ms
+        )
 
     def roll_if_due(self) -> bool:
         """Seal the active segment if it has held data for ``segment_ms`` (a quiet partition's tail)."""

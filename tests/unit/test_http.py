@@ -247,6 +247,7 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "InvalidConfigError": (400, "invalid_config"),
         "UnsupportedConfigError": (400, "unsupported_config"),
         "InvalidTimestampError": (400, "invalid_timestamp"),
+        "PolicyViolationError": (400, "policy_violation"),  # DeleteRecords on a compact-only topic
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:

@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from lkstream import Broker, Consumer
 from lkstream.broker.metrics import METRIC_NAMES, BrokerMetrics
 from lkstream.format.codec import encode_batch
-from lkstream.storage.cleaner import CleanerPolicy
 from lkstream.storage.offsets import OffsetStore
 
 from .support import DEADLINE_S
@@ -86,16 +85,9 @@ def metrics(group_broker: Broker) -> Iterator[BrokerMetrics]:
         m.close()
 
 
-def _compact(broker: Broker, *topics: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``topics`` compacted for the broker's cleaner (as ``cleanup.policy=compact`` does)."""
-    monkeypatch.setattr(broker, "_cleaner_policy", lambda topic: CleanerPolicy() if topic in topics else None)
-
-
-def test_exact_names_types_and_labels(
-    group_broker: Broker, metrics: BrokerMetrics, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_exact_names_types_and_labels(group_broker: Broker, metrics: BrokerMetrics) -> None:
     group_broker.produce_many_sync("orders", [(b"k", b"v")])
-    _compact(group_broker, "orders", monkeypatch=monkeypatch)
+    group_broker.alter_topic_configs("orders", set={"cleanup.policy": "compact"})
     assert group_broker.cleaner is not None
     group_broker.cleaner.run_once()  # looks at the partition: its dirty ratio is known
     group_broker.offset_store.commit("billing", "orders", 0, 0)
@@ -357,16 +349,15 @@ def test_label_sets_of_an_unknown_group_expire_once_idle(group_broker: Broker) -
         metrics.close()
 
 
-def test_the_cleaner_metrics_follow_its_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cleaner_metrics_follow_its_passes(tmp_path: Path) -> None:
     """Issue 24: the dirty ratio per compacted partition, and what the passes read, wrote and removed."""
     with Broker(persist_dir=str(tmp_path / "d"), segment_max_bytes=4096, log_cleaner_backoff_ms=3_600_000) as broker:
         metrics = BrokerMetrics(broker)
-        broker.create_topic("compacted", 1)
+        broker.create_topic("compacted", 1, configs={"cleanup.policy": "compact"})
         broker.create_topic("plain", 1)
         for n in range(30):
             for topic in ("compacted", "plain"):
                 broker.produce_many_sync(topic, [(b"k", f"{n}".encode() * 500)], partition=0)
-        _compact(broker, "compacted", monkeypatch=monkeypatch)
         assert broker.cleaner is not None
         samples, _ = scrape(metrics)
         assert value(samples, "lk_cleaner_passes_total") == 0
