@@ -107,6 +107,9 @@ class Cleaner:
         self.totals = CleanerTotals()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        # One pass at a time, whoever asks (the thread, or a caller of run_once): two passes over one
+        # partition would write the same .cleaned files.
+        self._pass_lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     # -- the thread -------------------------------------------------------------------------------
@@ -141,11 +144,12 @@ class Cleaner:
 
     def run_once(self) -> PassStats | None:
         """Clean the dirtiest due partition once; None when none was due."""
-        chosen = self._dirtiest()
-        if chosen is None:
-            return None
-        topic, pid, plog, policy = chosen
-        return self._clean(topic, pid, plog, policy)
+        with self._pass_lock:
+            chosen = self._dirtiest()
+            if chosen is None:
+                return None
+            topic, pid, plog, policy = chosen
+            return self._clean(topic, pid, plog, policy)
 
     def _dirtiest(self) -> tuple[str, int, PartitionLog, CleanerPolicy] | None:
         now_ms, now_s = self._clock.now_ms(), time.monotonic()

@@ -506,7 +506,11 @@ class PartitionLog(LogMaintenance):
         Returns at least one batch when ``offset`` is below the high watermark
         (even if larger than ``max_bytes``) and empty data at the high watermark.
         Batches may begin before ``offset``; consumers skip the earlier records.
-        Reads stop at a segment boundary; call again from the next offset.
+        Reads stop at a segment boundary; call again from the next offset. A read
+        never holds only empty batches (a compacted log's, docs/adr/0006) while a
+        record follows below the high watermark: it goes on, across segments, to
+        the first batch with records. Some clients (KafkaJS) fetch the same offset
+        again forever when an answer holds batches but no record.
         """
         with self._lock:
             self._check_open()
@@ -515,18 +519,27 @@ class PartitionLog(LogMaintenance):
                 raise OffsetOutOfRangeError(self.topic, self.partition, offset, start, high)
             if offset == high:
                 return ReadResult(b"", start, high)
-            i = bisect_right(self._bases, offset) - 1
-            while True:
+            chunks: list[bytes] = []
+            while offset < high:
+                i = bisect_right(self._bases, offset) - 1
                 segment = self._segments[i]
                 is_active = i == len(self._segments) - 1
                 end = self._readable_end(segment, is_active)
                 data = segment.read(segment.position_of(offset, end), max_bytes, end)
-                if data or is_active:
-                    return ReadResult(data, start, high)
-                # Nothing at or after `offset` in this segment: the offsets up to the next
-                # segment's base are missing (a gap). Serve the next data, as Kafka does,
-                # rather than an empty read that a consumer would repeat forever.
-                i += 1
+                if not data:
+                    if is_active:
+                        break
+                    # Nothing at or after `offset` in this segment: the offsets up to the next
+                    # segment's base are missing (a gap). Serve the next data, as Kafka does,
+                    # rather than an empty read that a consumer would repeat forever.
+                    offset = self._bases[i + 1]
+                    continue
+                chunks.append(data)
+                after = _after_empty_batches(data)
+                if after is None:
+                    break
+                offset = after
+            return ReadResult(chunks[0] if len(chunks) == 1 else b"".join(chunks), start, high)
 
     def _readable_end(self, segment: Segment, is_active: bool) -> int:
         if is_active and self.config.visible_after_fsync:
@@ -645,3 +658,17 @@ class PartitionLog(LogMaintenance):
         self._write_checkpoint()
         if self.producers.snapshot_offset != active.next_offset:  # a clean reopen and close writes nothing
             self.producers.write_snapshot(self.directory, active.next_offset)
+
+
+def _after_empty_batches(data: bytes) -> int | None:
+    """The offset after ``data`` when every batch in it is empty (no record); None when one holds records.
+
+    Looks at the first batch's header only, in a log that was never compacted.
+    """
+    pos, after = 0, None
+    while pos < len(data):
+        header = parse_header(data, pos)
+        if header.records_count:
+            return None
+        after, pos = header.next_offset, pos + header.size
+    return after
