@@ -158,6 +158,22 @@ def span_of_whole_batches(buf: bytes | bytearray | memoryview, min_offset: int =
     return records, next_offset
 
 
+def holds_records(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether a whole batch in ``buf`` holds a record (only a compacted log has empty batches).
+
+    Reads the first header in the usual case: only a run of empty batches costs one header each.
+    """
+    pos = 0
+    while len(buf) - pos >= HEADER_SIZE:
+        header = parse_header(buf, pos)
+        if header.records_count > 0:
+            return True
+        if header.size < HEADER_SIZE:
+            return False
+        pos += header.size
+    return False
+
+
 #: Batches below this are checksummed without releasing the GIL: releasing it costs more than the
 #: CRC of a batch of a few hundred KiB (about 8 us), and lets the group-commit thread take the GIL
 #: from the producer in the middle of its call (docs/benchmarks.md, issue 14 phase 2).

@@ -16,8 +16,10 @@ import itertools
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -215,3 +217,56 @@ def test_java_kafka_clients(cleaned: tuple[str, list[Row]]) -> None:
                 _, offset, key, value = line.split(" ", 3)
                 rows.append((int(offset), None if key == "null" else key, None if value == "null" else value))
         assert rows == expected
+
+
+def test_the_end_of_a_cleaned_partition_is_answered_as_kafka_answers_it(tmp_path: Path) -> None:
+    """The cleaner removed the partition's last records (tombstones past their horizon): a fetch there
+    gets no records and waits for an append, as from Kafka, instead of empty batches at once (which
+    KafkaJS would fetch again in a loop)."""
+    from lkstream.kafka.protocol import ApiKey
+    from tests.security.kafka_raw import RawKafka
+
+    with Broker(persist_dir=str(tmp_path / "d"), segment_max_bytes=4096, log_cleaner_backoff_ms=3_600_000) as broker:
+        broker.create_topic("tail", 1, configs={"cleanup.policy": "compact", "delete.retention.ms": "0"})
+        broker.produce_many_sync("tail", [(b"k", b"kept")], partition=0)
+        broker.produce_many_sync("tail", [(f"gone-{n}".encode(), None) for n in range(5)], partition=0)
+        partition = broker.partition("tail", 0)
+        broker.alter_topic_configs("tail", set={"segment.ms": "1"})
+        time.sleep(0.01)
+        assert partition.roll_if_due()
+        assert broker.cleaner is not None and broker.cleaner.run_once() is not None
+        assert partition.high_watermark == 6
+        assert [r.offset for r in broker.read_from("tail", 0, 0)] == [0]
+        with kafka_server(broker) as bootstrap, RawKafka(bootstrap) as raw:
+
+            def fetch(offset: int) -> tuple[float, Any]:
+                started = time.monotonic()
+                response = raw.call(
+                    ApiKey.FETCH,
+                    12,
+                    replica_id=-1,
+                    max_wait=600,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                    session_epoch=-1,
+                    topics=[
+                        {
+                            "topic": "tail",
+                            "partitions": [
+                                {
+                                    "partition": 0,
+                                    "fetch_offset": offset,
+                                    "current_leader_epoch": -1,
+                                    "log_start_offset": -1,
+                                    "partition_max_bytes": 1 << 20,
+                                }
+                            ],
+                        }
+                    ],
+                )
+                return time.monotonic() - started, response.responses[0].partitions[0]
+
+            waited, answer = fetch(1)
+            assert waited >= 0.5 and not answer.records and answer.high_watermark == 6
+            waited, answer = fetch(0)
+            assert waited < 0.5 and answer.records, "the last record is still served at once"

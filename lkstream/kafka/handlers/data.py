@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from lkstream.broker.acks import Acknowledgement
 from lkstream.errors import InvalidArgumentError, LkstreamError, TopicExistsError, UnknownTopicError
+from lkstream.format.batch import holds_records
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.errors import error_code
@@ -343,14 +344,21 @@ def _read_all(
         except (LkstreamError, KeyError) as exc:
             answer.error_code = _partition_error(exc)
             continue
+        data, wait_from = read.data, offset
+        if data and not holds_records(data):
+            # Only empty batches up to the high watermark: the end of a compacted partition whose last
+            # records the cleaner removed. Kafka has nothing to send there, and a client that is sent
+            # empty batches alone may fetch them again at once, forever (KafkaJS): wait as Kafka does,
+            # for an append past the high watermark.
+            data, wait_from = b"", read.high_watermark
         answer.high_watermark, answer.log_start_offset, answer.records = (
             read.high_watermark,
             read.log_start_offset,
-            read.data,
+            data,
         )
-        total += len(read.data)
-        if not read.data:
-            idle[(topic, pid)] = offset
+        total += len(data)
+        if not data:
+            idle[(topic, pid)] = wait_from
     return answers, total, idle
 
 
