@@ -116,3 +116,26 @@ def test_the_log_start_survives_a_restart_and_a_fetch_below_it_is_out_of_range(t
         finally:
             consumer.close()
         assert errors and "out of range" in str(errors[0]).lower(), errors
+
+
+def test_a_compacted_topic_refuses_keyless_records_and_delete_records_as_kafka(
+    kafka_broker: Broker, kafka_bootstrap: str
+) -> None:
+    """Issue 24: INVALID_RECORD for a record without a key, POLICY_VIOLATION for DeleteRecords."""
+    from confluent_kafka import KafkaError, Producer
+
+    kafka_broker.create_topic("compacted", 1, configs={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": False, "retries": 0})
+    outcomes: list[KafkaError | None] = []
+    producer.produce("compacted", value=b"no key", partition=0, on_delivery=lambda err, _msg: outcomes.append(err))
+    assert producer.flush(20) == 0  # its own batch: Kafka refuses a whole batch holding a keyless record
+    producer.produce("compacted", key=b"k", value=b"keyed", partition=0, on_delivery=lambda e, _m: outcomes.append(e))
+    assert producer.flush(20) == 0
+    assert outcomes[0] is not None and outcomes[0].code() == KafkaError.INVALID_RECORD, outcomes
+    assert outcomes[1] is None
+    assert kafka_broker.partition("compacted", 0).high_watermark == 1
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    future = admin.delete_records([TopicPartition("compacted", 0, 1)])[TopicPartition("compacted", 0, 1)]
+    with pytest.raises(KafkaException) as refused:
+        future.result(timeout=20)
+    assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION
