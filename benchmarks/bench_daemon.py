@@ -99,12 +99,12 @@ PY_SPY = REPO / ".venv" / "bin" / "py-spy"
 class DaemonProcess:
     """``python -m lkstream.grpc_server`` on loopback with free ports; stopped by PID."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra_config: str = "") -> None:
         self.root = root
         data = root / "data"
         config = root / "daemon.yml"
         config.write_text(
-            f"persist_dir: {data}\n"
+            extra_config + f"persist_dir: {data}\n"
             "fsync_mode: group\n"
             "fsync_interval_ms: 100\n"
             "fsync_group_bytes: 131072\n"
