@@ -79,14 +79,20 @@ def _retention(value: int | None) -> str:
     return "forever" if value < 0 else str(value)
 
 
-def _offline_rows(reader: DataDirReader, topic: str) -> list[PartitionRow]:
+def _offline_rows(reader: DataDirReader, topic: str, compacted: bool) -> list[PartitionRow]:
     rows = []
     for pid in reader.partitions(topic):
         part = reader.partition(topic, pid)
         end = part.end_offset()
-        size = sum(os.stat(seg.seg_path).st_size for seg in part.segments)
+        sizes = [os.stat(seg.seg_path).st_size for seg in part.segments]
         # A partition never written to has no files yet; the broker opens it with one empty segment.
-        rows.append(PartitionRow(pid, part.log_start_offset, end, end, max(1, len(part.segments)), size))
+        row = PartitionRow(pid, part.log_start_offset, end, end, max(1, len(part.segments)), sum(sizes))
+        if compacted:  # as the broker computes it: sealed segments past the cleaner's progress are dirty
+            clean_end = part.marks.clean_end if part.marks is not None else 0
+            nexts = [seg.base_offset for seg in part.segments[1:]]
+            dirty = sum(size for size, after in zip(sizes, nexts, strict=False) if after > clean_end)
+            row = row._replace(dirty=_dirty(dirty / sum(sizes[:-1]) if len(sizes) > 1 else 0.0))
+        rows.append(row)
     return rows
 
 
@@ -154,8 +160,10 @@ def describe(topic: str, bootstrap: str, data_dir: str | None) -> None:
     if data_dir is not None:
         with broker_errors():
             reader = DataDirReader(data_dir)
-            rows = _offline_rows(reader, topic)
             meta = _offline_settings(reader, topic)
+            configs = meta.get("configs")
+            policy = configs.get("cleanup.policy", "") if isinstance(configs, dict) else ""
+            rows = _offline_rows(reader, topic, "compact" in str(policy))
         retention_ms = meta.get("retention_ms")
         retention_bytes = meta.get("retention_bytes")
         click.echo(

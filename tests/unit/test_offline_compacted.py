@@ -148,3 +148,16 @@ def _read_all(broker: Broker) -> list:  # type: ignore[type-arg]
         out += records
         offset = records[-1].offset + 1
     return out
+
+
+def test_describe_offline_shows_a_compacted_partitions_dirty_ratio(data_dir: str) -> None:
+    _compacted(data_dir)
+    result = CliRunner().invoke(cli, ["topics", "describe", "t", "--data-dir", data_dir])
+    assert result.exit_code == 0, result.output
+    header, row = result.output.splitlines()[1:3]
+    assert header.split()[-1] == "DIRTY" and row.split()[-1] == "0%"
+    with Broker(persist_dir=data_dir, segment_max_bytes=4096, log_cleaner_enabled=False) as broker:
+        for n in range(40):
+            broker.produce_many_sync("t", [(b"k", f"more-{n}".encode() * 30)], partition=0)
+    result = CliRunner().invoke(cli, ["topics", "describe", "t", "--data-dir", data_dir])
+    assert result.output.splitlines()[2].split()[-1] not in ("0%", "-"), result.output
