@@ -75,32 +75,37 @@ check: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-## bench: LKSTREAM side by side with Tansu, NATS JetStream and Redis Streams and the disk's limits (issue 7;
-## about 8-12 min). Servers: scripts/install-bench-deps.sh; clients: the `bench` extra. Updates docs/benchmarks.md.
+## bench: LKSTREAM side by side with Tansu, NATS JetStream and Redis Streams and the machine's limits, in one run
+## (about 15 min). Servers: scripts/install-bench-deps.sh; clients: the `bench` extra. The new result takes the place
+## of the previous one in docs/benchmarks.md's tables and plots; the run it replaces is listed, to `git rm`.
 bench: $(STAMP)
 	bash scripts/install-bench-deps.sh
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	out=benchmarks/results/peers-$$(date -u +%Y%m%dT%H%M%SZ).json; \
 	$(PY) -m benchmarks.suite.run --out $$out && $(PY) -m benchmarks.suite.plots $$out && \
-	$(PY) -m benchmarks.suite.report $$out --write docs/benchmarks.md
+	$(PY) -m benchmarks.report --from $$out
 
-## bench-quick: issue 14's regression pass, before and after a change (the embedded rows: seed-pattern and
-## Producer.send throughput, ack p99, Consumer.consume, peak RSS; the daemon's rows over gRPC; about 8 minutes
-## a side for 3 passes). benchmarks/quick.py --spark adds the Spark rows, --no-daemon leaves the daemon out.
+## bench-quick: the regression pass before and after a change (embedded produce, Producer.send, ack latency,
+## Consumer.consume, peak RSS; the daemon's produce, consume and latency; about 8 minutes a side for 3 passes).
+## benchmarks/tools/quick.py --spark adds the Spark rows, --no-daemon leaves the daemon out.
 ## AGAINST=<rev> picks the "before" (default: where this branch left main); AGAINST= measures the tree alone.
 AGAINST ?= $(shell git merge-base main HEAD 2>/dev/null)
 bench-quick: $(STAMP)
-	$(PY) benchmarks/quick.py $(if $(AGAINST),--against $(AGAINST))
+	$(PY) -m benchmarks.tools.quick $(if $(AGAINST),--against $(AGAINST))
 
-## bench-peers-quick: a one-run smoke pass of the peer suite (about 2 minutes)
+## bench-peers-quick: a one-run smoke pass of the peer suite (about 3 minutes; its result is not cited)
 bench-peers-quick: $(STAMP)
 	bash scripts/install-bench-deps.sh
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m benchmarks.suite.run --quick
 
-## bench-single: the single-system benchmarks of issue 2 (about 12 minutes; `benchmarks/run_all.sh --quick`)
+## bench-single: the embedded broker alone at full size, one script after the other (never concurrently: 2 cores):
+## produce with the disk's reference writers, consume and random reads on a 10 GB log, restart after SIGKILL and
+## the crash soak (about 15 minutes; needs about 15 GB free)
 bench-single: $(STAMP)
-	benchmarks/run_all.sh
+	$(PY) -m benchmarks.e2e.bench_producer > /dev/null
+	$(PY) -m benchmarks.e2e.bench_consumer > /dev/null
+	$(PY) -m benchmarks.e2e.bench_recovery > /dev/null
 
 ## proto: regenerate the Python gRPC stubs in lkstream/wire/_proto from proto/messaging.proto
 PROTO_OUT := lkstream/wire/_proto

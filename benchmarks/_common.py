@@ -84,7 +84,7 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 #:     the default ``epoll`` loop, whose timeout is in whole milliseconds (a timer fires up to 1 ms
 #:     late): the pacer sleeps until :data:`SPIN_LEAD_S` before the tick and yields from there. With
 #:     1 ms ticks that is always, so the benchmark process keeps one of this machine's two cores
-#:     busy and the processes under test share the other (docs/benchmarks.md, "The pacer's core").
+#:     busy and the processes under test share the other (docs/benchmarks-notes.md, "The pacer's core").
 #:
 #: Either way a tick never starts early and the loop keeps running acks while it waits.
 PACER_MODES = ("precise", "spin")
@@ -297,13 +297,20 @@ def utc_stamp() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
+def command_line() -> str:
+    """How this benchmark was started, as a user types it: ``python -m benchmarks.e2e.x --flags``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    start = ["-m", spec.name] if spec is not None and spec.name else sys.argv[:1]
+    return " ".join([Path(sys.executable).name, *start, *sys.argv[1:]])
+
+
 def emit(name: str, args: argparse.Namespace, payload: dict[str, Any], facts: dict[str, Any]) -> None:
     """Print the result JSON and save it under benchmarks/results/."""
     facts = {**facts, "loadavg_at_end": list(os.getloadavg())}
     doc = {
         "benchmark": name,
         "utc": utc_stamp(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "quick": args.quick,
         "runs": args.runs,
         "seed": args.seed,

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 #: Every public name but the errors (one small module, imported at once) is imported on first
 #: use, so a process loads only the part it touches: a Spark worker that reads a data directory
 #: needs the format and the read-only reader, never the embedded broker (0.3-0.6 s of imports in
-#: each Python process Spark starts, docs/benchmarks.md "Row 8, third round"); an embedding
+#: each Python process Spark starts, docs/benchmarks-notes.md, "Imports"); an embedding
 #: application never loads the gRPC client (grpc, protobuf), TLS material or the Kafka listener
 #: (kio), about 60,000 objects the garbage collector would otherwise walk in every full
 #: collection and 25-30 MB of memory (issue 14 phase 2).

@@ -93,6 +93,16 @@ class BrokerConfig(BaseModel):
         512, ge=0, description="Descriptors left to sockets and metadata files when max_open_files is 0."
     )
     auto_create_topics: bool = Field(True, description="Create unknown topics on first produce.")
+    auto_create_partitions_burst: int = Field(
+        100,
+        ge=1,
+        le=1_000_000,
+        description="Partitions each principal (or client address, without auth) may auto-create at once; "
+        "beyond it auto-creation is throttled (AutoCreateThrottledError).",
+    )
+    auto_create_partitions_per_s: int = Field(
+        10, ge=1, le=1_000_000, description="How fast each caller's auto_create_partitions_burst refills."
+    )
     retention_ms: int = Field(-1, ge=-1, description="Delete sealed segments older than this; -1 keeps forever.")
     retention_bytes: int = Field(
         -1,
@@ -169,6 +179,20 @@ class BrokerConfig(BaseModel):
     )
     log_cleaner_backoff_ms: int = Field(
         15_000, ge=10, description="How long the cleaner sleeps when no partition needs cleaning."
+    )
+    producer_id_expiration_ms: int = Field(
+        86_400_000,
+        ge=1,
+        le=2**63 - 1,
+        description="An idempotent producer's state is kept this long after its last write, then forgotten "
+        "(Kafka's producer.id.expiration.ms).",
+    )
+    max_producer_states: int = Field(
+        200_000,
+        ge=1,
+        le=100_000_000,
+        description="Idempotent-producer states (one per producer and partition, 300-400 bytes each) kept at "
+        "once; a new producer beyond it is refused until states expire (ProducerStateLimitError).",
     )
 
     @field_validator("cleanup_policy")

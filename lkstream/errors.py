@@ -21,7 +21,9 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     ├── OffsetOutOfRangeError          offset outside [log_start_offset, next_offset]
     ├── CorruptRecordError             a batch failed its length, magic or CRC check
     ├── BackpressureError              in-flight bytes above ``max_inflight_bytes`` (retriable)
-    │   └── OverloadedError            listeners hold ``max_admitted_bytes`` of requests: refused unread (retriable)
+    │   ├── OverloadedError            listeners hold ``max_admitted_bytes`` of requests: refused unread (retriable)
+    │   ├── ProducerStateLimitError    ``max_producer_states`` producer states kept: a new producer waits (retriable)
+    │   └── AutoCreateThrottledError   a caller auto-created topics faster than its budget (retriable)
     ├── StorageError                   an OS-level I/O failure, with the path
     │   ├── DiskFullError              ENOSPC / EDQUOT (retriable once space is freed)
     │   ├── TooManyOpenFilesError      EMFILE / ENFILE: the descriptor limit (retriable)
@@ -165,6 +167,55 @@ class OverloadedError(BackpressureError):
         self.retry_after_ms = retry_after_ms
 
 
+class ProducerStateLimitError(BackpressureError):
+    """A new idempotent producer was refused: the broker keeps ``max_producer_states`` producer states.
+
+    Each state (one per producer and partition) lives until ``producer_id_expiration_ms``
+    after its producer's last write; none is forgotten earlier, so duplicates are always
+    recognised within that window, and a producer the partition does not know waits for
+    room. Nothing was written; retrying succeeds once states expire. ``limit`` is
+    ``max_producer_states``.
+    """
+
+    retriable = True
+
+    def __init__(self, limit: int, expiration_ms: int) -> None:
+        LkstreamError.__init__(
+            self,
+            f"producer state limit reached: the broker remembers max_producer_states={limit} idempotent "
+            f"producers, each for producer_id_expiration_ms={expiration_ms} after its last write; nothing was "
+            "written, retry later (or raise max_producer_states)",
+        )
+        self.inflight_bytes = 0
+        self.limit = limit
+        self.expiration_ms = expiration_ms
+
+
+class AutoCreateThrottledError(BackpressureError):
+    """A topic was not auto-created: its caller auto-created topics faster than its budget allows.
+
+    Each principal (or, without authentication, client address) may auto-create
+    ``auto_create_partitions_burst`` partitions at once, refilled at
+    ``auto_create_partitions_per_s``. Nothing was created; retry after ``retry_after_ms``, or
+    create the topic explicitly. ``limit`` is the rate, ``burst`` the bucket size.
+    """
+
+    retriable = True
+
+    def __init__(self, topic: str, rate_per_s: int, burst: int, retry_after_ms: int) -> None:
+        LkstreamError.__init__(
+            self,
+            f"auto-creation of topic {topic!r} throttled: this caller auto-created topics faster than "
+            f"auto_create_partitions_per_s={rate_per_s} (burst auto_create_partitions_burst={burst}); nothing was "
+            f"created, retry in {retry_after_ms} ms or create the topic explicitly",
+        )
+        self.topic = topic
+        self.inflight_bytes = 0
+        self.limit = rate_per_s
+        self.burst = burst
+        self.retry_after_ms = retry_after_ms
+
+
 class StorageError(LkstreamError):
     """The operating system refused an I/O operation."""
 
@@ -203,12 +254,17 @@ class StorageAccessError(StorageError):
 
 
 class PartitionLimitError(InvalidArgumentError):
-    """Creating the topic would take the broker past ``max_partitions`` (all topics together)."""
+    """Creating the topic would take the broker past ``max_partitions`` (all topics together).
+
+    Every surface says so as a limit reached, not as a bad argument: gRPC
+    RESOURCE_EXHAUSTED, HTTP 507, Kafka POLICY_VIOLATION (issue 28, finding 6). It stays an
+    :class:`InvalidArgumentError` for code that catches that.
+    """
 
     def __init__(self, topic: str, requested: int, existing: int, limit: int) -> None:
         super().__init__(
-            f"cannot create topic {topic!r} with {requested} partition(s): the broker has {existing} and "
-            f"max_partitions is {limit}; delete topics or raise max_partitions"
+            f"partition limit reached: cannot create topic {topic!r} with {requested} partition(s): the "
+            f"broker has {existing} and max_partitions is {limit}; delete topics or raise max_partitions"
         )
         self.topic = topic
         self.requested = requested

@@ -14,24 +14,13 @@ Modules:
 ``peer_nats``         NATS JetStream, file storage (``nats-server`` + nats-py).
 ``peer_redis``        Redis Streams, appendonly + appendfsync everysec (redis-py + hiredis).
 ``physical``          the machine's limits: fio sequential write with fdatasync, page-cache read
-                      bandwidth, the plain Python appender.
+                      bandwidth, the plain Python appender, loopback TCP bandwidth and round trip.
 ``seed002``           seed 002's single-node experiments on LKSTREAM's storage: batch x fsync
                       sweep with the knee, sequential vs random write, seek time vs log size.
 ``run``               the runner (``python -m benchmarks.suite.run``), writes JSON results.
-``report``            JSON result -> the Markdown section of docs/benchmarks.md.
+``report``            JSON result -> every table of the run as Markdown (docs/benchmarks.md's own
+                      tables come from ``benchmarks.report``).
 ``plots``             JSON result -> PNGs under docs/img/.
 
 The suite is never part of the test command (it lives outside ``tests/``).
 """
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# The older benchmark scripts import their helpers as the top-level module ``_common``
-# (they are run as scripts from benchmarks/); the suite reuses them the same way. Appended, not
-# prepended: benchmarks/report.py must never shadow an installed module.
-_BENCH_DIR = str(Path(__file__).resolve().parent.parent)
-if _BENCH_DIR not in sys.path:
-    sys.path.append(_BENCH_DIR)

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The older scripts are put on sys.path by benchmarks/suite/__init__.py at run time; mypy sees them as Any.
-from _common import TICKERS, log, percentile  # type: ignore[import-not-found]
+from benchmarks._common import TICKERS, log, percentile
 
 SCHEMA_VERSION = 1
 MB = 1000**2

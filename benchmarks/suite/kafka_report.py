@@ -1,13 +1,13 @@
-"""Issue 11's targets for LKSTREAM's Kafka listener, from a suite result: the generated table of docs/benchmarks.md.
+"""Issue 11's targets for LKSTREAM's Kafka listener, from a suite result, as a Markdown table between markers.
 
     .venv/bin/python -m benchmarks.suite.run --runs 3 --no-extras \\
         --systems lkstream-kafka,tansu,lkstream-daemon --out benchmarks/results/peers-kafka-<stamp>.json
     .venv/bin/python -m benchmarks.suite.kafka_report benchmarks/results/peers-kafka-<stamp>.json \\
-        --write docs/benchmarks.md
+        --write FILE.md
 
 Every target is judged on medians over runs, and every comparison (with Tansu, and with the gRPC
 path's ack latency) on ratios computed run by run, in the same run. The table replaces what
-stands between the two marker comments in docs/benchmarks.md; the text around it (the profiles
+stands between the two marker comments of the file; the text around it (the profiles
 and the bound of each miss) is written by hand.
 """
 
@@ -148,7 +148,7 @@ def replace_between_markers(text: str, block: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", help="suite results with lkstream-kafka, tansu and lkstream-daemon")
-    parser.add_argument("--write", help="replace the generated tables in this Markdown file (docs/benchmarks.md)")
+    parser.add_argument("--write", help="replace the generated tables in this Markdown file")
     args = parser.parse_args(argv)
     block = render_all([(json.loads(Path(path).read_text()), path) for path in args.results])
     if args.write:

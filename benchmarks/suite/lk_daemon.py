@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench_daemon import DaemonProcess  # type: ignore[import-not-found]
-
 import lkstream
+from benchmarks.e2e.bench_daemon import DaemonProcess
 from benchmarks.suite.core import BenchError
 from benchmarks.suite.lk_embedded import GROUP_DURABILITY, LkSystem
 

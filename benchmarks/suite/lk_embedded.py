@@ -20,7 +20,7 @@ from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, S
 from benchmarks.suite.core import BenchError, Schedule, run_open_async, run_open_sequential, stamped, unstamp
 from lkstream import BackpressureError, Broker, Consumer, Delivery, Producer
 
-BATCH = 1000  # records per produce_many call, as in benchmarks/bench_producer.py
+BATCH = 1000  # records per produce_many call, as in benchmarks/e2e/bench_producer.py
 THROUGHPUT_LINGER_MS = 5.0  # the Producer's default
 LATENCY_LINGER_MS = 1.0  # latency phases: at most 1 ms of client batching, as for the peers
 GROUP_DURABILITY = (

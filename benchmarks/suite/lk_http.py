@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_daemon import DaemonProcess  # type: ignore[import-not-found]
-from bench_http import http_address  # type: ignore[import-not-found]
 
 import lkstream
+from benchmarks.e2e.bench_daemon import DaemonProcess
+from benchmarks.e2e.bench_http import http_address
 from benchmarks.suite.base import WARMUP_FRACTION, AckRun, Consumed, Produced, System
 from benchmarks.suite.core import BenchError, Schedule, run_open_async, stamped, unstamp
 from benchmarks.suite.lk_embedded import GROUP_DURABILITY
 
-BATCH = 1000  # records per produce request, as benchmarks/bench_http.py and the embedded produce_many
+BATCH = 1000  # records per produce request, as benchmarks/e2e/bench_http.py and the embedded produce_many
 CONSUME_MAX_BYTES = 8 * 1024 * 1024  # batch bytes per consume response (all partitions)
 LONG_POLL_MS = 1000  # e2e reader: how long one consume may wait for data
 RETRY_S = (

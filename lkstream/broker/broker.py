@@ -32,6 +32,7 @@ from typing import Any, Final, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.admission import AdmissionBudget
+from lkstream.broker.autocreate import AutoCreateBudget
 from lkstream.broker.cleaning import Cleaner, PartitionCleaning
 from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
@@ -41,6 +42,7 @@ from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partitio
 from lkstream.broker.partition_table import PartitionTable
 from lkstream.broker.partitioner import StickyPartitioner, route_records
 from lkstream.broker.tail import TailBudget
+from lkstream.broker.topic_policy import apply_topic_policy, check_size, topic_codec
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
@@ -50,9 +52,11 @@ from lkstream.errors import (
     PartitionLimitError,
     PolicyViolationError,
     RecordTooLargeError,
+    TopicExistsError,
     UnknownTopicError,
     map_os_errors,
 )
+from lkstream.format.batch import stamp_log_append_time
 from lkstream.format.codec import Compression, Headers, Record, encode_batch
 from lkstream.format.produce import (
     BATCH_OVERHEAD,
@@ -72,6 +76,7 @@ from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, Partition
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.producer_ids import ProducerIdAllocator
+from lkstream.storage.producers import ProducerStateBudget
 from lkstream.storage.topic_config import NO_OVERRIDES, ConfigEntry, EffectiveTopicConfig, TopicConfig
 from lkstream.storage.topics import StoredTopic, TopicSettings, TopicStore
 from lkstream.storage.trash import TrashEmptier
@@ -132,7 +137,9 @@ class _Topic:
 
     @property
     def settings(self) -> TopicSettings:
-        return TopicSettings(len(self.partitions), self.effective.retention_ms, self.effective.retention_bytes)
+        # Any negative retention.bytes means "no limit" (Kafka's); TopicSettings spells it -1.
+        retention_bytes = max(-1, self.effective.retention_bytes)
+        return TopicSettings(len(self.partitions), self.effective.retention_ms, retention_bytes)
 
     def route_cache(self, partitions: int) -> dict[Any, int]:
         """Keys seen by the produce fast path and their partitions, valid for ``partitions`` partitions."""
@@ -174,6 +181,12 @@ class Broker(GroupCalls):
         self.inflight = InflightBytes(self.config.max_inflight_bytes)
         #: Request bytes the daemon's listeners hold before decoding (issue 12, finding 8).
         self.admission = AdmissionBudget(self.config.max_admitted_bytes)
+        #: How fast each principal or client address may auto-create topics (issue 28, finding 6).
+        self.auto_creates = AutoCreateBudget(
+            self.config.auto_create_partitions_per_s, self.config.auto_create_partitions_burst
+        )
+        #: Idempotent-producer states all partitions keep together (max_producer_states; issue 28, finding 7).
+        self.producer_states = ProducerStateBudget(self.config.max_producer_states)
         self._limits = Limits(self.config.max_decompressed_bytes, self.config.max_compression_ratio)
         self.fsync_observers: list[Callable[[float], None]] = []
         #: Called as ``observer(topic, effective)`` after :meth:`alter_topic_configs` changed a topic's
@@ -297,6 +310,7 @@ class Broker(GroupCalls):
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
             segment_ms=effective.segment_ms,
             segment_jitter_ms=effective.segment_jitter_ms,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
 
     def _open_topic(self, name: str, *, new: bool = False) -> _Topic:
@@ -345,6 +359,7 @@ class Broker(GroupCalls):
             file_factory=self.files.file,
             # Files of a new, empty partition are created at its first write, if any.
             new_files=self.files.deferred_file if new else None,
+            producer_budget=self.producer_states,
         )
         return Partition(
             name,
@@ -383,6 +398,27 @@ class Broker(GroupCalls):
             self._create_locked(name, count, topic_config)
         self.groups.topics_changed()
 
+    def validate_topic_creation(
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        configs: Mapping[str, str | None] | TopicConfig | None = None,
+    ) -> None:
+        """Everything :meth:`create_topic` checks, creating nothing (Kafka's ``validate_only``)."""
+        count = self.config.partitions if partitions is None else partitions
+        self._new_topic_config(configs, retention_ms, retention_bytes)
+        TopicSettings(count)
+        validate_topic(name)
+        self._check_open()
+        if name in self._topics:
+            raise TopicExistsError(name)
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        if existing + count > self.config.max_partitions:
+            raise PartitionLimitError(name, count, existing, self.config.max_partitions)
+
     def _new_topic_config(
         self,
         configs: Mapping[str, str | None] | TopicConfig | None,
@@ -399,6 +435,33 @@ class Broker(GroupCalls):
         topic_config = base.with_changes(set=shorthands) if shorthands else base
         topic_config.checked(self.config)
         return topic_config
+
+    def auto_create_topic(self, name: str, *, requester: str) -> int:
+        """The partition count of ``name``, auto-creating it first if it is missing, as a caller's
+        request that names it does (a produce, a Kafka Metadata request).
+
+        ``requester`` is who asks (a principal, or a client address): each has a budget
+        (:mod:`lkstream.broker.autocreate`). Raises :class:`UnknownTopicError` when auto-creation
+        is off, :class:`AutoCreateThrottledError` when the requester's budget is spent and
+        :class:`PartitionLimitError` past ``max_partitions``; nothing is created then. Admin work:
+        surfaces call it in a worker thread.
+        """
+        try:
+            return self.partitions_for(name)
+        except UnknownTopicError:
+            if not self.config.auto_create_topics:
+                raise
+        validate_topic(name)
+        partitions = self.config.partitions
+        self.auto_creates.take(requester, partitions, name)
+        try:
+            self.create_topic(name)
+        except TopicExistsError:  # another caller created it meanwhile: this one created nothing
+            self.auto_creates.give_back(requester, partitions)
+        except BaseException:
+            self.auto_creates.give_back(requester, partitions)
+            raise
+        return self.partitions_for(name)
 
     def _create_locked(self, name: str, partitions: int, configs: TopicConfig | None = None) -> _Topic:
         """Create and open a topic, all or nothing. Caller holds ``_lock``.
@@ -464,16 +527,7 @@ class Broker(GroupCalls):
         """
         with self._lock:
             self._check_open()
-            topic = self._topic(name, create=False)
-            if not isinstance(count, int) or count <= len(topic.partitions):
-                raise InvalidArgumentError(
-                    f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
-                )
-            existing = sum(len(t.partitions) for t in self._topics.values())
-            added = count - len(topic.partitions)
-            if existing + added > self.config.max_partitions:
-                raise PartitionLimitError(name, added, existing, self.config.max_partitions)
-            TopicSettings(count)  # the count's own bound
+            topic = self.validate_partition_count(name, count)
             fresh: list[Partition] = []
             try:
                 fresh.extend(
@@ -489,6 +543,20 @@ class Broker(GroupCalls):
             topic.partitions.grow(fresh)
             self.topics_version += 1
         self.groups.topics_changed()
+
+    def validate_partition_count(self, name: str, count: int) -> _Topic:
+        """What :meth:`create_partitions` checks, changing nothing (Kafka's ``validate_only``)."""
+        topic = self._topic(name, create=False)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= len(topic.partitions):
+            raise InvalidArgumentError(
+                f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be larger, not {count!r}"
+            )
+        existing = sum(len(t.partitions) for t in self._topics.values())
+        added = count - len(topic.partitions)
+        if existing + added > self.config.max_partitions:
+            raise PartitionLimitError(name, added, existing, self.config.max_partitions)
+        TopicSettings(count)  # the count's own bound
+        return topic
 
     def list_topics(self) -> list[str]:
         return sorted(self._topics)
@@ -508,6 +576,10 @@ class Broker(GroupCalls):
 
     # -- topic configs ----------------------------------------------------------------------------
 
+    def topic_overrides(self, name: str) -> TopicConfig:
+        """The config overrides set on topic ``name`` (cheap: no partition stats, unlike :meth:`describe_topic`)."""
+        return self._topic(name, create=False).configs
+
     def topic_config(self, name: str) -> EffectiveTopicConfig:
         """The configs that apply to topic ``name``: its overrides over the broker's defaults."""
         return self._topic(name, create=False).effective
@@ -515,6 +587,14 @@ class Broker(GroupCalls):
     def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
         """Every topic config of ``name`` with its value, source and synonyms (Kafka's DescribeConfigs)."""
         return self._topic(name, create=False).configs.describe(self.config)
+
+    def validate_topic_configs(
+        self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
+    ) -> TopicConfig:
+        """The overrides :meth:`alter_topic_configs` would leave, checked; nothing changes (``validate_only``)."""
+        configs = self._topic(name, create=False).configs.with_changes(set=set, delete=delete)
+        configs.checked(self.config)
+        return configs
 
     def alter_topic_configs(
         self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
@@ -691,8 +771,13 @@ class Broker(GroupCalls):
             section = records_of(batch, header, self._limits.max_decompressed_bytes)
             _refuse_keyless(found.name, first_keyless_record(section, header.records_count))
         target = self.partition(found.name, pid)
-        with self._acknowledgement(len(batch)) as ack:
-            result = ack.append(target, batch, owned=owned)
+        # The topic's configs (max.message.bytes, timestamps, compression.type, LogAppendTime): topic_policy.
+        policed, append_time = apply_topic_policy(
+            found.name, batch, header, found.effective, now_ms=self._clock.now_ms(), limits=self._limits
+        )
+        with self._acknowledgement(len(policed)) as ack:
+            result = ack.append(target, policed, owned=owned or policed is not batch)
+        ack.log_append_time_ms = append_time
         return (result.base_offset, result.last_offset), ack
 
     def init_producer_id(self) -> tuple[int, int]:
@@ -737,10 +822,17 @@ class Broker(GroupCalls):
         *,
         view: bool = False,
     ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
-        """Encode and append; return the results and what acknowledges them."""
+        """Encode and append; return the results and what acknowledges them.
+
+        The topic's ``compression.type`` (unless ``producer``) picks the codec, batches are split at
+        its ``max.message.bytes`` (within ``max_batch_bytes``), and a LogAppendTime topic's batches
+        are stamped: what Kafka's broker would do to these batches (:mod:`lkstream.broker.topic_policy`).
+        """
         self._check_open()
-        codec = Compression.parse(compression)
         topic = self._topic(topic_name, create=True)
+        forced = topic_codec(topic.effective)
+        codec = Compression.parse(compression) if forced is None else forced
+        limit = min(self.config.max_batch_bytes, topic.effective.max_message_bytes)
         if partition is not None:
             self.partition(topic.name, partition)
         if topic.effective.compact:
@@ -755,7 +847,7 @@ class Broker(GroupCalls):
             timestamp_ms=self._clock.now_ms(),
             route_cache=topic.route_cache(partitions),
         )
-        if encoded is not None and all(len(batch) <= self.config.max_batch_bytes for _, batch in encoded.batches):
+        if encoded is not None and all(len(batch) <= limit for _, batch in encoded.batches):
             return self._append_call(topic, encoded, view=view)
         pairs, headers = normalise_records(records)
         if not pairs:
@@ -763,31 +855,46 @@ class Broker(GroupCalls):
         sizes = record_sizes(pairs)
         self._check_sizes(sizes)
         routes = route_records(pairs, len(topic.partitions), partition, self._sticky)
+        # Every batch is built and checked before the first append: a refused one appends nothing.
+        built = []
+        for pid, indices in routes.items():
+            for chunk in chunk_by_size(indices, sizes, limit):
+                batch = encode_batch(
+                    pairs if len(chunk) == len(pairs) else [pairs[i] for i in chunk],
+                    headers=None if headers is None else [headers[i] for i in chunk],
+                    compression=codec,
+                    timestamp_ms=self._clock.now_ms(),
+                )
+                check_size(topic.name, len(batch), topic.effective)
+                built.append((pid, chunk, batch))
         results: list[tuple[int, int]] = [(0, 0)] * len(pairs)
         with self._acknowledgement(sum(sizes) + RECORD_OVERHEAD * len(sizes) + BATCH_OVERHEAD) as ack:
-            for pid, indices in routes.items():
-                for chunk in chunk_by_size(indices, sizes, self.config.max_batch_bytes):
-                    batch = encode_batch(
-                        pairs if len(chunk) == len(pairs) else [pairs[i] for i in chunk],
-                        headers=None if headers is None else [headers[i] for i in chunk],
-                        compression=codec,
-                        timestamp_ms=self._clock.now_ms(),
-                    )
-                    base = ack.append(topic.partitions[pid], batch, owned=True).base_offset
-                    for delta, i in enumerate(chunk):
-                        results[i] = (pid, base + delta)
+            for pid, chunk, batch in built:
+                self._stamp(topic, batch, ack)
+                base = ack.append(topic.partitions[pid], batch, owned=True).base_offset
+                for delta, i in enumerate(chunk):
+                    results[i] = (pid, base + delta)
         return results, ack
+
+    def _stamp(self, topic: _Topic, batch: bytearray, ack: Acknowledgement) -> None:
+        """Stamp a batch the broker encoded with the append time, when the topic wants LogAppendTime."""
+        if topic.effective.log_append_time:
+            ack.log_append_time_ms = self._clock.now_ms()
+            stamp_log_append_time(batch, ack.log_append_time_ms)
 
     def _append_call(
         self, topic: _Topic, encoded: EncodedCall, *, view: bool = False
     ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
-        """Append the fast path's batches (each fits ``max_batch_bytes``); see :mod:`lkstream.broker.encoder`."""
+        """Append the fast path's batches (each fits the topic's limit); see :mod:`lkstream.broker.encoder`."""
         largest = max(encoded.largest)
         if largest > self.config.max_message_bytes:
             raise RecordTooLargeError(largest, self.config.max_message_bytes)
         total = sum(len(batch) for _, batch in encoded.batches)
         with self._acknowledgement(total) as ack:
-            bases = [ack.append(topic.partitions[pid], batch, owned=True).base_offset for pid, batch in encoded.batches]
+            bases = []
+            for pid, batch in encoded.batches:
+                self._stamp(topic, batch, ack)
+                bases.append(ack.append(topic.partitions[pid], batch, owned=True).base_offset)
         return encoded.results(bases, view=view), ack
 
     def _check_sizes(self, sizes: list[int]) -> None:
@@ -966,6 +1073,15 @@ class Broker(GroupCalls):
             targets.append((pid, partition, wanted))
         return {pid: partition.log.delete_records(wanted) for pid, partition, wanted in targets}
 
+    def expire_producers(self) -> int:
+        """Forget idempotent producers silent for ``producer_id_expiration_ms`` in every open partition."""
+        with self._lock:
+            partitions = [p for t in self._topics.values() for p in t.partitions.opened()]
+        expired = 0
+        for partition in partitions:
+            expired += partition.log.expire_producers()
+        return expired
+
     def _tick_groups(self) -> None:
         while not self._stop_maintenance.wait(GROUP_TICK_S):
             try:
@@ -983,6 +1099,10 @@ class Broker(GroupCalls):
                 self.roll_quiet_partitions()
             except Exception:  # keep retention alive; the error is in the log
                 log.exception("retention failed")
+            try:
+                self.expire_producers()
+            except Exception:  # keep the maintenance loop alive; the error is in the log
+                log.exception("expiring idempotent producers failed")
 
     def _has_lkstream_members(self, group: str) -> bool:
         return bool(self.groups.describe(group).members)

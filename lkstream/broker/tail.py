@@ -10,7 +10,7 @@ when the cached batches of every partition together pass it, the batches cached
 longest ago are dropped, whichever partition holds them. Without it a broker with
 many partitions kept ``hot_tail_bytes`` of every partition it ever wrote, long after
 the writes stopped (8 MiB x 33 partitions: most of the 444 MB the peer suite's
-embedded phases peaked at; docs/benchmarks.md, issue 14).
+embedded phases peaked at; docs/benchmarks-notes.md, "Memory").
 
 How: every cached batch gets a broker-wide sequence number; the budget queues its
 tail id and sequence in two deques of ints. No object per batch that the garbage

@@ -1,12 +1,20 @@
-"""Topic admin: ``lkstream topics create|list|describe|delete``.
+"""Topic admin: ``lkstream topics create|list|describe|alter-config|add-partitions|delete``.
 
 ::
 
-    lkstream topics create TOPIC [--partitions N] [--retention-ms MS] [--retention-bytes B] [--bootstrap HOST:PORT]
+    lkstream topics create TOPIC [--partitions N] [--config K=V ...] [--if-not-exists]
+                                 [--retention-ms MS] [--retention-bytes B] [--bootstrap HOST:PORT]
     lkstream topics list     [--bootstrap HOST:PORT | --data-dir DIR]
-    lkstream topics describe TOPIC [--bootstrap HOST:PORT | --data-dir DIR]
+    lkstream topics describe TOPIC [--all-configs] [--bootstrap HOST:PORT | --data-dir DIR]
+    lkstream topics alter-config TOPIC [--set K=V ...] [--delete K ...] [--validate-only] [--bootstrap HOST:PORT]
+    lkstream topics add-partitions TOPIC --to N [--validate-only] [--bootstrap HOST:PORT]
     lkstream topics delete TOPIC --yes [--bootstrap HOST:PORT]
     lkstream topics delete-records TOPIC --before OFFSET [--partition P ...] [--bootstrap HOST:PORT]
+
+``--config`` and ``--set`` take Kafka's topic configs (``cleanup.policy=compact``,
+``retention.ms=3600000``; docs/kafka.md lists them); ``describe`` prints, after the
+partitions, every config that is not at its default with its source (``--all-configs``:
+every config).
 
 Against a daemon (``--bootstrap``, default 127.0.0.1:9090) every subcommand goes
 through :class:`lkstream.client.remote.RemoteBroker`. With ``--data-dir``,
@@ -39,7 +47,9 @@ from lkstream.cli.base import (
     print_table,
 )
 from lkstream.client.remote import RemoteBroker
+from lkstream.errors import TopicExistsError
 from lkstream.storage.reader import DataDirReader
+from lkstream.storage.topic_config import ConfigEntry
 from lkstream.storage.topics import TOPIC_META
 
 _bootstrap = bootstrap_option
@@ -57,10 +67,31 @@ class PartitionRow(NamedTuple):
 
 
 _HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES", "DIRTY")
+_CONFIG_HEADERS = ("CONFIG", "VALUE", "SOURCE")
 
 
 def _dirty(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.0%}"
+
+
+def _assignments(values: tuple[str, ...], option: str) -> dict[str, str]:
+    """``("k=v", ...)`` as a mapping; a usage error (exit 2) for an item without ``=`` or a name given twice."""
+    parsed: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.UsageError(f"{option} takes NAME=VALUE (a Kafka topic config), not {item!r}")
+        if name.strip() in parsed:
+            raise click.UsageError(f"{option} names {name.strip()!r} twice")
+        parsed[name.strip()] = value
+    return parsed
+
+
+def _print_configs(entries: list[ConfigEntry], *, all_configs: bool) -> None:
+    rows = [(e.name, e.value, e.source.name) for e in entries if all_configs or not e.is_default]
+    if rows:
+        click.echo("")
+        print_table(rows, _CONFIG_HEADERS)
 
 
 @contextmanager
@@ -105,6 +136,20 @@ def _offline_settings(reader: DataDirReader, topic: str) -> dict[str, object]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _offline_overrides(meta: dict[str, object]) -> dict[str, str]:
+    """The config overrides a ``topic.json`` holds (an older one: its retention, always written then)."""
+    configs = meta.get("configs")
+    if isinstance(configs, dict):
+        return {str(k): str(v) for k, v in configs.items()}
+    legacy = (("retention_ms", "retention.ms"), ("retention_bytes", "retention.bytes"))
+    return {name: str(meta[field]) for field, name in legacy if isinstance(meta.get(field), int)}
+
+
+def _offline_retention(overrides: dict[str, str], name: str) -> str:
+    value = overrides.get(name)
+    return "default" if value is None else _retention(int(value))
+
+
 # -- commands ---------------------------------------------------------------------------------------
 
 
@@ -119,14 +164,74 @@ def topics() -> None:
 @click.option("--partitions", type=click.IntRange(min=1), help="Partition count (default: the broker's).")
 @click.option("--retention-ms", type=click.IntRange(min=-1), help="Keep records this long; -1 forever.")
 @click.option("--retention-bytes", type=click.IntRange(min=-1), help="Keep at most this many bytes per partition.")
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="K=V",
+    help="A Kafka topic config (repeatable): cleanup.policy=compact.",
+)
+@click.option("--if-not-exists", is_flag=True, help="Exit 0 without changing anything when TOPIC exists.")
 def create(
-    topic: str, bootstrap: str, partitions: int | None, retention_ms: int | None, retention_bytes: int | None
+    *,
+    topic: str,
+    bootstrap: str,
+    partitions: int | None,
+    retention_ms: int | None,
+    retention_bytes: int | None,
+    configs: tuple[str, ...],
+    if_not_exists: bool,
 ) -> None:
-    """Create TOPIC on the daemon. Exit 1 (ALREADY_EXISTS) if it exists."""
+    """Create TOPIC on the daemon. Exit 1 (ALREADY_EXISTS) if it exists, unless --if-not-exists."""
+    overrides = _assignments(configs, "--config")
     with _remote(bootstrap) as broker:
-        broker.create_topic(topic, partitions, retention_ms=retention_ms, retention_bytes=retention_bytes)
+        try:
+            broker.create_topic(
+                topic, partitions, retention_ms=retention_ms, retention_bytes=retention_bytes, configs=overrides
+            )
+        except TopicExistsError:
+            if not if_not_exists:
+                raise
+            click.echo(f"topic {topic} already exists; nothing changed")
+            return
         count = broker.partitions_for(topic)
     click.echo(f"created topic {topic} with {count} partition{'' if count == 1 else 's'}")
+
+
+@topics.command("alter-config")
+@click.argument("topic")
+@_bootstrap
+@click.option("--set", "sets", multiple=True, metavar="K=V", help="Set a topic config (repeatable).")
+@click.option("--delete", "deletes", multiple=True, metavar="K", help="Remove an override: back to the default.")
+@click.option("--validate-only", is_flag=True, help="Check the change on the daemon, apply nothing.")
+def alter_config(
+    topic: str, bootstrap: str, sets: tuple[str, ...], deletes: tuple[str, ...], validate_only: bool
+) -> None:
+    """Set and delete TOPIC's config overrides (Kafka's IncrementalAlterConfigs); prints the overrides after."""
+    changes = _assignments(sets, "--set")
+    if not changes and not deletes:
+        raise click.UsageError("nothing to change: give --set NAME=VALUE and/or --delete NAME")
+    with _remote(bootstrap) as broker:
+        after = broker.alter_topic_configs(topic, changes, deletes, validate_only=validate_only)
+    verb = "would leave" if validate_only else "now has"
+    shown = ", ".join(f"{k}={v}" for k, v in after.to_json().items()) or "no overrides"
+    click.echo(f"topic {topic} {verb} {shown}")
+
+
+@topics.command("add-partitions")
+@click.argument("topic")
+@_bootstrap
+@click.option("--to", "count", type=click.IntRange(min=1), required=True, help="The new partition count.")
+@click.option("--validate-only", is_flag=True, help="Check on the daemon, change nothing.")
+def add_partitions(topic: str, bootstrap: str, count: int, validate_only: bool) -> None:
+    """Grow TOPIC to --to partitions (never fewer). Keyed records route differently afterwards, as in Kafka."""
+    with _remote(bootstrap) as broker:
+        before = broker.partitions_for(topic)
+        broker.create_partitions(topic, count, validate_only=validate_only)
+    if validate_only:
+        click.echo(f"topic {topic} can grow from {before} to {count} partitions")
+    else:
+        click.echo(f"topic {topic} grew from {before} to {count} partitions")
 
 
 @topics.command("list")
@@ -148,52 +253,56 @@ def list_(bootstrap: str, data_dir: str | None) -> None:
 @click.argument("topic")
 @_bootstrap
 @_data_dir
-def describe(topic: str, bootstrap: str, data_dir: str | None) -> None:
-    """Print TOPIC's settings, then a table with one row per partition.
+@click.option("--all-configs", is_flag=True, help="List every topic config, not only those off their defaults.")
+def describe(topic: str, bootstrap: str, data_dir: str | None, all_configs: bool) -> None:
+    """Print TOPIC's settings, a table with one row per partition, then its configs with their sources.
 
     Columns: log start offset, next offset, high watermark, segment count, bytes
     of segments, and for a compacted topic the dirty ratio (the share of the sealed
     bytes the cleaner has not cleaned yet; "-" otherwise). Offline (--data-dir) the
     next offset is the log end that recovery would arrive at, and the high watermark
-    equals it.
+    equals it, and the configs are the topic's overrides (the broker's defaults are
+    the running daemon's).
     """
     if data_dir is not None:
         with broker_errors():
             reader = DataDirReader(data_dir)
-            meta = _offline_settings(reader, topic)
-            configs = meta.get("configs")
-            policy = configs.get("cleanup.policy", "") if isinstance(configs, dict) else ""
-            rows = _offline_rows(reader, topic, "compact" in str(policy))
-        retention_ms = meta.get("retention_ms")
-        retention_bytes = meta.get("retention_bytes")
+            overrides = _offline_overrides(_offline_settings(reader, topic))
+            rows = _offline_rows(reader, topic, "compact" in overrides.get("cleanup.policy", ""))
         click.echo(
             f"topic: {topic} partitions: {len(rows)} "
-            f"retention.ms: {_retention(retention_ms if isinstance(retention_ms, int) else None)} "
-            f"retention.bytes: {_retention(retention_bytes if isinstance(retention_bytes, int) else None)} "
+            f"retention.ms: {_offline_retention(overrides, 'retention.ms')} "
+            f"retention.bytes: {_offline_retention(overrides, 'retention.bytes')} "
             f"(offline: {data_dir})"
         )
-    else:
-        with _remote(bootstrap) as broker:
-            description = broker.describe_topic(topic)
-        settings = description.settings
-        rows = [
-            PartitionRow(
-                pid,
-                s.log_start_offset,
-                s.next_offset,
-                s.high_watermark,
-                s.segment_count,
-                s.size_bytes,
-                _dirty(s.dirty_ratio),
-            )
-            for pid, s in enumerate(description.partitions)
-        ]
-        click.echo(
-            f"topic: {description.name} partitions: {settings.partitions} "
-            f"retention.ms: {_retention(settings.retention_ms)} "
-            f"retention.bytes: {_retention(settings.retention_bytes)}"
+        print_table(rows, _HEADERS)
+        if overrides:
+            click.echo("")
+            print_table([(k, v, "DYNAMIC_TOPIC_CONFIG") for k, v in sorted(overrides.items())], _CONFIG_HEADERS)
+        return
+    with _remote(bootstrap) as broker:
+        description = broker.describe_topic(topic)
+        entries = broker.describe_topic_configs(topic)
+    settings = description.settings
+    rows = [
+        PartitionRow(
+            pid,
+            s.log_start_offset,
+            s.next_offset,
+            s.high_watermark,
+            s.segment_count,
+            s.size_bytes,
+            _dirty(s.dirty_ratio),
         )
+        for pid, s in enumerate(description.partitions)
+    ]
+    click.echo(
+        f"topic: {description.name} partitions: {settings.partitions} "
+        f"retention.ms: {_retention(settings.retention_ms)} "
+        f"retention.bytes: {_retention(settings.retention_bytes)}"
+    )
     print_table(rows, _HEADERS)
+    _print_configs(entries, all_configs=all_configs)
 
 
 @topics.command()

@@ -9,7 +9,7 @@ The one thing a batch waits on is created only when somebody waits: an ``asyncio
 the first time a :class:`Delivery` of it is awaited (the asyncio face), a
 ``threading.Event`` per batch (the blocking face).
 
-Why (issue 14, docs/benchmarks.md): an ``asyncio.Future`` per record cost about 0.35 us
+Why (docs/benchmarks-notes.md, "`Producer.send` and the collector"): an ``asyncio.Future`` per record cost about 0.35 us
 (``get_running_loop`` and ``create_future``), and the futures, alive for the linger time,
 were promoted by the garbage collector until full collections walked the heap: 24-26% of
 a ``send`` loop's time. A handle the caller drops is freed at once by its reference count.

@@ -176,7 +176,7 @@ def holds_records(buf: bytes | bytearray | memoryview) -> bool:
 
 #: Batches below this are checksummed without releasing the GIL: releasing it costs more than the
 #: CRC of a batch of a few hundred KiB (about 8 us), and lets the group-commit thread take the GIL
-#: from the producer in the middle of its call (docs/benchmarks.md, issue 14 phase 2).
+#: from the producer in the middle of its call (docs/benchmarks-notes.md, "The embedded ack tail").
 GIL_RELEASE_BYTES: Final = 1 << 20
 
 
@@ -221,6 +221,24 @@ def check_batch(
     if actual != header.crc:
         raise CorruptRecordError(f"CRC-32C mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
     return header
+
+
+_ATTRIBUTES: Final = struct.Struct(">h")
+_TIMESTAMP: Final = struct.Struct(">q")
+_CRC: Final = struct.Struct(">I")
+
+
+def stamp_log_append_time(batch: bytearray | memoryview, now_ms: int) -> None:
+    """Mark ``batch`` LogAppendTime, its max timestamp ``now_ms``, and recompute its CRC, in place.
+
+    What Kafka's broker does for a topic with ``message.timestamp.type=LogAppendTime``: readers
+    take ``max_timestamp`` as every record's timestamp. The records are not touched; the CRC
+    pass is the only work that grows with the batch.
+    """
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, attributes | TIMESTAMP_TYPE_MASK)
+    _TIMESTAMP.pack_into(batch, MAX_TIMESTAMP_AT, now_ms)
+    _CRC.pack_into(batch, CRC_AT, compute_crc(batch))
 
 
 def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:

@@ -7,7 +7,7 @@ same bytes by tests (and both to aiokafka's builder, whose output they reproduce
 byte: leader epoch -1, producer fields -1, timestamps relative to the first record,
 the compressed records section kept whatever its size).
 
-Why our own encoder (docs/benchmarks.md, issue 14): aiokafka's builder appends record
+Why our own encoder (docs/benchmarks-notes.md, "The encoder"): aiokafka's builder appends record
 by record into a buffer that grows by reallocation, makes a result object per record,
 and computes the CRC-32C in software at 2.4 GB/s. Here the first pass sizes the batch
 exactly, the second writes every record into it, no Python object is made per record,
@@ -60,6 +60,7 @@ _CRC: Final = struct.Struct(">I")
 _LENGTH: Final = struct.Struct(">i")
 _ATTRIBUTES: Final = struct.Struct(">h")
 _SLOT: Final = struct.Struct("=I")
+_COMPRESSION_BITS: Final = 0x07
 
 Encoded = tuple[bytearray, int]  # a batch without its CRC, and its largest key + value in bytes
 Routed = tuple[list[tuple[int, bytearray, int]], bytes]  # [(partition, batch, largest)], slots
@@ -261,6 +262,38 @@ def finish(batch: bytearray, compression: int = 0) -> bytearray:
         _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, compression)
     _CRC.pack_into(batch, CRC_AT, compute_crc(batch))
     return batch
+
+
+#: Kafka's ``compression.gzip.level`` -1: zlib's own default level.
+_ZLIB_DEFAULT_LEVEL: Final = 6
+
+
+def recompress(
+    batch: bytes | bytearray | memoryview, records: bytes | memoryview, compression: int, level: int | None = None
+) -> bytearray:
+    """``batch`` with its records section ``records`` (uncompressed) compressed by ``compression`` at ``level``.
+
+    What Kafka's broker does when a topic's ``compression.type`` differs from the producer's codec:
+    every header field (producer id, epoch, base sequence, timestamps, counts) is kept, the
+    attributes get the new codec, and the length and CRC are set for the new bytes. ``level``
+    None is the codec's default; gzip's -1 is zlib's default.
+    """
+    out = bytearray(memoryview(batch)[:HEADER_SIZE])
+    if compression:
+        codec = _compressor(compression)
+        if level is None:
+            out += codec(bytes(records))
+        elif compression == 1:
+            out += codec(bytes(records), _ZLIB_DEFAULT_LEVEL if level == -1 else level)  # type: ignore[call-arg]
+        else:
+            out += codec(bytes(records), level)  # type: ignore[call-arg]
+    else:
+        out += records
+    (attributes,) = _ATTRIBUTES.unpack_from(out, ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(out, ATTRIBUTES_AT, (attributes & ~_COMPRESSION_BITS) | compression)
+    _LENGTH.pack_into(out, BATCH_LENGTH_AT, len(out) - 12)
+    _CRC.pack_into(out, CRC_AT, compute_crc(out))
+    return out
 
 
 def encode(

@@ -30,8 +30,8 @@ cleanly as :class:`~lkstream.errors.CorruptRecordError`, without inflating past
 Speed: the walk is a small C extension (``lkstream/format/_records.c``, about
 10 ns per record); :func:`walk_records_py` is the same walk in Python, used when the
 extension is not built and held to the same answers by a property test.
-``benchmarks/micro_validate.py`` measures both against the alternatives (aiokafka's
-codec, numpy); docs/benchmarks.md has the figures.
+``benchmarks/micro/micro_validate.py`` measures both against the alternatives (aiokafka's
+codec, numpy); docs/benchmarks-notes.md has the figures.
 """
 
 from __future__ import annotations

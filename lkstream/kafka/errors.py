@@ -14,6 +14,7 @@ from typing import Final
 from kio.schema.errors import ErrorCode
 
 from lkstream.errors import (
+    AutoCreateThrottledError,
     BackpressureError,
     BrokerClosedError,
     CorruptRecordError,
@@ -28,6 +29,7 @@ from lkstream.errors import (
     NotPartitionOwnerError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    PartitionLimitError,
     PolicyViolationError,
     ProducerFencedError,
     RebalanceInProgressError,
@@ -42,6 +44,9 @@ from lkstream.errors import (
 #: Most specific class first: the first ``isinstance`` match wins.
 ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], ErrorCode]]] = (
     (RecordTooLargeError, ErrorCode.message_too_large),
+    # Limits reached, not bad requests (issue 28, finding 6): a clear refusal a client can report.
+    (PartitionLimitError, ErrorCode.policy_violation),
+    (AutoCreateThrottledError, ErrorCode.throttling_quota_exceeded),
     (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
     (TopicExistsError, ErrorCode.topic_already_exists),
     (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),

@@ -176,6 +176,7 @@ class ProducePartitionResult:
     base_offset: int
     log_start_offset: int
     error_message: str | None = None
+    log_append_time_ms: int = -1  # the broker's stamp on a LogAppendTime topic's batch
 
 
 def _string(value: str) -> bytes:
@@ -224,7 +225,7 @@ class _Layout:
 
 
 def encode_produce_response(version: int, topics: list[tuple[str, list[ProducePartitionResult]]]) -> bytes:
-    """A Produce v3-12 response body (throttle time 0, log append time -1: CreateTime topics)."""
+    """A Produce v3-12 response body (throttle time 0; log append time -1 but for LogAppendTime topics)."""
     layout = _Layout(version >= FIRST_FLEXIBLE_PRODUCE)
     parts = [layout.array(len(topics))]
     for name, partitions in topics:
@@ -232,9 +233,13 @@ def encode_produce_response(version: int, topics: list[tuple[str, list[ProducePa
         parts.append(layout.array(len(partitions)))
         for p in partitions:
             if version >= 5:
-                parts.append(_PRODUCE_PART_V5.pack(p.partition, p.error_code, p.base_offset, -1, p.log_start_offset))
+                parts.append(
+                    _PRODUCE_PART_V5.pack(
+                        p.partition, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset
+                    )
+                )
             else:
-                parts.append(_PRODUCE_PART_V3.pack(p.partition, p.error_code, p.base_offset, -1))
+                parts.append(_PRODUCE_PART_V3.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 8:
                 parts.append(layout.array(0))  # record_errors: none (a batch is accepted or refused whole)
                 parts.append(layout.nullable_string(p.error_message))

@@ -61,9 +61,13 @@ class ApiKey:
     DELETE_RECORDS: Final = 21
     INIT_PRODUCER_ID: Final = 22
     DESCRIBE_CONFIGS: Final = 32
+    ALTER_CONFIGS: Final = 33
     SASL_AUTHENTICATE: Final = 36
     CREATE_PARTITIONS: Final = 37
     DELETE_GROUPS: Final = 42
+    INCREMENTAL_ALTER_CONFIGS: Final = 44
+    LIST_PARTITION_REASSIGNMENTS: Final = 46
+    DESCRIBE_CLUSTER: Final = 60
     CONSUMER_GROUP_HEARTBEAT: Final = 68
 
 
@@ -92,6 +96,10 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),

@@ -37,7 +37,7 @@ from lkstream.security.principal import ANONYMOUS, Principal
 from lkstream.security.sasl import SaslServer
 
 #: The operations and resource types handlers name (the values of lkstream.security's enums).
-Operation = Literal["read", "write", "create", "delete", "describe", "admin"]
+Operation = Literal["read", "write", "create", "delete", "describe", "admin", "alter_configs", "describe_configs"]
 ResourceType = Literal["topic", "group", "cluster"]
 
 #: The name of the one cluster resource in ACL entries.
@@ -72,7 +72,13 @@ API_ACCESS: Final[dict[int, str]] = {
     ApiKey.DELETE_RECORDS: "delete on the topic [TOPIC]",
     ApiKey.CREATE_PARTITIONS: "create on the topic [TOPIC]",
     ApiKey.INIT_PRODUCER_ID: "write on at least one topic [CLUSTER]; transactional ids are refused",
-    ApiKey.DESCRIBE_CONFIGS: "describe on the topic [TOPIC]; broker configs: describe on the cluster [CLUSTER]",
+    ApiKey.DESCRIBE_CONFIGS: "describe_configs on the topic [TOPIC] (describe allows it too); "
+    "broker configs: describe_configs on the cluster [CLUSTER]",
+    ApiKey.ALTER_CONFIGS: "alter_configs on the topic [TOPIC]; broker configs: alter_configs on the cluster [CLUSTER]",
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: "alter_configs on the topic [TOPIC]; "
+    "broker configs: alter_configs on the cluster [CLUSTER]",
+    ApiKey.DESCRIBE_CLUSTER: "nothing: the brokers and cluster id, as Metadata answers them",
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: "describe on the cluster [CLUSTER]",
     ApiKey.CONSUMER_GROUP_HEARTBEAT: "read on the group [GROUP], then describe on each subscribed topic [TOPIC]; "
     "a member id only by the principal that joined with it",
 }

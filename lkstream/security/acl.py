@@ -4,11 +4,14 @@ An entry says: ``principal`` is allowed (or denied) ``operation`` on resources o
 ``resource_type`` whose name equals ``name`` (``literal``; ``*`` is every name) or
 starts with it (``prefix``). Operations per resource type:
 
-=========  ==================================================
-topic      read, write, create, delete, describe, all
+=========  ========================================================================
+topic      read, write, create, delete, describe, alter_configs, describe_configs, all
 group      read, delete, describe, all
-cluster    admin, create, describe, all (the name is ``cluster``)
-=========  ==================================================
+cluster    admin, create, describe, alter_configs, describe_configs, all (the name is ``cluster``)
+=========  ========================================================================
+
+``alter_configs`` and ``describe_configs`` are Kafka's ALTER_CONFIGS and DESCRIBE_CONFIGS: changing
+a topic's configs (or, on the cluster, the broker's, which are read-only here) and reading them.
 
 The ACL file (default ``{persist_dir}/security/acls.json``, edited by ``lkstream acls``)::
 
@@ -52,6 +55,8 @@ class Operation(StrEnum):
     DELETE = "delete"
     DESCRIBE = "describe"
     ADMIN = "admin"
+    ALTER_CONFIGS = "alter_configs"
+    DESCRIBE_CONFIGS = "describe_configs"
     ALL = "all"
 
 
@@ -68,10 +73,28 @@ class Permission(StrEnum):
 #: Which operations an entry on each resource type may name.
 OPERATIONS: Final[dict[ResourceType, frozenset[Operation]]] = {
     ResourceType.TOPIC: frozenset(
-        {Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.DESCRIBE, Operation.ALL}
+        {
+            Operation.READ,
+            Operation.WRITE,
+            Operation.CREATE,
+            Operation.DELETE,
+            Operation.DESCRIBE,
+            Operation.ALTER_CONFIGS,
+            Operation.DESCRIBE_CONFIGS,
+            Operation.ALL,
+        }
     ),
     ResourceType.GROUP: frozenset({Operation.READ, Operation.DELETE, Operation.DESCRIBE, Operation.ALL}),
-    ResourceType.CLUSTER: frozenset({Operation.ADMIN, Operation.CREATE, Operation.DESCRIBE, Operation.ALL}),
+    ResourceType.CLUSTER: frozenset(
+        {
+            Operation.ADMIN,
+            Operation.CREATE,
+            Operation.DESCRIBE,
+            Operation.ALTER_CONFIGS,
+            Operation.DESCRIBE_CONFIGS,
+            Operation.ALL,
+        }
+    ),
 }
 
 

@@ -6,8 +6,11 @@
   match the resource decide: a matching ``deny`` wins over any ``allow``; an ``allow``
   of the operation (or of ``all``) grants it; nothing matching denies.
 * Implied operations (as Kafka): allowing ``read``, ``write``, ``delete`` or ``admin``
-  also allows ``describe``; a ``deny`` denies only the operation it names (and ``all``
-  denies everything).
+  also allows ``describe``; allowing ``alter_configs`` also allows ``describe_configs``.
+  Unlike Kafka, ``describe_configs`` is also allowed by whatever allows ``describe`` (topic
+  configs were readable with ``describe`` before the operation existed; deny
+  ``describe_configs`` to hide them). A ``deny`` denies only the operation it names (and
+  ``all`` denies everything).
 * Creating a topic: a topic-level entry for the name decides; without one, ``create``
   on the cluster allows creating any topic.
 * :meth:`~Authorizer.authorize_any` asks whether the principal may do an operation on
@@ -39,6 +42,16 @@ from lkstream.security.principal import ANY_PRINCIPAL, Principal
 #: The allowed operations that also allow the key.
 _IMPLIED_BY: Final[dict[Operation, frozenset[Operation]]] = {
     Operation.DESCRIBE: frozenset({Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ADMIN}),
+    Operation.DESCRIBE_CONFIGS: frozenset(
+        {
+            Operation.ALTER_CONFIGS,
+            Operation.DESCRIBE,
+            Operation.READ,
+            Operation.WRITE,
+            Operation.DELETE,
+            Operation.ADMIN,
+        }
+    ),
 }
 
 

@@ -62,3 +62,14 @@ def validate_principal_name(name: object) -> str:
     if name == ANY_PRINCIPAL:
         return ANY_PRINCIPAL
     return validate_user_name(name)
+
+
+def requester_of(principal: Principal, address: str | None) -> str:
+    """Who a request comes from, for the budgets kept per caller (auto-creating topics).
+
+    The principal when the caller authenticated; otherwise (authentication off) its client
+    address, so every client of one host counts as one caller.
+    """
+    if not principal.anonymous:
+        return f"principal {principal.name}"
+    return f"address {address or 'unknown'}"

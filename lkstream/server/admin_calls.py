@@ -16,10 +16,14 @@ from lkstream.broker.broker import Broker
 from lkstream.errors import TopicExistsError, UnknownTopicError
 
 
-async def ensure_topic(broker: Broker, name: str, *, partitions: int | None = None, create: bool = True) -> int:
-    """Partition count of ``name``; if it is missing and ``create`` (and the broker auto-creates
-    topics, unless ``partitions`` asks for a given count), create it first, in a worker thread.
+async def ensure_topic(
+    broker: Broker, name: str, *, requester: str, partitions: int | None = None, create: bool = True
+) -> int:
+    """Partition count of ``name``; if it is missing and ``create``, create it first, in a worker thread.
 
+    Without ``partitions`` that is an auto-creation (when the broker auto-creates topics), counted
+    against ``requester``'s budget (:meth:`Broker.auto_create_topic`, issue 28, finding 6); with
+    ``partitions`` (a topic the daemon's own settings name) a plain create.
     :class:`~lkstream.errors.UnknownTopicError` when it is missing and may not be created.
     """
     try:
@@ -27,10 +31,12 @@ async def ensure_topic(broker: Broker, name: str, *, partitions: int | None = No
     except UnknownTopicError:
         if not (create and (partitions is not None or broker.config.auto_create_topics)):
             raise
+    if partitions is None:
+        return await asyncio.to_thread(lambda: broker.auto_create_topic(name, requester=requester))
     return await asyncio.to_thread(_create_if_missing, broker, name, partitions)
 
 
-def _create_if_missing(broker: Broker, name: str, partitions: int | None) -> int:
+def _create_if_missing(broker: Broker, name: str, partitions: int) -> int:
     with contextlib.suppress(TopicExistsError):  # a concurrent request created it
         broker.create_topic(name, partitions)
     return broker.partitions_for(name)

@@ -3,7 +3,7 @@
 A started daemon holds 50,000-120,000 objects the collector tracks (the modules of gRPC,
 protobuf, aiohttp, pydantic, the Kafka listener, the topics opened at start-up) that live
 as long as the process. Every full collection walked all of them while holding the GIL:
-measured in the daemon of ``benchmarks/bench_admin_isolation.py``, 55-120 ms at load 4 on
+measured in the daemon of ``benchmarks/soak/bench_admin_isolation.py``, 55-120 ms at load 4 on
 two cores, during which no client was served; such a pause showed as the first stall of
 every quiet window. :func:`freeze_start_up_heap` collects once, then moves every object
 alive at that moment to the collector's permanent generation (``gc.freeze``), so later

@@ -2,8 +2,8 @@
 
 The Python source (``spark.read.format("lkstream").option("path", ...)``) decodes
 in Python workers and hands Spark Arrow batches over a socket; turning those into
-rows costs the JVM more than Spark's whole Parquet read (docs/benchmarks.md, "Row 8
-after profiling"). Here planning stays in Python, with the same options and the
+rows costs the JVM more than Spark's whole Parquet read (docs/benchmarks-notes.md,
+"Where the CPU goes"). Here planning stays in Python, with the same options and the
 same :class:`~lkstream.spark.source.Planner`, and the planned ``[start, end)``
 ranges go to ``io.lkstream.spark.RangeSource``, a Spark DataSource V2 in Java
 (sources in ``lkstream/spark/java/``) that reads the segment files itself and

@@ -249,7 +249,7 @@ class _ArrowProducer:
             batch = encode_rows(keys, values, start, end, codec)
             if broker.kafka_lane is not None:
                 # One batch at a time through the Kafka lane costs both processes less CPU than a
-                # window of gRPC calls (docs/benchmarks.md, "The sink through the lane").
+                # window of gRPC calls (docs/benchmarks-notes.md, "The sink through the lane").
                 sends.drain()
                 broker.produce_batch_sync(topic, partition, batch)
             else:

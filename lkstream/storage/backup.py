@@ -39,11 +39,19 @@ How each piece is copied:
   (a few times; a clean rewrites each segment group once).
 * **The log start.** ``marks.meta`` (DeleteRecords' log start, the cleaner's
   progress) is copied, so a restored log starts where the source did.
+* **Producer ids** (``producer_ids``), after the segments: every id in a copied batch is
+  below the counter, so a restored daemon never hands an id out again to a new producer
+  whose first batch would pass for an old producer's duplicate.
+* **Security files** (issue 28, finding 10): the users and ACL files (by default
+  ``security/users.json`` and ``security/acls.json`` under the data directory) with mode
+  0600, so a backup of a daemon with authentication keeps its users, tokens and ACLs. A
+  restore puts them back only when asked (:mod:`lkstream.storage.restore`).
+* **An inventory.** ``backup.json`` (format 2) lists every file with its size and CRC-32C:
+  a restore copies exactly those and checks them.
 * **Atomic.** Everything is written (and fsynced) under ``DEST.partial-PID`` and
   renamed to ``DEST`` at the end, so an interrupted backup never looks complete.
 
-Restore copies a backup into an empty (or new) directory, the same way
-(temporary name, fsync, rename), and leaves out ``backup.json``.
+Restore is :mod:`lkstream.storage.restore`.
 """
 
 from __future__ import annotations
@@ -52,12 +60,15 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError, StorageError, map_os_errors
+import crc32c
+
+from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamError, StorageError
 from lkstream.storage.checkpoint import Checkpoint, write_checkpoint
 from lkstream.storage.files import OsFile, atomic_write, fsync_dir
 from lkstream.storage.index import ENTRY
@@ -69,7 +80,13 @@ from lkstream.storage.segment import INDEX_SUFFIX, SEGMENT_SUFFIX, format_segmen
 from lkstream.storage.topics import TOPICS_DIR
 
 MANIFEST: Final = "backup.json"
-FORMAT_VERSION: Final = 1
+#: 2: the manifest lists every file (``files``); 1 (read too) did not.
+FORMAT_VERSION: Final = 2
+#: Where the security files go in a backup, and their mode there.
+SECURITY_DIR: Final = "security"
+SECURITY_NAMES: Final = ("users.json", "acls.json")
+_SECURITY_MODE: Final = 0o600
+PRODUCER_IDS: Final = "producer_ids"
 #: Segment bytes between index entries of a copied segment (the broker's default ``index_interval_bytes``).
 INDEX_INTERVAL_BYTES: Final = 4096
 _COPY_CHUNK: Final = 1 << 20
@@ -88,9 +105,25 @@ class PartitionSnapshot:
     bytes: int
 
 
+@dataclass(frozen=True)
+class BackupFile:
+    """One file of a backup: its path under the backup (``/``-separated), size and CRC-32C (-1: unknown)."""
+
+    path: str
+    size: int
+    crc32c: int
+
+    @classmethod
+    def from_json(cls, raw: Any) -> BackupFile:
+        path, size, crc = raw["path"], raw["size"], raw["crc32c"]
+        if not (isinstance(path, str) and type(size) is int and type(crc) is int and size >= 0 and 0 <= crc < 2**32):
+            raise ValueError(f"bad file entry {str(raw)[:80]}")
+        return cls(path, size, crc)
+
+
 @dataclass
 class BackupReport:
-    """The manifest of a backup (``backup.json``)."""
+    """The manifest of a backup (``backup.json``); ``files`` is None for a format-1 backup."""
 
     source: str
     created_ms: int
@@ -98,6 +131,7 @@ class BackupReport:
     committed_offsets: int = 0
     notes: list[str] = field(default_factory=list)
     format: int = FORMAT_VERSION
+    files: list[BackupFile] | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode() + b"\n"
@@ -106,10 +140,14 @@ class BackupReport:
     def from_json(cls, raw: bytes, path: str) -> BackupReport:
         try:
             doc = json.loads(raw)
-            if doc.get("format") != FORMAT_VERSION:
-                raise ValueError(f"format {doc.get('format')!r}, this lkstream reads {FORMAT_VERSION}")
+            if doc.get("format") not in (1, FORMAT_VERSION):
+                raise ValueError(f"format {str(doc.get('format'))[:20]}, this lkstream reads 1 and {FORMAT_VERSION}")
             parts = [PartitionSnapshot(**p) for p in doc["partitions"]]
-            return cls(doc["source"], doc["created_ms"], parts, doc["committed_offsets"], list(doc["notes"]))
+            files = None if doc["format"] == 1 else [BackupFile.from_json(f) for f in doc["files"]]
+            notes = [str(note) for note in doc["notes"]]
+            report = cls(str(doc["source"]), int(doc["created_ms"]), parts, int(doc["committed_offsets"]), notes)
+            report.format, report.files = doc["format"], files
+            return report
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidArgumentError(f"{path} is not an lkstream backup manifest ({exc})") from None
 
@@ -118,40 +156,42 @@ class _Vanished(Exception):
     """A file the backup was about to read is gone (retention, topic delete)."""
 
 
-def backup_data_dir(source: str, dest: str) -> BackupReport:
-    """Snapshot the data directory ``source`` (a daemon may be running on it) into the new directory ``dest``."""
+def default_security_files(data_dir: str) -> list[str]:
+    """Where a daemon on ``data_dir`` keeps its users and ACL files unless its config says otherwise."""
+    return [os.path.join(data_dir, SECURITY_DIR, name) for name in SECURITY_NAMES]
+
+
+def backup_data_dir(source: str, dest: str, *, security_files: Sequence[str] | None = None) -> BackupReport:
+    """Snapshot the data directory ``source`` (a daemon may be running on it) into the new directory ``dest``.
+
+    ``security_files``: the users file and the ACL file, in that order (default: under
+    ``source/security/``); those that exist are copied as ``security/users.json`` and
+    ``security/acls.json``.
+    """
     reader = DataDirReader(source)
-    _check_target(dest, "back up into")
+    check_target(dest, "back up into")
     report = BackupReport(os.path.abspath(source), int(time.time() * 1000))
-    with _staged(dest, "partial") as staging:
+    with staged(dest, "partial") as staging:
         os.makedirs(os.path.join(staging, TOPICS_DIR))
         report.committed_offsets = _copy_offsets(source, staging, report)
         for topic in reader.topics():
             _copy_topic(reader, topic, staging, report)
         report.committed_offsets -= _drop_orphan_offsets(staging, {p.topic for p in report.partitions}, report)
+        _copy_producer_ids(source, staging)
+        _copy_security(security_files or default_security_files(source), staging)
+        report.files = _inventory(staging)
         atomic_write(os.path.join(staging, MANIFEST), report.to_json())
     return report
 
 
-def restore_backup(backup: str, data_dir: str) -> BackupReport:
-    """Copy the backup ``backup`` into ``data_dir``, which must be empty or absent."""
-    manifest = os.path.join(backup, MANIFEST)
-    try:
-        with open(manifest, "rb") as f:
-            report = BackupReport.from_json(f.read(), manifest)
-    except FileNotFoundError:
-        raise InvalidArgumentError(f"{backup} is not an lkstream backup (it has no {MANIFEST})") from None
-    _check_target(data_dir, "restore into")
-    with _staged(data_dir, "restoring") as staging, map_os_errors("copy", backup):
-        shutil.copytree(backup, staging, ignore=lambda d, names: [MANIFEST] if d == backup else [])
-    return report
-
-
 @contextlib.contextmanager
-def _staged(final: str, what: str) -> Iterator[str]:
+def staged(final: str, what: str) -> Iterator[str]:
     """A temporary sibling of ``final`` to fill; fsynced and renamed to ``final`` on success, removed on failure."""
     staging = f"{final.rstrip('/')}.{what}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
+    # Made here, never reused: whatever still sits at that name (a link planted beside the target)
+    # fails the mkdir instead of receiving the files.
+    os.mkdir(staging)
     try:
         yield staging
         _fsync_tree(staging)
@@ -324,6 +364,45 @@ def _copy_marks(directory: str, target: str) -> Marks | None:
     return marks
 
 
+# -- producer ids, security files, the inventory --------------------------------------------------------
+
+
+def _copy_producer_ids(source: str, staging: str) -> None:
+    data = _read_whole(os.path.join(source, PRODUCER_IDS), missing_ok=True)
+    if data is not None:
+        with open(os.path.join(staging, PRODUCER_IDS), "wb") as f:
+            f.write(data)
+
+
+def _copy_security(paths: Sequence[str], staging: str) -> None:
+    """Copy the users and ACL files that exist, mode 0600 in a 0700 directory (they hold credentials)."""
+    target = os.path.join(staging, SECURITY_DIR)
+    for path, name in zip(paths, SECURITY_NAMES, strict=True):
+        data = _read_whole(path, missing_ok=True)
+        if data is None:
+            continue
+        os.makedirs(target, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(target, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, _SECURITY_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+
+def _inventory(staging: str) -> list[BackupFile]:
+    """Every file under ``staging`` with its size and CRC-32C, for the manifest."""
+    files = []
+    for directory, _, names in os.walk(staging):
+        for name in names:
+            path = os.path.join(directory, name)
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            crc, size = 0, 0
+            with open(path, "rb") as f:
+                while chunk := f.read(_COPY_CHUNK):
+                    crc, size = crc32c.crc32c(chunk, crc), size + len(chunk)
+            files.append(BackupFile(os.path.relpath(path, staging).replace(os.sep, "/"), size, crc))
+    return sorted(files, key=lambda f: f.path)
+
+
 # -- files ------------------------------------------------------------------------------------------
 
 
@@ -337,7 +416,7 @@ def _read_whole(path: str, *, missing_ok: bool = False) -> bytes | None:
         raise _Vanished(path) from None
 
 
-def _check_target(path: str, action: str) -> None:
+def check_target(path: str, action: str) -> None:
     """``path`` must not exist, or be an empty directory: a backup or restore never mixes with other files."""
     if not os.path.lexists(path):
         return

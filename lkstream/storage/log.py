@@ -47,7 +47,12 @@ from lkstream.storage.checkpoint import Checkpoint, CheckpointDamaged, read_chec
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.files import OsFile, StorageFile, fsync_dir
 from lkstream.storage.log_maintenance import LogMaintenance
-from lkstream.storage.producers import DEFAULT_MAX_PRODUCERS, ProducerStateTable, producer_fields
+from lkstream.storage.producers import (
+    DEFAULT_EXPIRATION_MS,
+    ProducerStateBudget,
+    ProducerStateTable,
+    producer_fields,
+)
 from lkstream.storage.segment import (
     INDEX_SUFFIX,
     SEGMENT_SUFFIX,
@@ -78,7 +83,7 @@ class LogConfig:
     retention_bytes: int = -1
     visible_after_fsync: bool = False
     checkpoint_interval_ms: int = 1000
-    max_producer_ids: int = DEFAULT_MAX_PRODUCERS
+    producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
     #: Seal the active segment once it has held data this long (Kafka's ``segment.ms``); -1: never.
     segment_ms: int = -1
     #: Up to this much, drawn per segment, comes off ``segment_ms`` (Kafka's ``segment.jitter.ms``).
@@ -144,8 +149,12 @@ class PartitionLog(LogMaintenance):
         clock: Clock | None = None,
         file_factory: FileFactory = OsFile,
         new_files: FileFactory | None = None,
+        producer_budget: ProducerStateBudget | None = None,
     ) -> None:
         """Open (and recover) the log in ``directory``, creating the directory if missing.
+
+        ``producer_budget`` bounds the idempotent-producer states of every log sharing it
+        (the broker's ``max_producer_states``; one of its own when None).
 
         ``new_files`` says the caller has just created ``directory`` empty (a new topic): the
         log starts empty without scanning the directory or reading a checkpoint, and its
@@ -172,9 +181,10 @@ class PartitionLog(LogMaintenance):
         # Whether anything was appended since open: a log that only served reads closes without
         # an fsync or a checkpoint (its files are as recovery left them), so idle partitions stop fast.
         self._appended = False
+        expiration = self.config.producer_id_expiration_ms
         if new_files is not None:
             self.recovery = self._open_new(new_files)
-            self.producers = ProducerStateTable(self.config.max_producer_ids)
+            self.producers = ProducerStateTable(producer_budget, expiration_ms=expiration, clock=self._clock.now_ms)
             self._no_marks()
             return
         with map_os_errors("create partition directory", directory):
@@ -182,7 +192,9 @@ class PartitionLog(LogMaintenance):
         self.recovery = self._open()
         self._open_marks()
         # Idempotent producers: rebuilt from the snapshot plus the batch headers after it.
-        self.producers = ProducerStateTable.rebuild(directory, self._segments, self.config.max_producer_ids)
+        self.producers = ProducerStateTable.rebuild(
+            directory, self._segments, producer_budget, expiration_ms=expiration, clock=self._clock.now_ms
+        )
 
     # -- opening and recovery ------------------------------------------------------------------
 
@@ -571,6 +583,11 @@ class PartitionLog(LogMaintenance):
 
     # -- retention ------------------------------------------------------------------------------
 
+    def expire_producers(self) -> int:
+        """Forget idempotent producers silent for ``producer_id_expiration_ms``; return how many."""
+        with self._lock:
+            return 0 if self._closed else self.producers.expire()
+
     def enforce_retention(self) -> list[int]:
         """Delete sealed segments past ``retention_ms`` / ``retention_bytes``; return their bases."""
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
@@ -642,6 +659,7 @@ class PartitionLog(LogMaintenance):
                     finally:
                         for segment in self._segments:
                             segment.close()
+                        self.producers.release()  # a reopen rebuilds them from the snapshot
 
     def _seal_on_close(self) -> None:
         """Final fsync and checkpoint. Caller holds the lock and has marked the log closed."""

@@ -9,7 +9,7 @@ CPython's switch interval does not help, because it only forces a switch when th
 not changed hands for 5 ms, and here it changes hands (back to the worker) every few
 microseconds. Measured beside a 4,000-partition create: the daemon's group-commit thread
 made no fsync at all for whole seconds, and other clients' produce p99 went from ~10 ms to
-hundreds (docs/benchmarks.md, "Admin work beside other clients").
+hundreds (docs/benchmarks-notes.md, "Admin work beside other clients").
 
 A :class:`Pacer` sleeps ``pause_s`` after every ``work_s`` of work: sleeping (unlike a
 system call that returns at once) leaves the GIL free long enough for the waiting threads
@@ -24,7 +24,7 @@ from typing import Final
 #: Work between pauses, and the pause: the loop runs at about a quarter of its speed alone.
 #: Admin work is not latency-critical, the other clients' calls are: at 2 ms / 2 ms a churn of
 #: 4,000-partition topics kept half a core busy with ``mkdir``/``rmdir`` and their p99 doubled
-#: on a quiet two-core machine (docs/benchmarks.md, "Admin work beside other clients").
+#: on a quiet two-core machine (docs/benchmarks-notes.md, "Admin work beside other clients").
 WORK_S: Final = 0.001
 PAUSE_S: Final = 0.003
 

@@ -22,6 +22,7 @@ import grpc
 from lkstream.errors import (
     AuthenticationError,
     AuthorizationError,
+    AutoCreateThrottledError,
     BackpressureError,
     BrokerClosedError,
     BrokerUnavailableError,
@@ -42,6 +43,7 @@ from lkstream.errors import (
     OverloadedError,
     PartitionLimitError,
     ProducerFencedError,
+    ProducerStateLimitError,
     ProtocolVersionError,
     RebalanceInProgressError,
     RecordTooLargeError,
@@ -67,12 +69,14 @@ Code = grpc.StatusCode
 #: Most specific class first: the first ``isinstance`` match wins.
 ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (RecordTooLargeError, Code.INVALID_ARGUMENT),
-    (PartitionLimitError, Code.INVALID_ARGUMENT),
+    (PartitionLimitError, Code.RESOURCE_EXHAUSTED),  # a limit reached, not a bad argument (issue 28)
     (InvalidArgumentError, Code.INVALID_ARGUMENT),
     (UnknownTopicError, Code.NOT_FOUND),
     (TopicExistsError, Code.ALREADY_EXISTS),
     (OffsetOutOfRangeError, Code.OUT_OF_RANGE),
     (OverloadedError, Code.RESOURCE_EXHAUSTED),  # refused before it was decoded: retry after retry_after_ms
+    (ProducerStateLimitError, Code.RESOURCE_EXHAUSTED),  # a new idempotent producer waits for states to expire
+    (AutoCreateThrottledError, Code.RESOURCE_EXHAUSTED),  # retry after retry_after_ms, or create it explicitly
     (BackpressureError, Code.RESOURCE_EXHAUSTED),
     (DiskFullError, Code.RESOURCE_EXHAUSTED),
     (TooManyOpenFilesError, Code.RESOURCE_EXHAUSTED),
@@ -153,6 +157,7 @@ _FIELDS: Final = (
     "existing",
     "retry_after_ms",
     "admitted_bytes",
+    "burst",
 )
 
 

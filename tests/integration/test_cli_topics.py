@@ -34,11 +34,17 @@ def test_create_list_describe_delete(daemon: DaemonProcess) -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "topic: orders partitions: 3 retention.ms: 60000 retention.bytes: 1048576"
     assert lines[1].split() == ["PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES", "DIRTY"]
-    rows = [line.split() for line in lines[2:]]
+    rows = [line.split() for line in lines[2:5]]
     assert [r[:4] for r in rows] == [["0", "0", "0", "0"], ["1", "0", "2", "2"], ["2", "0", "0", "0"]]
     assert [r[6] for r in rows] == ["-", "-", "-"], "a topic that is not compacted has no dirty ratio"
     assert int(rows[1][5]) > 0
-    assert len({len(line) for line in lines[1:]}) == 1  # aligned columns
+    assert len({len(line) for line in lines[1:5]}) == 1  # aligned columns
+    # Then the configs off their defaults, with their sources.
+    assert lines[5] == "" and lines[6].split() == ["CONFIG", "VALUE", "SOURCE"]
+    assert [line.split() for line in lines[7:]] == [
+        ["retention.bytes", "1048576", "DYNAMIC_TOPIC_CONFIG"],
+        ["retention.ms", "60000", "DYNAMIC_TOPIC_CONFIG"],
+    ]
 
     done = lkstream_cli("topics", "delete", "orders", "--bootstrap", addr)
     assert done.returncode == 2
@@ -79,8 +85,12 @@ def test_offline_list_and_describe_read_the_data_dir(daemon: DaemonProcess) -> N
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("topic: ticks partitions: 2 retention.ms: 5000")
-    rows = [line.split() for line in lines[2:]]
+    rows = [line.split() for line in lines[2:4]]
     assert [r[:5] for r in rows] == [["0", "0", "5", "5", "1"], ["1", "0", "0", "0", "1"]]
+    assert [line.split() for line in lines[5:]] == [
+        ["CONFIG", "VALUE", "SOURCE"],
+        ["retention.ms", "5000", "DYNAMIC_TOPIC_CONFIG"],
+    ]
 
     done = lkstream_cli("topics", "describe", "nope", "--data-dir", data)
     assert done.returncode == 1 and "NOT_FOUND" in done.stderr
@@ -147,3 +157,52 @@ def test_delete_records_moves_each_log_start_durably(daemon: DaemonProcess) -> N
         assert [r.value for r in broker.read_from("purged", 0, 10)] == [b"after"]
         with pytest.raises(lkstream.OffsetOutOfRangeError):
             broker.read_from("purged", 0, 9)
+
+
+def test_topic_configs_from_the_command_line(daemon: DaemonProcess) -> None:
+    """issue 24 / issue 26 item 3: --config, --if-not-exists, alter-config, add-partitions, describe with sources."""
+    addr = daemon.address
+    done = lkstream_cli(
+        "topics", "create", "changelog", "--bootstrap", addr, "--partitions", "2",
+        "--config", "cleanup.policy=compact", "--config", "segment.bytes=1048576",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = lkstream_cli("topics", "create", "changelog", "--bootstrap", addr, "--if-not-exists")
+    assert (done.returncode, done.stdout) == (0, "topic changelog already exists; nothing changed\n"), done.stderr
+
+    done = lkstream_cli(
+        "topics", "alter-config", "changelog", "--bootstrap", addr, "--set", "min.cleanable.dirty.ratio=0.1",
+        "--delete", "segment.bytes",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "topic changelog now has cleanup.policy=compact, min.cleanable.dirty.ratio=0.1\n"
+    done = lkstream_cli("topics", "add-partitions", "changelog", "--bootstrap", addr, "--to", "4")
+    assert (done.returncode, done.stdout) == (0, "topic changelog grew from 2 to 4 partitions\n"), done.stderr
+
+    done = lkstream_cli("topics", "describe", "changelog", "--bootstrap", addr, "--all-configs")
+    assert done.returncode == 0, done.stderr
+    configs = {line.split()[0]: line.split()[1:] for line in done.stdout.split("CONFIG", 1)[1].splitlines()[1:]}
+    assert configs["cleanup.policy"] == ["compact", "DYNAMIC_TOPIC_CONFIG"]
+    assert configs["min.cleanable.dirty.ratio"] == ["0.1", "DYNAMIC_TOPIC_CONFIG"]
+    assert configs["segment.ms"] == ["604800000", "DEFAULT_CONFIG"]
+    assert "partitions: 4" in done.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        # Refused values are usage errors (exit 2), as every InvalidArgument of the CLI is.
+        (("create", "t", "--config", "cleanup.policy=shred"), 2, "'shred' is not delete or compact"),
+        (("create", "t", "--config", "min.insync.replicas=2"), 2, "one replica"),
+        (("create", "t", "--config", "retention.ms"), 2, "NAME=VALUE"),
+        (("alter-config", "t"), 2, "nothing to change"),
+        (("add-partitions", "t", "--to", "1"), 2, "must be larger"),
+    ],
+)
+def test_refused_topic_configs_say_why(daemon: DaemonProcess, args: tuple[str, ...], status: int, says: str) -> None:
+    with lkstream.connect(daemon.address) as broker:
+        if "t" not in broker.list_topics():
+            broker.create_topic("t", 1)
+    done = lkstream_cli("topics", *args, "--bootstrap", daemon.address)
+    assert done.returncode == status, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr

@@ -199,13 +199,14 @@ def test_a_topic_past_max_partitions_is_refused_at_once_and_the_daemon_restarts(
     daemon = start_daemon(max_partitions=4096)
     api = Api(daemon.http_address)
     refused = api.post("/topics", {"name": "huge", "partitions": 10_000})
-    assert refused.status == 400 and refused.error_code == "partition_limit", refused.body
+    # A limit reached, not a bad argument (issue 28, finding 6): 409 / RESOURCE_EXHAUSTED.
+    assert refused.status == 409 and refused.error_code == "partition_limit", refused.body
     assert "max_partitions is 4096" in refused.body["error"]["message"]
     channel, stub = _stub(daemon)
     with channel:
         with pytest.raises(grpc.RpcError) as info:
             stub.Admin(pb.AdminRequest(create_topic=pb.CreateTopic(name="huge", partitions=5000)))
-        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         stub.Admin(pb.AdminRequest(create_topic=pb.CreateTopic(name="wide", partitions=2000)))
         stub.Produce(pb.ProduceRequest(topic="wide", partition=1999, values=[b"last"]))
     assert daemon.terminate() == 0

@@ -32,6 +32,7 @@ from lkstream.server.http.api import (
     TopicList,
     openapi_document,
 )
+from lkstream.server.http.models import TopicConfigs
 from tests.integration.conftest import DaemonFactory, DaemonProcess
 from tests.integration.http_support import Api, start_module_daemon
 
@@ -475,6 +476,8 @@ def test_openapi_document_is_the_generated_one(api: Api) -> None:
         "/consume",
         "/topics",
         "/topics/{topic}",
+        "/topics/{topic}/configs",
+        "/topics/{topic}/partitions",
         "/topics/{topic}/delete-records",
         "/groups/{group}",
         "/produce/{partition}",
@@ -550,3 +553,46 @@ def test_fuzz_api_from_openapi(
         case.call_and_validate(base_url=base, timeout=60, excluded_checks=[positive_data_acceptance])
 
     run()
+
+
+# -- topic configs (issue 24) -------------------------------------------------------------------------
+
+
+def test_topic_configs_over_http(api: Api, topic: str) -> None:
+    created = api.post("/topics", {"name": topic, "partitions": 1, "configs": {"cleanup.policy": "compact"}})
+    assert created.status == 201, created.body
+    assert created.body["configs"] == {"cleanup.policy": "compact"}
+    # JSON numbers are taken as Kafka's strings.
+    altered = api.call("PATCH", f"/topics/{topic}/configs", {"set": {"retention.ms": 60000}, "delete": []})
+    assert altered.status == 200, altered.body
+    assert altered.body["configs"] == {"cleanup.policy": "compact", "retention.ms": "60000"}
+    assert altered.body["retention_ms"] == 60000
+    described = api.get(f"/topics/{topic}/configs")
+    assert described.status == 200, described.body
+    TopicConfigs.model_validate(described.body)
+    entries = {e["name"]: e for e in described.body["configs"]}
+    assert (entries["cleanup.policy"]["value"], entries["cleanup.policy"]["source"]) == (
+        "compact",
+        "DYNAMIC_TOPIC_CONFIG",
+    )
+    assert entries["segment.ms"]["source"] == "DEFAULT_CONFIG"
+    dry = api.call("PATCH", f"/topics/{topic}/configs", {"delete": ["retention.ms"], "validate_only": True})
+    assert dry.status == 200 and dry.body["configs"]["retention.ms"] == "60000"
+    grown = api.post(f"/topics/{topic}/partitions", {"count": 3})
+    assert grown.status == 200 and grown.body["partitions"] == 3, grown.body
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"set": {"cleanup.policy": "shred"}}, "invalid_config"),
+        ({"set": {"no.such.thing": "1"}}, "invalid_config"),
+        ({"set": {"preallocate": True}}, "unsupported_config"),
+        ({"set": {"retention.ms": str(10**30)}}, "invalid_config"),
+    ],
+)
+def test_refused_topic_configs_over_http_are_400(api: Api, topic: str, body: dict[str, Any], code: str) -> None:
+    assert api.post("/topics", {"name": topic, "partitions": 1}).status == 201
+    reply = api.call("PATCH", f"/topics/{topic}/configs", body)
+    assert (reply.status, reply.body["error"]["code"]) == (400, code), reply.body
+    assert api.get(f"/topics/{topic}").body["configs"] == {}

@@ -37,11 +37,11 @@ class SlowCreation(Broker):
         self.creation_may_finish = threading.Event()
         super().__init__(**settings)
 
-    def _create_locked(self, name: str, settings: Any) -> Any:
+    def _create_locked(self, name: str, *args: Any) -> Any:
         if name == self.SLOW:
             self.creating.set()
             self.creation_may_finish.wait(DEADLINE_S * 3)
-        return super()._create_locked(name, settings)
+        return super()._create_locked(name, *args)
 
 
 @pytest.fixture

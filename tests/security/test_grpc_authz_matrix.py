@@ -107,6 +107,18 @@ CASES: dict[str, list[Case]] = {
             label="describe creating",
         ),
         Case(
+            pb.AdminRequest(
+                alter_topic_configs=pb.AlterTopicConfigs(name=ORDERS, set={"retention.ms": "-1"}, validate_only=True)
+            ),
+            [acl("alter_configs", "topic", ORDERS)],
+            label="alter configs",
+        ),
+        Case(
+            pb.AdminRequest(create_partitions=pb.CreatePartitions(name=ORDERS, count=5, validate_only=True)),
+            [acl("create", "topic", ORDERS)],
+            label="create partitions",
+        ),
+        Case(
             pb.AdminRequest(list_topics=pb.ListTopics()),
             [acl("describe", "topic", ORDERS)],
             filtered=True,

@@ -92,6 +92,17 @@ CASES: dict[str, list[Case]] = {
     "POST /topics": [Case("/topics", [acl("create", "topic", "fresh")], body={"name": "fresh", "partitions": 1})],
     "GET /topics/{topic}": [Case(f"/topics/{ORDERS}", [acl("describe", "topic", ORDERS)])],
     "DELETE /topics/{topic}": [Case("/topics/doomed", [acl("delete", "topic", "doomed")])],
+    "GET /topics/{topic}/configs": [Case(f"/topics/{ORDERS}/configs", [acl("describe_configs", "topic", ORDERS)])],
+    "PATCH /topics/{topic}/configs": [
+        Case(
+            f"/topics/{ORDERS}/configs",
+            [acl("alter_configs", "topic", ORDERS)],
+            body={"set": {"retention.ms": "-1"}, "validate_only": True},
+        )
+    ],
+    "POST /topics/{topic}/partitions": [
+        Case(f"/topics/{ORDERS}/partitions", [acl("create", "topic", ORDERS)], body={"count": 9, "validate_only": True})
+    ],
     "GET /groups/{group}": [
         Case("/groups/g1", [acl("describe", "group", "g1")], listed=ORDERS, shows=acl("describe", "topic", ORDERS))
     ],

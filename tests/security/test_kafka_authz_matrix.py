@@ -301,6 +301,54 @@ CASES: dict[int, list[Case]] = {
             label="broker",
         ),
     ],
+    ApiKey.ALTER_CONFIGS: [
+        Case(
+            ApiKey.ALTER_CONFIGS,
+            2,
+            {
+                "resources": [
+                    {"resource_type": 2, "resource_name": ORDERS, "configs": [{"name": "retention.ms", "value": "-1"}]}
+                ],
+                "validate_only": True,
+            },
+            [(acl("alter_configs", "topic", ORDERS), TOPIC_DENIED)],
+            label="topic",
+        ),
+        Case(
+            ApiKey.ALTER_CONFIGS,
+            2,
+            {"resources": [{"resource_type": 4, "resource_name": "0", "configs": []}], "validate_only": True},
+            [(acl("alter_configs", "cluster", "cluster"), CLUSTER_DENIED)],
+            label="broker",
+        ),
+    ],
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: [
+        Case(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            1,
+            {
+                "resources": [
+                    {
+                        "resource_type": 2,
+                        "resource_name": ORDERS,
+                        "configs": [{"name": "retention.ms", "config_operation": 0, "value": "-1"}],
+                    }
+                ],
+                "validate_only": True,
+            },
+            [(acl("alter_configs", "topic", ORDERS), TOPIC_DENIED)],
+            label="topic",
+        ),
+    ],
+    ApiKey.DESCRIBE_CLUSTER: [Case(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False}, [])],
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: [
+        Case(
+            ApiKey.LIST_PARTITION_REASSIGNMENTS,
+            0,
+            {"timeout": 5000, "topics": None},
+            [(acl("describe", "cluster", "cluster"), CLUSTER_DENIED)],
+        )
+    ],
     ApiKey.CONSUMER_GROUP_HEARTBEAT: [
         Case(
             ApiKey.CONSUMER_GROUP_HEARTBEAT,

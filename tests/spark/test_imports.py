@@ -1,7 +1,7 @@
 """What each Python process Spark starts for the format imports (issue 14, row 8).
 
 Spark unpickles the data source, a reader or a writer in a fresh Python process per planner
-and worker; the imports are paid there, before any row moves (benchmarks/spark_imports.py).
+and worker; the imports are paid there, before any row moves (docs/benchmarks-notes.md, "Imports").
 """
 
 from __future__ import annotations

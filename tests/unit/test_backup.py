@@ -17,8 +17,9 @@ import pytest
 from lkstream import Broker
 from lkstream.errors import CorruptRecordError
 from lkstream.storage import backup as backup_module
-from lkstream.storage.backup import backup_data_dir, restore_backup
+from lkstream.storage.backup import backup_data_dir
 from lkstream.storage.reader import SegmentFiles
+from lkstream.storage.restore import restore_backup
 from lkstream.storage.verify import verify_data_dir
 
 

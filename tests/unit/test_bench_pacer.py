@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import _common
+from benchmarks import _common
 
 
 @pytest.fixture(autouse=True)

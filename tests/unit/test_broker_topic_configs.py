@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from lkstream import Broker
-from lkstream.errors import InvalidConfigError, UnknownTopicError, UnsupportedConfigError
+from lkstream.errors import InvalidConfigError, RecordTooLargeError, UnknownTopicError, UnsupportedConfigError
+from lkstream.format.batch import parse_header
+from lkstream.format.codec import iter_batches
 from lkstream.storage.clock import ManualClock
 from lkstream.storage.topic_config import ConfigSource, EffectiveTopicConfig, TopicConfig
 
@@ -187,3 +189,48 @@ def test_create_partitions_keeps_the_configs(make_broker: MakeBroker) -> None:
     again = make_broker()
     assert again.partitions_for("t") == 3
     assert again.topic_config("t").compact
+
+
+# -- the produce path: what the embedded API's batches become -----------------------------------------
+
+
+def _codecs(broker: Broker, topic: str) -> set[int]:
+    data = broker.fetch(topic, 0, 0, 64 * MiB).data
+    return {parse_header(batch).compression for _, batch in iter_batches(data)}
+
+
+def test_embedded_produce_to_a_log_append_time_topic_is_stamped(make_broker: MakeBroker) -> None:
+    clock = ManualClock(1_800_000_000_000)
+    broker = make_broker(clock=clock)
+    broker.create_topic("t", 1, configs={"message.timestamp.type": "LogAppendTime"})
+    broker.produce_many_sync("t", [(b"k", b"v1"), (b"k", b"v2")])
+    clock.advance(5)
+    broker.produce_many_sync("t", [(b"k", b"v3", [("h", b"x")])])  # headers: the general path
+    records = broker.read_from("t", 0, 0)
+    assert [(r.timestamp, r.timestamp_type) for r in records] == [
+        (1_800_000_000_000, 1),
+        (1_800_000_000_000, 1),
+        (1_800_000_000_005, 1),
+    ]
+
+
+def test_embedded_produce_uses_the_topics_codec(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.create_topic("gz", 1, configs={"compression.type": "gzip"})
+    broker.create_topic("plain", 1, configs={"compression.type": "uncompressed"})
+    broker.produce_many_sync("gz", [(None, b"x" * 100)] * 5)
+    broker.produce_many_sync("plain", [(None, b"x" * 100)] * 5, compression="zstd")
+    assert (_codecs(broker, "gz"), _codecs(broker, "plain")) == ({1}, {0})
+    assert [r.value for r in broker.read_from("gz", 0, 0)] == [b"x" * 100] * 5
+
+
+def test_embedded_produce_splits_at_max_message_bytes_and_refuses_a_record_above_it(make_broker: MakeBroker) -> None:
+    broker = make_broker()
+    broker.create_topic("t", 1, configs={"max.message.bytes": "4096"})
+    broker.produce_many_sync("t", [(None, b"x" * 1000)] * 20)
+    assert broker.describe_topic("t").partitions[0].next_offset == 20
+    data = broker.fetch("t", 0, 0, MiB).data
+    assert all(len(batch) <= 4096 for _, batch in iter_batches(data))
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes of topic 't'"):
+        broker.produce_many_sync("t", [(None, b"y" * 100), (None, b"z" * 5000)])
+    assert broker.describe_topic("t").partitions[0].next_offset == 20  # nothing of the refused call

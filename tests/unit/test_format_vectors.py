@@ -33,7 +33,7 @@ from lkstream.storage.files import MemoryFile
 from lkstream.storage.index import ENTRY, OffsetIndex
 from lkstream.storage.log import PartitionLog
 from lkstream.storage.offsets import OffsetStore
-from lkstream.storage.producers import SNAPSHOT_NAME
+from lkstream.storage.producers import SNAPSHOT_NAME, ProducerStateTable
 
 TIMESTAMP_MS = 1_700_000_000_000
 RECORDS = [(b"k1", b"v1"), (None, b"hello")]
@@ -70,8 +70,10 @@ INDEX_ENTRY_42_HEX = "000000000000002a" + "0000000000001000"  # offset, position
 
 # -- vector 4: checkpoint.meta of a partition holding exactly vector 1 --------------------------------
 # producers.snapshot of a log with no idempotent producer, covering offsets below 2:
-# magic "LKPS", version 1, offset 2, 0 producers, CRC-32C.
-EMPTY_PRODUCERS_SNAPSHOT_HEX = "4c4b50530001000000000000000200000000a4b7f49d"
+# magic "LKPS", version 2, offset 2, 0 producers, CRC-32C.
+EMPTY_PRODUCERS_SNAPSHOT_HEX = "4c4b50530002000000000000000200000000f5c1bc32"
+# The same in version 1 (before producers carried their last append time): still read.
+EMPTY_PRODUCERS_SNAPSHOT_V1_HEX = "4c4b50530001000000000000000200000000a4b7f49d"
 CHECKPOINT_HEX = (
     "4c4b4350"  # magic              b"LKCP"
     "0001"  # version            1
@@ -263,6 +265,8 @@ def test_partition_log_writes_exactly_the_golden_files(tmp_path: Path) -> None:
     assert (directory / "00000000000000000000.idx").read_bytes().hex() == INDEX_ENTRY_0_HEX
     assert (directory / CHECKPOINT_NAME).read_bytes().hex() == CHECKPOINT_HEX
     assert (directory / SNAPSHOT_NAME).read_bytes().hex() == EMPTY_PRODUCERS_SNAPSHOT_HEX
+    for snapshot in (EMPTY_PRODUCERS_SNAPSHOT_HEX, EMPTY_PRODUCERS_SNAPSHOT_V1_HEX):
+        assert ProducerStateTable().load_snapshot(bytes.fromhex(snapshot)) == 2
 
 
 def test_partition_log_stamps_the_next_offset_into_a_second_batch(tmp_path: Path) -> None:

@@ -242,12 +242,15 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         # issue 12: through the gRPC table (RESOURCE_EXHAUSTED, FAILED_PRECONDITION, INVALID_ARGUMENT)
         "TooManyOpenFilesError": (429, "too_many_open_files"),
         "StorageAccessError": (409, "storage_access"),
-        "PartitionLimitError": (400, "partition_limit"),
         # issue 24: topic configs and timestamps, all INVALID_ARGUMENT
         "InvalidConfigError": (400, "invalid_config"),
         "UnsupportedConfigError": (400, "unsupported_config"),
         "InvalidTimestampError": (400, "invalid_timestamp"),
         "PolicyViolationError": (400, "policy_violation"),  # DeleteRecords on a compact-only topic
+        # issue 28: limits reached, not bad arguments; throttles say when to come back (429)
+        "PartitionLimitError": (409, "partition_limit"),
+        "AutoCreateThrottledError": (429, "auto_create_throttled"),
+        "ProducerStateLimitError": (429, "producer_state_limit"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:

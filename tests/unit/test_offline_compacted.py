@@ -18,10 +18,11 @@ from lkstream.cli import cli
 from lkstream.errors import CorruptRecordError
 from lkstream.format.codec import decode_batch
 from lkstream.storage import backup as backup_module
-from lkstream.storage.backup import backup_data_dir, restore_backup
+from lkstream.storage.backup import backup_data_dir
 from lkstream.storage.clock import ManualClock
 from lkstream.storage.marks import MARKS_NAME
 from lkstream.storage.reader import DataDirReader, SegmentFiles
+from lkstream.storage.restore import restore_backup
 from lkstream.storage.verify import verify_data_dir
 
 from .datadir import batch_positions, part_dir, segment_paths

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
+from typing import Any
 
+import crc32c
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from lkstream import Broker
-from lkstream.errors import CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError
+from lkstream.errors import CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError, ProducerStateLimitError
+from lkstream.storage.clock import ManualClock
 from lkstream.storage.log import LogConfig, PartitionLog
 from lkstream.storage.producer_ids import FILE_NAME, ProducerIdAllocator
 from lkstream.storage.producers import (
     SNAPSHOT_NAME,
     ProducerFields,
+    ProducerStateBudget,
     ProducerStateTable,
     next_sequence,
     producer_fields,
 )
+
+HOUR_MS = 3_600_000
 
 
 def idempotent_batch(producer_id: int, epoch: int, sequence: int, count: int = 2) -> bytearray:
@@ -137,15 +144,151 @@ def test_snapshot_round_trips_and_rejects_a_flipped_byte() -> None:
         ProducerStateTable.decode_snapshot(bytes(damaged))
 
 
-def test_table_forgets_the_least_recent_producer_beyond_its_bound() -> None:
-    table = ProducerStateTable(max_producers=2)
-    for pid in (1, 2, 3):
-        table.record(ProducerFields(pid, 0, 0, 0), pid, pid)
-    assert len(table) == 2
-    # Producer 1 was forgotten: any sequence is accepted again (as Kafka does for an unknown producer).
-    assert table.check(ProducerFields(1, 0, 50, 50)) is None
+# -- issue 28, finding 7: remembered by time, bounded by a budget that refuses, never forgets early ---
+
+
+def _table(clock: ManualClock, budget: ProducerStateBudget | None = None, expiration_ms: int = HOUR_MS) -> Any:
+    return ProducerStateTable(budget, expiration_ms=expiration_ms, clock=clock.now_ms)
+
+
+def test_a_producer_is_remembered_whatever_1100_others_append_within_the_expiry() -> None:
+    clock = ManualClock()
+    table = _table(clock)
+    table.record(ProducerFields(1, 0, 0, 9), 0, 9)
+    for pid in range(2, 1102):  # the issue's 1,100 short-lived producers
+        clock.advance(1)
+        table.record(ProducerFields(pid, 0, 0, 0), pid + 8, pid + 8)
+    assert table.check(ProducerFields(1, 0, 0, 9)) == (0, 9)  # the retry is answered, not written again
+
+
+def test_a_producer_is_forgotten_once_silent_for_the_expiry_and_then_starts_anywhere() -> None:
+    clock = ManualClock()
+    table = _table(clock)
+    table.record(ProducerFields(1, 0, 0, 0), 0, 0)
+    clock.advance(HOUR_MS - 1)
     with pytest.raises(OutOfOrderSequenceError):
-        table.check(ProducerFields(3, 0, 50, 50))
+        table.check(ProducerFields(1, 0, 50, 50))  # still known a millisecond before
+    clock.advance(1)
+    assert table.expire() == 1 and len(table) == 0
+    assert table.check(ProducerFields(1, 0, 50, 50)) is None  # unknown again: any sequence, as Kafka
+
+
+def test_a_full_budget_refuses_a_new_producer_and_keeps_every_unexpired_one() -> None:
+    clock, budget = ManualClock(), ProducerStateBudget(3)
+    first, second = _table(clock, budget), _table(clock, budget)  # two partitions share the budget
+    first.record(ProducerFields(1, 0, 0, 0), 0, 0)
+    first.record(ProducerFields(2, 0, 0, 0), 1, 1)
+    second.record(ProducerFields(3, 0, 0, 0), 0, 0)
+    with pytest.raises(ProducerStateLimitError, match="max_producer_states=3") as refused:
+        second.check(ProducerFields(4, 0, 0, 0))
+    assert refused.value.retriable
+    assert first.check(ProducerFields(1, 0, 0, 0)) == (0, 0)  # known producers are never refused
+    assert second.check(ProducerFields(3, 0, 1, 1)) is None
+    clock.advance(HOUR_MS)
+    assert second.check(ProducerFields(4, 0, 0, 0)) is None  # room once the partition's own states expired
+    assert budget.used == 2
+
+
+def test_the_maintenance_sweep_frees_states_of_partitions_that_no_longer_append() -> None:
+    clock, budget = ManualClock(), ProducerStateBudget(1)
+    idle, busy = _table(clock, budget), _table(clock, budget)
+    idle.record(ProducerFields(1, 0, 0, 0), 0, 0)
+    clock.advance(HOUR_MS)
+    with pytest.raises(ProducerStateLimitError):
+        busy.check(ProducerFields(2, 0, 0, 0))  # the expired state is another partition's
+    assert idle.expire() == 1
+    assert busy.check(ProducerFields(2, 0, 0, 0)) is None
+
+
+def test_states_keep_their_append_times_across_a_reopen(tmp_path: Path) -> None:
+    clock = ManualClock()
+    config = LogConfig(producer_id_expiration_ms=HOUR_MS)
+    log = PartitionLog(str(tmp_path), "t", 0, config, clock=clock)
+    first = log.append(idempotent_batch(1, 0, 0))
+    clock.advance(HOUR_MS // 2)
+    log.append(idempotent_batch(2, 0, 0))
+    log.close()
+    clock.advance(HOUR_MS // 2)  # producer 1 is now an hour silent, producer 2 half an hour
+    reopened = PartitionLog(str(tmp_path), "t", 0, config, clock=clock)
+    try:
+        assert 1 not in reopened.producers and 2 in reopened.producers
+        assert reopened.append(idempotent_batch(2, 0, 0)).duplicate
+        assert not reopened.append(idempotent_batch(1, 0, 0)).duplicate  # forgotten: written again, as Kafka
+        assert first.base_offset == 0
+    finally:
+        reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("reopen_after_ms", "remembered"), [(HOUR_MS + 5 * 60_000, True), (HOUR_MS + 11 * 60_000, False)]
+)
+def test_replayed_batches_are_dated_by_their_segments_last_write_not_their_own_timestamps(
+    tmp_path: Path, reopen_after_ms: int, remembered: bool
+) -> None:
+    clock = ManualClock()
+    start = clock.now_ms()
+    config = LogConfig(producer_id_expiration_ms=HOUR_MS)
+    log = PartitionLog(str(tmp_path), "t", 0, config, clock=clock)
+    log.append(idempotent_batch(1, 0, 0))  # its own timestamp is from 2023-11 (a backfill's old records)
+    log.flush()  # a crash after the fsync: no snapshot, the batch is known only from its header
+    written = start + 10 * 60_000
+    segment = tmp_path / "00000000000000000000.seg"
+    os.utime(segment, ns=(written * 1_000_000, written * 1_000_000))
+    clock.advance(reopen_after_ms)
+    reopened = PartitionLog(str(tmp_path), "t", 0, config, clock=clock)
+    try:
+        assert (1 in reopened.producers) is remembered  # an hour after the segment's last write, not its records
+    finally:
+        reopened.close()
+        log._closed = True  # the "crashed" instance
+
+
+def test_a_version_1_snapshot_is_read_and_its_producers_dated_when_read() -> None:
+    clock = ManualClock()
+    body = struct.pack(">4sHqI", b"LKPS", 1, 10, 1) + struct.pack(">qhB", 7, 0, 1) + struct.pack(">iiqq", 0, 9, 0, 9)
+    table = _table(clock)
+    assert table.load_snapshot(body + struct.pack(">I", crc32c.crc32c(body))) == 10
+    assert table.check(ProducerFields(7, 0, 0, 9)) == (0, 9)
+    clock.advance(HOUR_MS)
+    assert table.check(ProducerFields(7, 0, 0, 9)) is None
+
+
+def test_closing_a_log_gives_its_states_back_to_the_budget(tmp_path: Path) -> None:
+    budget = ProducerStateBudget(10)
+    log = PartitionLog(str(tmp_path), "t", 0, producer_budget=budget)
+    log.append(idempotent_batch(1, 0, 0))
+    log.append(idempotent_batch(2, 0, 0))
+    assert budget.used == 2
+    log.close()
+    assert budget.used == 0
+    reopened = PartitionLog(str(tmp_path), "t", 0, producer_budget=budget)
+    assert budget.used == 2  # rebuilt, counted again
+    reopened.close()
+
+
+def test_last_batch_offsets_name_each_producers_newest_batch() -> None:
+    table = ProducerStateTable()
+    table.record(ProducerFields(1, 0, 0, 1), 0, 1)
+    table.record(ProducerFields(2, 0, 0, 0), 2, 2)
+    table.record(ProducerFields(1, 0, 2, 3), 3, 4)
+    assert table.last_batch_offsets() == {1: 4, 2: 2}
+
+
+def test_broker_expires_silent_producers_and_refuses_past_max_producer_states(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with Broker(
+        persist_dir=str(tmp_path), max_producer_states=2, producer_id_expiration_ms=HOUR_MS, clock=clock
+    ) as broker:
+        broker.create_topic("t", 1)
+        ids = [broker.init_producer_id()[0] for _ in range(3)]
+        broker.produce_batch_sync("t", 0, idempotent_batch(ids[0], 0, 0))
+        broker.produce_batch_sync("t", 0, idempotent_batch(ids[1], 0, 0))
+        with pytest.raises(ProducerStateLimitError):
+            broker.produce_batch_sync("t", 0, idempotent_batch(ids[2], 0, 0))
+        assert broker.describe_topic("t").partitions[0].next_offset == 4  # the refused batch wrote nothing
+        clock.advance(HOUR_MS)
+        assert broker.expire_producers() == 2
+        assert broker.produce_batch_sync("t", 0, idempotent_batch(ids[2], 0, 0)) == (4, 5)
 
 
 def test_producer_ids_are_never_reused_across_restarts(tmp_path: Path) -> None:

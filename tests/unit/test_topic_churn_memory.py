@@ -8,7 +8,7 @@ from lkstream import Broker
 
 
 def test_creating_and_deleting_topics_keeps_no_record_per_partition(tmp_path: Path) -> None:
-    # Found by benchmarks/soak_abuse.py: every partition ever created left its LogRecovery in
+    # Found by benchmarks/soak/soak_abuse.py: every partition ever created left its LogRecovery in
     # Broker.recoveries (about 440 B each: 130 MB after 300 topics of 1,000 partitions).
     broker = Broker(persist_dir=str(tmp_path), fsync_mode="none")
     try:

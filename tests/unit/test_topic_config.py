@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lkstream.config import BrokerConfig
@@ -187,3 +189,10 @@ def test_the_broker_configuration_validates_its_topic_defaults() -> None:
         BrokerConfig.build({"cleanup_policy": "forever"})
     with pytest.raises(InvalidArgumentError, match="min_cleanable_dirty_ratio"):
         BrokerConfig.build({"min_cleanable_dirty_ratio": 2.0})
+
+
+def test_docs_kafka_md_lists_every_topic_config_with_what_it_does_here() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "kafka.md").read_text()
+    table = text.split("## Topic configs", 1)[1].split("\n## ", 1)[0]
+    for name, key in KEYS.items():
+        assert f"| `{name}` | {key.handling.value} |" in table, f"docs/kafka.md's topic config table lacks {name}"

@@ -78,7 +78,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -111,6 +111,7 @@ from lkstream.security.access import AUTHORIZATION_KEY
 from lkstream.security.loopback import is_loopback_address
 from lkstream.security.tls import ClientTls, client_tls
 from lkstream.storage.log import PartitionStats, ReadResult
+from lkstream.storage.topic_config import ConfigEntry, ConfigSource, ConfigSynonym, ConfigType, TopicConfig
 from lkstream.storage.topics import TopicSettings
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire.contract import PROTOCOL_VERSION, VERSION_METADATA_KEY
@@ -428,12 +429,46 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteProduce):
         *,
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
     ) -> None:
+        """Create a topic (``configs``: Kafka's topic configs by name, string values); see ``Broker.create_topic``."""
         create = pb.CreateTopic(
-            name=name, partitions=partitions or 0, retention_ms=retention_ms, retention_bytes=retention_bytes
+            name=name,
+            partitions=partitions or 0,
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            configs=dict(configs or {}),
+            validate_only=validate_only,
         )
         response = self._call(self._stub.Admin, pb.AdminRequest(create_topic=create))
+        if not validate_only:
+            self._partitions[name] = int(response.topic.partitions)
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        set: Mapping[str, str] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> TopicConfig:
+        """Set and delete config overrides of ``name``; the overrides after (see ``Broker.alter_topic_configs``)."""
+        alter = pb.AlterTopicConfigs(name=name, set=dict(set or {}), delete=list(delete), validate_only=validate_only)
+        response = self._call(self._stub.Admin, pb.AdminRequest(alter_topic_configs=alter))
+        return _description(response.topic).configs
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow ``name`` to ``count`` partitions (see ``Broker.create_partitions``)."""
+        grow = pb.CreatePartitions(name=name, count=count, validate_only=validate_only)
+        response = self._call(self._stub.Admin, pb.AdminRequest(create_partitions=grow))
         self._partitions[name] = int(response.topic.partitions)
+
+    def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
+        """Every topic config of ``name``, its value, source and synonyms (``Broker.describe_topic_configs``)."""
+        request = pb.AdminRequest(describe_topic=pb.DescribeTopic(name=name, include_config_entries=True))
+        info = self._call(self._stub.Admin, request, retry=Retry.SAFE).topic
+        return [_config_entry(e) for e in info.config_entries]
 
     def delete_topic(self, name: str) -> None:
         self._partitions.pop(name, None)
@@ -557,7 +592,14 @@ def _description(info: pb.TopicInfo) -> TopicDescription:
         for p in info.partition_stats
     ]
     settings = TopicSettings(info.partitions, info.retention_ms, info.retention_bytes)
-    return TopicDescription(info.name, settings, stats)
+    return TopicDescription(info.name, settings, stats, configs=TopicConfig.from_json(dict(info.configs)))
+
+
+def _config_entry(entry: pb.TopicConfigEntry) -> ConfigEntry:
+    synonyms = tuple(ConfigSynonym(s.name, s.value, ConfigSource[s.source]) for s in entry.synonyms)
+    return ConfigEntry(
+        entry.name, entry.value, ConfigSource[entry.source], ConfigType[entry.type], entry.documentation, synonyms
+    )
 
 
 def _fits_kafka_fetch(topic: str, partition: int, offset: int, max_bytes: int) -> bool:

@@ -2,7 +2,7 @@
 
 A gRPC call crosses several threads on each side (gRPC core's reading threads, the
 ``grpc.aio`` poller, the event loop), and on two cores those hand-offs, not the
-append, are most of a small call's time (docs/benchmarks.md, "The produce lane").
+append, are most of a small call's time (docs/benchmarks-notes.md, "The produce lane").
 The daemon's Kafka listener reads a request on its event loop straight from the
 socket, so when the daemon offers it (Handshake's ``kafka_lane_address``) the
 remote client sends ``produce_many``'s batches there as one Produce request, and

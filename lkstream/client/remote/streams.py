@@ -2,7 +2,7 @@
 
 A unary gRPC call costs a call set-up on both ends, about 0.4 ms of a round trip
 on the project's 2-core machine; a message each way on an open stream about
-0.16 ms (docs/benchmarks.md, the "Issue 14" section). :class:`OrderedStream` keeps
+0.16 ms (docs/benchmarks-notes.md, "The cost of a call"). :class:`OrderedStream` keeps
 one such call open on one event loop: :meth:`OrderedStream.send` writes a request
 and returns the future of its answer, so a caller may have several requests in
 flight; one reader task hands the answers, which the daemon sends in request
@@ -336,7 +336,7 @@ class StreamedCalls(RemoteCalls):
         """Run ``coroutine`` on this client's own event loop thread (a blocking fetch shares its streams).
 
         A 1 MiB fetch costs the caller more CPU on the synchronous channel than through this
-        hop (docs/benchmarks.md, "Rows 5 and 8, fourth round"), so fetches stay here.
+        hop (docs/benchmarks-notes.md, "Blocking calls without the hop"), so fetches stay here.
         """
         if self._closed:
             coroutine.close()

@@ -3,8 +3,8 @@
 The blocking produce methods of the remote client (``produce_many_sync``,
 ``produce_batch_sync``) used to run the async code on the client's event-loop thread: a
 hop from the caller's thread to that thread and back, two wake-ups and two GIL
-hand-overs, about half of a small call's client CPU (docs/benchmarks.md, "Rows 5 and 8,
-fourth round"). A blocking ``fetch`` keeps the hop: its 1 MiB answers cost the caller
+hand-overs, about half of a small call's client CPU (docs/benchmarks-notes.md,
+"Blocking calls without the hop"). A blocking ``fetch`` keeps the hop: its 1 MiB answers cost the caller
 more CPU on this channel than there (measured in the same place); the class serves any
 stream, but only ``ProduceStream`` uses it.
 :class:`SyncStream` is the same ordered stream as

@@ -4,7 +4,7 @@ A produce batch is encoded into a ``bytearray`` (the C encoder). Through the gen
 stub it was copied three times more before gRPC took it: ``bytes(batch)`` (protobuf
 accepts only ``bytes``), into the message, and out again by ``SerializeToString``;
 each copy of a 1 MiB batch is a page-faulting allocation when glibc has handed the
-previous one back (docs/benchmarks.md, "Rows 5 and 6 after profiling").
+previous one back (docs/benchmarks-notes.md, "glibc and request buffers").
 :func:`produce_request` writes the message's wire form directly (the same bytes
 ``SerializeToString`` gives, a test compares them), with one copy of the batch, and
 :class:`ClientStub` sends such bytes on ``Produce`` and ``ProduceStream`` as they are.

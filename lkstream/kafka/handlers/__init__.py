@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from lkstream.kafka.context import RequestContext
-from lkstream.kafka.handlers import cluster, consumer_groups, data, groups, records, sasl
+from lkstream.kafka.handlers import cluster, configs, consumer_groups, data, groups, records, sasl
 from lkstream.kafka.hot import ResponseBody
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
@@ -29,7 +29,11 @@ HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.DELETE_TOPICS: cluster.delete_topics,
     ApiKey.DELETE_RECORDS: records.delete_records,
     ApiKey.CREATE_PARTITIONS: cluster.create_partitions,
-    ApiKey.DESCRIBE_CONFIGS: cluster.describe_configs,
+    ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+    ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: cluster.list_partition_reassignments,
     ApiKey.FIND_COORDINATOR: groups.find_coordinator,
     ApiKey.JOIN_GROUP: groups.join_group,
     ApiKey.SYNC_GROUP: groups.sync_group,

@@ -1,4 +1,5 @@
-"""Cluster and admin APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs.
+"""Cluster and admin APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics, CreatePartitions, DescribeCluster,
+ListPartitionReassignments (the config APIs are :mod:`lkstream.kafka.handlers.configs`).
 
 This is a single-node cluster: one broker (node 0, the advertised host and
 port) leads every partition, with itself as the only replica.
@@ -21,17 +22,9 @@ from lkstream.kafka.errors import error_code
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import CLUSTER_RESOURCE
 from lkstream.kafka.topic_ids import NIL
-from lkstream.storage.names import validate_topic
-from lkstream.storage.topic_config import TopicConfig
+from lkstream.security.principal import requester_of
 
 _UNKNOWN_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
-#: DescribeConfigs resource types (Kafka's ConfigResource.Type).
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
-#: DescribeConfigs config_source values.
-SOURCE_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
 
 
 async def api_versions(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
@@ -160,11 +153,9 @@ def _topic_partitions(ctx: RequestContext, name: str, auto_create: bool) -> tupl
     if not (auto_create and broker.config.auto_create_topics and ctx.allowed("create", "topic", name)):
         return ErrorCode.unknown_topic_or_partition, 0
     try:
-        validate_topic(name)
-        broker.create_topic(name)
-    except LkstreamError as exc:
-        if error_code(exc) != ErrorCode.topic_already_exists:
-            return _topic_error(exc), 0
+        broker.auto_create_topic(name, requester=requester_of(ctx.principal, ctx.client_host))
+    except LkstreamError as exc:  # throttled (THROTTLING_QUOTA_EXCEEDED), max_partitions (POLICY_VIOLATION), ...
+        return _topic_error(exc), 0
     # Kafka answers LEADER_NOT_AVAILABLE right after an auto-create; here the topic is ready at once.
     return 0, broker.partitions_for(name)
 
@@ -185,9 +176,8 @@ def _auto_create(ctx: RequestContext, names: list[str]) -> None:
     """
     for name in names:
         if ctx.allowed("describe", "topic", name) and ctx.allowed("create", "topic", name):
-            with contextlib.suppress(LkstreamError):
-                validate_topic(name)
-                ctx.broker.create_topic(name)
+            with contextlib.suppress(LkstreamError):  # per caller's budget (issue 28, finding 6)
+                ctx.broker.auto_create_topic(name, requester=requester_of(ctx.principal, ctx.client_host))
 
 
 def _topic_error(error: LkstreamError) -> ErrorCode:
@@ -226,31 +216,18 @@ async def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) ->
     if topic.assignments:
         return ErrorCode.invalid_request, "manual replica assignment is not supported", -1
     partitions = ctx.broker.config.partitions if topic.num_partitions == -1 else topic.num_partitions
+    if partitions < 1:
+        return ErrorCode.invalid_partitions, f"num_partitions must be >= 1, got {partitions}", -1
     configs: dict[str, str | None] = {}
     for config in topic.configs:
         if config.name in configs:
             return ErrorCode.invalid_config, f"topic config {config.name!r} is given twice", -1
         configs[config.name] = config.value
     try:
-        parsed = TopicConfig.parse(configs)
-        parsed.checked(ctx.broker.config)
-    except LkstreamError as exc:
-        return error_code(exc), str(exc), -1
-    if partitions < 1:
-        return ErrorCode.invalid_partitions, f"num_partitions must be >= 1, got {partitions}", -1
-    try:
-        validate_topic(topic.name)
-        if ctx.broker.partitions_for(topic.name) >= 0:
-            return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", -1
-    except KeyError:
-        pass
-    except LkstreamError as exc:
-        return _topic_error(exc), str(exc), -1
-    if validate_only:
-        return 0, None, partitions
-    try:
-        # Creating directories and fsyncing them: off the event loop.
-        await asyncio.to_thread(ctx.broker.create_topic, topic.name, partitions, configs=parsed)
+        # Everything a create checks (configs, name, existence, the partition limit), creating nothing.
+        ctx.broker.validate_topic_creation(topic.name, partitions, configs=configs)
+        if not validate_only:  # creating directories and fsyncing them: off the event loop
+            await asyncio.to_thread(ctx.broker.create_topic, topic.name, partitions, configs=configs)
     except LkstreamError as exc:
         return _topic_error(exc), str(exc), -1
     return 0, None, partitions
@@ -309,90 +286,48 @@ async def _create_partitions(ctx: RequestContext, name: str, count: int, validat
     return 0, None
 
 
-async def describe_configs(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+async def describe_cluster(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    """DescribeCluster (60): this one node, as Metadata reports it (Kafka's admin clients ask it first)."""
     version = header.api_version
-    request = kio_codec.decode_request(ApiKey.DESCRIBE_CONFIGS, version, frame, header.body_offset)
-    response_cls = kio_codec.response_type(ApiKey.DESCRIBE_CONFIGS, version)
-    result_cls = kio_codec.item_type(response_cls, "results")
-    entry_cls = kio_codec.item_type(result_cls, "configs")
-    results = []
-    for resource in request.resources:
-        code, message, entries = _describe(ctx, int(resource.resource_type), resource.resource_name)
-        wanted = set(resource.configuration_keys) if resource.configuration_keys else None
-        configs = tuple(
+    request = kio_codec.decode_request(ApiKey.DESCRIBE_CLUSTER, version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.DESCRIBE_CLUSTER, version)
+    if int(getattr(request, "endpoint_type", 1)) != 1:  # 2: controllers, which KRaft clients reach apart
+        return kio_codec.encode(
             kio_codec.make(
-                entry_cls,
-                name=key,
-                value=value,
-                read_only=source != SOURCE_TOPIC,
-                is_default=source == SOURCE_DEFAULT,
-                config_source=source,
-                is_sensitive=False,
-                synonyms=(),
-                config_type=_config_type(key),
-                documentation=None,
-            )
-            for key, (value, source) in entries.items()
-            if wanted is None or key in wanted
-        )
-        results.append(
-            kio_codec.make(
-                result_cls,
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=configs,
+                response_cls,
+                error_code=ErrorCode.unsupported_endpoint_type,
+                error_message="only the brokers endpoint is served",
+                cluster_id=CLUSTER_ID,
+                brokers=(),
             )
         )
-    return kio_codec.encode(kio_codec.make(response_cls, results=tuple(results)))
-
-
-def _config_type(key: str) -> int:
-    # Kafka's ConfigType: 5 = LONG, 3 = INT, 2 = STRING.
-    return 2 if key == "cleanup.policy" else 5 if key.endswith(".ms") or key.endswith(".bytes") else 3
-
-
-def _describe(ctx: RequestContext, resource_type: int, name: str) -> tuple[int, str | None, dict[str, tuple[str, int]]]:
-    config = ctx.broker.config
-    if resource_type == BROKER_RESOURCE:
-        if not ctx.allowed("describe", "cluster", CLUSTER_RESOURCE):
-            return ErrorCode.cluster_authorization_failed, None, {}
-        return (
-            0,
-            None,
-            {
-                "log.segment.bytes": (str(config.segment_max_bytes), SOURCE_STATIC_BROKER),
-                "log.retention.ms": (str(config.retention_ms), SOURCE_STATIC_BROKER),
-                "log.retention.bytes": (str(config.retention_bytes), SOURCE_STATIC_BROKER),
-                "message.max.bytes": (str(config.max_batch_bytes), SOURCE_STATIC_BROKER),
-                "num.partitions": (str(config.partitions), SOURCE_STATIC_BROKER),
-                "auto.create.topics.enable": (str(config.auto_create_topics).lower(), SOURCE_STATIC_BROKER),
-            },
-        )
-    if resource_type != TOPIC_RESOURCE:
-        return ErrorCode.invalid_request, f"resource type {resource_type} is not supported", {}
-    if not ctx.allowed("describe", "topic", name):
-        return ErrorCode.topic_authorization_failed, None, {}
-    try:
-        settings = ctx.broker.describe_topic(name).settings
-    except (LkstreamError, KeyError) as exc:
-        return ErrorCode.unknown_topic_or_partition, str(exc), {}
-
-    def source(value: int, default: int) -> int:
-        return SOURCE_DEFAULT if value == default else SOURCE_TOPIC
-
-    return (
-        0,
-        None,
-        {
-            "retention.ms": (str(settings.retention_ms), source(settings.retention_ms, config.retention_ms)),
-            "retention.bytes": (
-                str(settings.retention_bytes),
-                source(settings.retention_bytes, config.retention_bytes),
-            ),
-            "segment.bytes": (str(config.segment_max_bytes), SOURCE_STATIC_BROKER),
-            "max.message.bytes": (str(config.max_batch_bytes), SOURCE_STATIC_BROKER),
-            "cleanup.policy": ("delete", SOURCE_DEFAULT),
-        },
+    broker_cls = kio_codec.item_type(response_cls, "brokers")
+    node = kio_codec.make(
+        broker_cls, broker_id=NODE_ID, host=ctx.server.advertised_host, port=ctx.server.advertised_port, rack=None
     )
+    return kio_codec.encode(
+        kio_codec.make(
+            response_cls,
+            error_code=0,
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=CLUSTER_ID,
+            controller_id=NODE_ID,
+            brokers=(node,),
+            cluster_authorized_operations=_UNKNOWN_OPERATIONS,
+        )
+    )
+
+
+async def list_partition_reassignments(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    """ListPartitionReassignments (46): none are ever under way on a single node."""
+    version = header.api_version
+    kio_codec.decode_request(ApiKey.LIST_PARTITION_REASSIGNMENTS, version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.LIST_PARTITION_REASSIGNMENTS, version)
+    if not ctx.allowed("describe", "cluster", CLUSTER_RESOURCE):
+        return kio_codec.encode(
+            kio_codec.make(
+                response_cls, error_code=ErrorCode.cluster_authorization_failed, error_message=None, topics=()
+            )
+        )
+    return kio_codec.encode(kio_codec.make(response_cls, error_code=0, error_message=None, topics=()))

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from lkstream.broker.acks import Acknowledgement
-from lkstream.errors import InvalidArgumentError, LkstreamError, TopicExistsError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, LkstreamError, UnknownTopicError
 from lkstream.format.batch import holds_records
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.errors import error_code
+from lkstream.kafka.handlers.produce_fields import invalid_acks_answer
 from lkstream.kafka.hot import (
     FetchPartitionResult,
     ProducePartition,
@@ -40,6 +41,7 @@ from lkstream.kafka.hot import (
     parse_produce_request,
 )
 from lkstream.kafka.protocol import ApiKey, RequestHeader
+from lkstream.security.principal import requester_of
 
 if TYPE_CHECKING:
     from lkstream.broker.broker import Broker
@@ -89,6 +91,9 @@ def produce_start(
     A topic to auto-create is created first, off the event loop (:class:`AfterTopicCreation`).
     """
     request = parse_produce_request(frame, header.body_offset, flexible=header.flexible)
+    refused = invalid_acks_answer(ctx, header, request)  # acks not -1, 0, 1: nothing handled, as Kafka
+    if refused is not None:
+        return refused
     missing = _topics_to_create(ctx, request)
     if missing:
         return AfterTopicCreation(_produce_after_creation(ctx, header, request, missing))
@@ -99,7 +104,8 @@ async def _produce_after_creation(
     ctx: RequestContext, header: RequestHeader, request: ProduceRequestData, missing: list[str]
 ) -> bytes | None:
     # Thousands of mkdir/open/fsync for a large topic: admin work, off the event loop (issue 12, finding 9).
-    failed = await asyncio.to_thread(_create_topics, ctx.broker, missing)
+    requester = requester_of(ctx.principal, ctx.client_host)  # whose auto-create budget (issue 28, finding 6)
+    failed = await asyncio.to_thread(_create_topics, ctx.broker, missing, requester)
     outcome = _produce_appended(ctx, header, request, failed)
     return await outcome if isinstance(outcome, Awaitable) else outcome
 
@@ -122,14 +128,12 @@ def _topics_to_create(ctx: RequestContext, request: ProduceRequestData) -> list[
     return missing
 
 
-def _create_topics(broker: Broker, names: list[str]) -> dict[str, LkstreamError]:
-    """Create ``names`` with the broker's defaults (in a worker thread); what failed, by topic."""
+def _create_topics(broker: Broker, names: list[str], requester: str) -> dict[str, LkstreamError]:
+    """Auto-create ``names`` (in a worker thread); what failed, by topic."""
     failed: dict[str, LkstreamError] = {}
     for name in names:
         try:
-            broker.create_topic(name)
-        except TopicExistsError:
-            pass  # a concurrent request created it
+            broker.auto_create_topic(name, requester=requester)
         except LkstreamError as exc:
             failed[name] = exc
     return failed
@@ -246,6 +250,7 @@ def _append(
     else:
         try:
             (answer.base_offset, _last), ack = ctx.broker.begin_produce_batch(topic, part.partition, part.records)
+            answer.log_append_time_ms = ack.log_append_time_ms
             return ack
         except LkstreamError as exc:
             answer.error_code, answer.error_message = _produce_error(exc), str(exc)[:500]

@@ -15,8 +15,11 @@ outermost, and an :class:`AccessInterceptor` inside the admission interceptor
    whether the principal has it (PERMISSION_DENIED naming the missing operation and
    resource otherwise); a method with no rule is refused (:class:`AccessInterceptor`,
    on the decoded request);
-4. run the servicer with the principal in :data:`CALL_PRINCIPAL`, so listings can
-   hold only what the caller may describe (:func:`call_principal`).
+4. run the servicer with the principal in :data:`CALL_AUTHORITY`, so listings can
+   hold only what the caller may describe (:func:`call_principal`), and so a call that
+   outlives its admission (a Subscribe stream, a long-poll Fetch) can ask again before it
+   delivers anything (:func:`recheck_call`): a revoked token or a removed ACL entry ends it
+   with UNAUTHENTICATED or PERMISSION_DENIED (issue 28, finding 8).
 
 Refusals travel like every other error (status, class name and fields in trailing
 metadata; counted in ``lk_request_errors_total{code}``). Without ``auth`` there is no
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import grpc
@@ -51,9 +55,22 @@ BROKER_SERVICE: Final = "lkstream.Broker"
 #: Services served to anyone, with or without credentials.
 OPEN_SERVICES: Final = frozenset({"grpc.health.v1.Health"})
 
-#: The authenticated principal of the call being served (ANONYMOUS without authentication).
-CALL_PRINCIPAL: Final[contextvars.ContextVar[Principal]] = contextvars.ContextVar(
-    "lkstream_call_principal", default=ANONYMOUS
+
+@dataclass(frozen=True, slots=True)
+class CallAuthority:
+    """Who makes the call being served, and how to ask again whether it still may."""
+
+    principal: Principal
+    #: Authenticates the call's token and checks its rule again; raises AuthenticationError or AuthorizationError.
+    recheck: Callable[[], Principal]
+
+
+#: The authority of the call being served (None without authentication: ANONYMOUS, allowed everything).
+#: Set, never reset, in the call's own task: gRPC serves each call in a task of its own, so the
+#: value ends with the call, and a streaming handler that the loop closes later from another task
+#: (a client that left) has no token to reset in a context it does not run in (finding 12).
+CALL_AUTHORITY: Final[contextvars.ContextVar[CallAuthority | None]] = contextvars.ContextVar(
+    "lkstream_call_authority", default=None
 )
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -65,7 +82,21 @@ else:
 
 def call_principal() -> Principal:
     """The principal of the RPC this coroutine serves."""
-    return CALL_PRINCIPAL.get()
+    authority = CALL_AUTHORITY.get()
+    return ANONYMOUS if authority is None else authority.principal
+
+
+def recheck_call() -> None:
+    """Raise unless the RPC this coroutine serves may still go on: its token still verifies and its
+    rule still holds (AuthenticationError / AuthorizationError; nothing without authentication).
+
+    For calls that deliver long after they were admitted: each Subscribe delivery, a Fetch after
+    its long poll. The token check is a dictionary lookup and a hash; the files are looked at
+    again at most once per ``security_reload_interval_ms``.
+    """
+    authority = CALL_AUTHORITY.get()
+    if authority is not None:
+        authority.recheck()
 
 
 def bearer_header(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
@@ -167,13 +198,15 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
             self._wrapped[method] = wrapped
         return wrapped
 
-    async def admit(self, method: str, request: Any, context: Context) -> Principal:
-        """The caller's principal once it may make this call; aborts the call otherwise."""
+    async def admit(self, method: str, request: Any, context: Context) -> None:
+        """Make the caller's authority the call's (:data:`CALL_AUTHORITY`) once it may make this call;
+        abort the call otherwise."""
         try:
-            return self._admit(method, request, context)
+            principal = self._admit(method, request, context)
         except LkstreamError as exc:
             log.debug("refused %s from %s: %s", method, context.peer(), exc)
             await fail(context, self.metrics, exc)
+        CALL_AUTHORITY.set(CallAuthority(principal, lambda: self._admit(method, request, context)))
 
     def _admit(self, method: str, request: Any, context: Context) -> Principal:
         principal = self.access.authenticate_bearer(bearer_header(context.invocation_metadata()))
@@ -207,23 +240,15 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
 
     def _unary(self, method: str, inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def behaviour(request: Any, context: Context) -> Any:
-            principal = await self.admit(method, request, context)
-            token = CALL_PRINCIPAL.set(principal)
-            try:
-                return await inner(request, context)
-            finally:
-                CALL_PRINCIPAL.reset(token)
+            await self.admit(method, request, context)
+            return await inner(request, context)
 
         return behaviour
 
     def _streaming(self, method: str, inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
         async def behaviour(request: Any, context: Context) -> AsyncIterator[Any]:
-            principal = await self.admit(method, request, context)
-            token = CALL_PRINCIPAL.set(principal)
-            try:
-                async for response in inner(request, context):
-                    yield response
-            finally:
-                CALL_PRINCIPAL.reset(token)
+            await self.admit(method, request, context)
+            async for response in inner(request, context):
+                yield response
 
         return behaviour

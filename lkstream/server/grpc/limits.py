@@ -103,7 +103,7 @@ def server_options(settings: ServerSettings, message_limit: int) -> list[tuple[s
         ("grpc.http2.bdp_probe", 0),
         # With gRPC's 64 KiB a 200 KB produce stops mid-message until a window update has gone back
         # to the client (one more wake-up of both processes per call); 256 KiB lets it arrive in one
-        # go (issue 14 row 5, docs/benchmarks.md "Row 5: the stream window").
+        # go (docs/benchmarks-notes.md, "The stream window").
         ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
     ]
 

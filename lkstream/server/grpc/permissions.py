@@ -66,7 +66,12 @@ def _admin(request: Any, broker: Broker) -> list[Need]:
         return [(DELETE, TOPIC, request.delete_records.topic)]
     if action == "describe_topic":
         d = request.describe_topic
-        return [(DESCRIBE, TOPIC, d.name), *would_create(broker, d.name, d.create_if_missing)]
+        configs = [(Operation.DESCRIBE_CONFIGS, TOPIC, d.name)] if d.include_config_entries else []
+        return [(DESCRIBE, TOPIC, d.name), *configs, *would_create(broker, d.name, d.create_if_missing)]
+    if action == "alter_topic_configs":
+        return [(Operation.ALTER_CONFIGS, TOPIC, request.alter_topic_configs.name)]
+    if action == "create_partitions":  # growing a topic is creating partitions, as on the Kafka listener
+        return [(CREATE, TOPIC, request.create_partitions.name)]
     return []  # list_topics is filtered; no action is the servicer's INVALID_ARGUMENT
 
 

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -50,14 +50,16 @@ from lkstream.format.batch import span_of_whole_batches
 from lkstream.format.codec import Record, decode_batch, decode_batches_through, iter_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
+from lkstream.security.principal import requester_of
 from lkstream.server.admin_calls import ensure_topic
-from lkstream.server.grpc.access import call_principal
+from lkstream.server.grpc.access import call_principal, recheck_call
 from lkstream.server.grpc.group_rpcs import GroupRpcs
 from lkstream.server.grpc.guard import guard
 from lkstream.server.grpc.stream_rpcs import STREAMS, StreamRpcs
 from lkstream.server.stop_signal import StopSignal
 from lkstream.storage.log import ReadResult
 from lkstream.storage.names import validate_group
+from lkstream.storage.topic_config import ConfigEntry
 from lkstream.wire._proto import messaging_pb2 as pb
 from lkstream.wire._proto import messaging_pb2_grpc as pb_grpc
 from lkstream.wire.contract import (
@@ -71,6 +73,9 @@ log = logging.getLogger("lkstream.server")
 SERVICE_NAME = "lkstream.Broker"
 #: Longest long-poll wait a Fetch may ask for (``FetchRequest.max_wait_ms``).
 MAX_FETCH_WAIT_MS = 60_000
+#: With authentication on, a Subscribe stream waiting for data wakes this often to ask whether its
+#: token and ACLs still hold, so a revoked one ends even if nothing is produced (issue 28, finding 8).
+RECHECK_IDLE_S = 1.0
 #: Bytes a repeated message field adds around each element: a tag and a length varint of at most 5.
 _FIELD_FRAMING = 6
 
@@ -86,6 +91,14 @@ def _package_version() -> str:
 __version__ = _package_version()
 
 
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``, ``unix:/path``)."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return peer
+    return rest.rsplit(":", 1)[0].strip("[]")
+
+
 def _record(record: Record) -> pb.Record:
     return pb.Record(
         offset=record.offset,
@@ -97,8 +110,20 @@ def _record(record: Record) -> pb.Record:
     )
 
 
+def _config_entry(entry: ConfigEntry) -> pb.TopicConfigEntry:
+    return pb.TopicConfigEntry(
+        name=entry.name,
+        value=entry.value,
+        source=entry.source.name,
+        type=entry.type.name,
+        documentation=entry.documentation,
+        synonyms=[pb.ConfigSynonym(name=s.name, value=s.value, source=s.source.name) for s in entry.synonyms],
+    )
+
+
 def _topic_info(description: TopicDescription) -> pb.TopicInfo:
     return pb.TopicInfo(
+        configs=description.configs.to_json(),
         name=description.name,
         partitions=description.settings.partitions,
         retention_ms=description.settings.retention_ms,
@@ -157,18 +182,18 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         started = time.perf_counter()
         try:
             async with guard(context, self.metrics):
-                return await self._produce(request)
+                return await self._produce(request, self.requester(context))
         finally:
             self.metrics.observe_produce(time.perf_counter() - started)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def _produce(self, request: pb.ProduceRequest, requester: str) -> pb.ProduceResponse:
         explicit = request.partition if request.HasField("partition") else None
         if request.record_batch:
-            return await self._produce_batch(request, explicit)
+            return await self._produce_batch(request, explicit, requester)
         if not request.values:
             raise InvalidArgumentError("a produce request needs values or a record_batch")
-        await self._ensure_topic(request.topic, create=True)
+        await ensure_topic(self.broker, request.topic, requester=requester)
         key = request.key or None
         records = [(key, value) for value in request.values]
         results = await self.broker.produce_many(request.topic, records, partition=explicit)
@@ -177,8 +202,10 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
             partition=results[0][0], offsets=offsets, base_offset=offsets[0], last_offset=offsets[-1]
         )
 
-    async def _produce_batch(self, request: pb.ProduceRequest, explicit: int | None) -> pb.ProduceResponse:
-        count = await self._ensure_topic(request.topic, create=True)
+    async def _produce_batch(
+        self, request: pb.ProduceRequest, explicit: int | None, requester: str
+    ) -> pb.ProduceResponse:
+        count = await ensure_topic(self.broker, request.topic, requester=requester)
         response, ack = self.append_batch(request, explicit, count)
         await ack.wait()
         return response
@@ -200,9 +227,9 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
             raise InvalidArgumentError(f"record_batch rejected: {exc}") from exc
         return pb.ProduceResponse(partition=pid, base_offset=base, last_offset=last), ack
 
-    async def _ensure_topic(self, name: str, *, create: bool) -> int:
-        """Partition count of ``name``; create it first (in a worker thread) if asked and the broker auto-creates."""
-        return await ensure_topic(self.broker, name, create=create)
+    def requester(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """Who makes this call, for the per-caller auto-create budget: its principal, else its address."""
+        return requester_of(call_principal(), peer_host(context.peer()))
 
     # -- fetch and subscribe ---------------------------------------------------------------------
 
@@ -218,7 +245,8 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
             self.metrics.observe_fetch(time.perf_counter() - started)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    async def _fetch(self, request: pb.FetchRequest, recheck: Callable[[], object] = recheck_call) -> pb.FetchResponse:
+        """One Fetch; ``recheck`` raises if the caller may no longer read what a long poll waited for."""
         topic, pid, offset = request.topic, request.partition, request.offset
         if request.group:
             validate_group(request.group)  # it becomes a metric label: only a valid name may
@@ -228,6 +256,7 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
             wait_s = min(request.max_wait_ms, MAX_FETCH_WAIT_MS) / 1000.0
             with contextlib.suppress(BrokerClosedError):  # deleted meanwhile: the fetch below says how
                 await self._arrival(self.broker.partition(topic, pid), offset, wait_s)
+            recheck()  # the token or an ACL may have gone while it waited: deliver nothing then
             result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(request.max_bytes))
         response = pb.FetchResponse(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset)
         if request.raw_batches:
@@ -305,7 +334,11 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         """Yield ``(read, offset it was read from)`` from ``request.offset`` on, forever.
 
         Each read holds whole batches only, so the next offset comes from the
-        headers without decoding. Waits are woken by the append or by shutdown.
+        headers without decoding. Waits are woken by the append or by shutdown. With
+        authentication on, every read is authorized again first (:func:`recheck_call`), and
+        a wait wakes every :data:`RECHECK_IDLE_S` to do so: a revoked token or a removed ACL
+        entry ends the stream (UNAUTHENTICATED, PERMISSION_DENIED) before anything more is
+        delivered.
         """
         topic, pid, offset, group = request.topic, request.partition, request.offset, request.group
         if group:
@@ -315,9 +348,11 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         if not start <= offset <= high:
             raise OffsetOutOfRangeError(topic, pid, offset, start, high)
         max_bytes = self._fetch_bytes(request.max_bytes)
+        idle_wake = RECHECK_IDLE_S if self.access.enabled else None
         while True:
             if self.stopping.is_set():
                 raise BrokerClosedError("server is shutting down")
+            recheck_call()
             if partition.high_watermark > offset:
                 result = self.broker.fetch(topic, pid, offset, max_bytes)
                 records, next_offset = span_of_whole_batches(result.data, offset)
@@ -327,7 +362,7 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
                         self.metrics.record_consumed(topic, group, pid, records)
                     offset = next_offset
                     continue
-            await self._arrival(partition, offset)
+            await self._arrival(partition, offset, idle_wake)
 
     async def _arrival(self, partition: Partition, offset: int, timeout: float | None = None) -> None:
         """Wait until ``offset`` is readable, the daemon stops, or ``timeout`` passes, whichever comes first.
@@ -404,8 +439,12 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
                 return pb.AdminResponse(topics=self.visible(ResourceType.TOPIC, self.broker.list_topics()))
             if action == "describe_topic":
                 d = request.describe_topic
-                await self._ensure_topic(d.name, create=d.create_if_missing)
-                return await asyncio.to_thread(self._describe_topic, d.name)
+                await ensure_topic(self.broker, d.name, requester=self.requester(context), create=d.create_if_missing)
+                return await asyncio.to_thread(self._describe_topic, d.name, entries=d.include_config_entries)
+            if action == "alter_topic_configs":
+                return await asyncio.to_thread(self._alter_topic_configs, request.alter_topic_configs)
+            if action == "create_partitions":
+                return await asyncio.to_thread(self._create_partitions, request.create_partitions)
             if action == "delete_records":
                 r = request.delete_records
                 lows = await asyncio.to_thread(self.broker.delete_records, r.topic, dict(r.before))
@@ -418,16 +457,33 @@ class BrokerService(GroupRpcs, StreamRpcs, pb_grpc.BrokerServicer):
         return Access.owner(call_principal()) if self.access.enabled else None
 
     def _create_topic(self, c: pb.CreateTopic) -> pb.AdminResponse:
-        self.broker.create_topic(
+        create = self.broker.validate_topic_creation if c.validate_only else self.broker.create_topic
+        create(
             c.name,
             c.partitions or None,
             retention_ms=c.retention_ms if c.HasField("retention_ms") else None,
             retention_bytes=c.retention_bytes if c.HasField("retention_bytes") else None,
+            configs=dict(c.configs),
         )
+        return pb.AdminResponse() if c.validate_only else self._describe_topic(c.name)
+
+    def _alter_topic_configs(self, a: pb.AlterTopicConfigs) -> pb.AdminResponse:
+        alter = self.broker.validate_topic_configs if a.validate_only else self.broker.alter_topic_configs
+        alter(a.name, dict(a.set), list(a.delete))
+        return self._describe_topic(a.name)
+
+    def _create_partitions(self, c: pb.CreatePartitions) -> pb.AdminResponse:
+        if c.validate_only:
+            self.broker.validate_partition_count(c.name, c.count)
+        else:
+            self.broker.create_partitions(c.name, c.count)
         return self._describe_topic(c.name)
 
-    def _describe_topic(self, name: str) -> pb.AdminResponse:
-        return pb.AdminResponse(topic=_topic_info(self.broker.describe_topic(name)))
+    def _describe_topic(self, name: str, *, entries: bool = False) -> pb.AdminResponse:
+        info = _topic_info(self.broker.describe_topic(name))
+        if entries:
+            info.config_entries.extend(_config_entry(e) for e in self.broker.describe_topic_configs(name))
+        return pb.AdminResponse(topic=info)
 
     def visible(self, resource_type: ResourceType, names: list[str]) -> list[str]:
         """The names of ``names`` the calling principal may describe (all of them without authentication)."""

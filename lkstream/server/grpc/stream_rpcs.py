@@ -3,7 +3,7 @@
 Why streams: a unary call costs the daemon and the client a call set-up each
 (HTTP/2 headers, a call object, the access check, a completion on each side):
 about 0.4 ms per call on the project's 2-core machine, against 0.16 ms for one
-message each way on an open stream (docs/benchmarks.md, the "Issue 14" section).
+message each way on an open stream (docs/benchmarks-notes.md, "The cost of a call").
 A client keeps one stream open per connection and sends every produce (or
 fetch) on it, and may send the next request before the previous is answered.
 
@@ -19,7 +19,8 @@ Rules of both streams:
   then the request against the rule of its unary twin
   (:data:`~lkstream.server.grpc.permissions.RPC_NEEDS`), so revoking a token or
   an ACL takes effect on an open stream at its next request (answered
-  UNAUTHENTICATED or PERMISSION_DENIED in its ``error``).
+  UNAUTHENTICATED or PERMISSION_DENIED in its ``error``); a fetch that long-polls
+  is checked again after its wait, before it reads.
 
 ``ProduceStream`` appends each request's ``record_batch`` as soon as it is read
 (``Broker.begin_produce_batch``), in request order, and answers once the append
@@ -82,7 +83,8 @@ class StreamRpcs:
     access: Access
     stopping: StopSignal
     append_batch: Callable[[pb.ProduceRequest, int | None, int], tuple[pb.ProduceResponse, Acknowledgement]]
-    _fetch: Callable[[pb.FetchRequest], Any]
+    _fetch: Callable[[pb.FetchRequest, Callable[[], object]], Any]
+    requester: Callable[[Context], str]
 
     def _authorize(self, credentials: str | None, rpc: str, request: Any) -> None:
         """Authenticate the stream's ``authorization`` value again, then check ``request`` as ``rpc`` would be."""
@@ -103,17 +105,20 @@ class StreamRpcs:
     async def ProduceStream(
         self, requests: AsyncIterator[pb.ProduceRequest], context: Context
     ) -> AsyncIterator[pb.ProduceResponse]:
+        requester = self.requester(context)  # whose auto-create budget a new topic takes from
         async for response in self._serve(
             requests,
             context,
             window=PRODUCE_PIPELINE,
-            take=self._append_streamed,
+            take=lambda request, credentials: self._append_streamed(request, credentials, requester),
             finish=self._acknowledged,
             drop=_release,
         ):
             yield response
 
-    def _append_streamed(self, request: pb.ProduceRequest, credentials: str | None) -> _Taken | Awaitable[_Taken]:
+    def _append_streamed(
+        self, request: pb.ProduceRequest, credentials: str | None, requester: str
+    ) -> _Taken | Awaitable[_Taken]:
         """Append now (in request order, as requests are read); the answer waits for the acknowledgement.
 
         A topic that does not exist yet is created first, in a worker thread (admin work stays off
@@ -126,14 +131,14 @@ class StreamRpcs:
                 raise InvalidArgumentError("a ProduceStream request carries a record_batch")
             count = self.broker.partitions_for(request.topic)
         except UnknownTopicError:
-            return self._append_to_new_topic(started, request)
+            return self._append_to_new_topic(started, request, requester)
         except LkstreamError as exc:
             return started, pb.ProduceResponse(error=self._stream_error(exc)), None
         return self._append_counted(started, request, count)
 
-    async def _append_to_new_topic(self, started: float, request: pb.ProduceRequest) -> _Taken:
+    async def _append_to_new_topic(self, started: float, request: pb.ProduceRequest, requester: str) -> _Taken:
         try:
-            count = await ensure_topic(self.broker, request.topic, create=True)
+            count = await ensure_topic(self.broker, request.topic, requester=requester)
         except LkstreamError as exc:
             return started, pb.ProduceResponse(error=self._stream_error(exc)), None
         return self._append_counted(started, request, count)
@@ -169,7 +174,10 @@ class StreamRpcs:
         started = time.perf_counter()
         try:
             self._authorize(credentials, "Fetch", request)
-            response: pb.FetchResponse = await self._fetch(request)
+            # A long poll asks again after its wait: nothing that arrived after a revocation is delivered.
+            response: pb.FetchResponse = await self._fetch(
+                request, lambda: self._authorize(credentials, "Fetch", request)
+            )
         except LkstreamError as exc:
             response = pb.FetchResponse(error=self._stream_error(exc))
         self.metrics.observe_fetch(time.perf_counter() - started)

@@ -30,7 +30,8 @@
 authentication on): looks up the route's rule in
 :data:`~lkstream.server.http.permissions.ROUTE_NEEDS` and asks
 :meth:`Access.require` for each need (403 naming the missing operation and resource);
-a route without a rule is refused.
+a route without a rule is refused. It leaves a check to repeat in ``request[RECHECK_KEY]``
+(the token, then the same needs), which a long poll asks after its wait (issue 28, finding 8).
 
 Refusals are the JSON API's error bodies (``{"error": {"code", "message"}}``) and are
 counted in ``lk_request_errors_total{code}`` by the gRPC code they match.
@@ -54,6 +55,7 @@ from lkstream.server.http.models import parse_body
 from lkstream.server.http.permissions import (
     PARSED_BODY_KEY,
     PRINCIPAL_KEY,
+    RECHECK_KEY,
     ROUTE_NEEDS,
     RouteCall,
     route_key,
@@ -219,8 +221,18 @@ class RouteAuthorizer:
             body = parse_body(rule.body, await self.read_body(request))
             request[PARSED_BODY_KEY] = body
         call = RouteCall(request.match_info, body, self.broker, self.default_topic)
-        for operation, resource_type, name in rule.needs(call):
+        needs = rule.needs(call)
+        for operation, resource_type, name in needs:
             self.access.require(principal, operation, resource_type, name)
+        header = request.headers.get("Authorization")
+
+        def recheck() -> None:
+            # The needs as admitted: a long poll asks again whether its caller may still have its answer.
+            still = self.access.authenticate_bearer(header)
+            for operation, resource_type, name in needs:
+                self.access.require(still, operation, resource_type, name)
+
+        request[RECHECK_KEY] = recheck
         return await handler(request)
 
 

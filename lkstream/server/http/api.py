@@ -13,7 +13,9 @@ port. Routes (documented with curl examples in ``docs/http.md``):
                             by appends; with ``group``: from the group's committed offsets,
                             committing the next offsets once the answer is built
 ``GET|POST /topics``        list, create
-``GET|DELETE /topics/{t}``  describe (with per-partition offsets), delete
+``GET|DELETE /topics/{t}``  describe (with per-partition offsets and config overrides), delete
+``/topics/{t}/configs``     ``GET`` every config with its source, ``PATCH`` set/delete overrides;
+``/topics/{t}/partitions``  ``POST`` grows the topic (:mod:`lkstream.server.http.topic_admin`)
 ``GET /groups/{group}``     committed offsets and lag per topic-partition
 ``GET /openapi.json``       the OpenAPI 3.1 document (:mod:`lkstream.server.http.openapi`)
 ==========================  ======================================================================
@@ -82,6 +84,7 @@ from lkstream.errors import (
 from lkstream.format.codec import decode_batches_through
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
+from lkstream.security.principal import ANONYMOUS, requester_of
 from lkstream.server.admin_calls import ensure_topic
 from lkstream.server.http.errors import (
     JSON_TYPE,
@@ -100,7 +103,6 @@ from lkstream.server.http.models import (
     ConsumeRequest,
     ConsumeResponse,
     CreateTopicRequest,
-    DeleteRecordsRequest,
     ErrorResponse,
     GroupOffsets,
     ProduceEntry,
@@ -116,7 +118,8 @@ from lkstream.server.http.models import (
     topic_json,
 )
 from lkstream.server.http.openapi import openapi_document
-from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY
+from lkstream.server.http.permissions import PARSED_BODY_KEY, PRINCIPAL_KEY, RECHECK_KEY
+from lkstream.server.http.topic_admin import TopicAdminRoutes
 from lkstream.storage.names import validate_group
 from lkstream.wire.contract import status_for
 
@@ -194,7 +197,7 @@ class HttpApi:
         router.add_post("/topics", self.create_topic)
         router.add_get("/topics/{topic}", self.describe_topic)
         router.add_delete("/topics/{topic}", self.delete_topic)
-        router.add_post("/topics/{topic}/delete-records", self.delete_records)
+        TopicAdminRoutes(self.broker, self.check_ready, self.parsed_body).add_routes(app)
         router.add_get("/groups/{group}", self.describe_group)
         router.add_get("/openapi.json", self.openapi)
 
@@ -275,10 +278,13 @@ class HttpApi:
         started = time.perf_counter()
         try:
             entries = body.topic_partitions
+            # Auto-creation is budgeted per caller (issue 28, finding 6): its principal, else its address.
+            requester = requester_of(request.get(PRINCIPAL_KEY, ANONYMOUS), request.remote)
             outcomes: list[list[tuple[int, int]] | BaseException]
             if len(entries) == 1:
                 try:
-                    outcomes = [await self._append_entry(entries[0], await self._prepare_entry(entries[0]))]
+                    prepared_runs = await self._prepare_entry(entries[0], requester)
+                    outcomes = [await self._append_entry(entries[0], prepared_runs)]
                 except LkstreamError as exc:
                     outcomes = [exc]
             else:
@@ -290,7 +296,7 @@ class HttpApi:
                 prepared: list[_Runs | LkstreamError] = []
                 for entry in entries:
                     try:
-                        prepared.append(await self._prepare_entry(entry))
+                        prepared.append(await self._prepare_entry(entry, requester))
                     except LkstreamError as exc:
                         prepared.append(exc)
                 appends = (self._append_entry(e, runs) for e, runs in zip(entries, prepared, strict=True))
@@ -315,12 +321,12 @@ class HttpApi:
             return error_response(http_status(first_error), error_info(first_error), results=results)
         return json_response({"results": results})
 
-    async def _prepare_entry(self, entry: ProduceEntry) -> _Runs:
-        """Check ``entry`` and create its topic if it is missing and may be auto-created."""
+    async def _prepare_entry(self, entry: ProduceEntry, requester: str) -> _Runs:
+        """Check ``entry`` and create its topic if it is missing and may be auto-created (by ``requester``)."""
         runs = produce_runs(entry.records, entry.partition)
         self._refuse_before_creating(entry.topic, runs)
         with contextlib.suppress(UnknownTopicError):  # auto-creation is off: the produce says unknown_topic
-            await ensure_topic(self.broker, entry.topic)  # an auto-create, in a worker thread
+            await ensure_topic(self.broker, entry.topic, requester=requester)  # an auto-create, in a worker thread
         return runs
 
     async def _append_entry(self, entry: ProduceEntry, runs: _Runs | LkstreamError) -> list[tuple[int, int]]:
@@ -368,6 +374,10 @@ class HttpApi:
             reads = self._read_all(targets, body)
             if body.max_wait_ms and sum(n for _, n in reads) < body.min_bytes:
                 reads = await self._long_poll(targets, body, reads)
+                # The token or an ACL may have gone while it waited: then nothing is delivered (401/403).
+                recheck = request.get(RECHECK_KEY)
+                if recheck is not None:
+                    recheck()
         finally:
             self.metrics.observe_fetch(time.perf_counter() - started)
         group = body.group
@@ -521,7 +531,11 @@ class HttpApi:
 
     def _create_topic(self, body: CreateTopicRequest) -> dict[str, Any]:
         self.broker.create_topic(
-            body.name, body.partitions, retention_ms=body.retention_ms, retention_bytes=body.retention_bytes
+            body.name,
+            body.partitions,
+            retention_ms=body.retention_ms,
+            retention_bytes=body.retention_bytes,
+            configs=body.configs,
         )
         return topic_json(self.broker.describe_topic(body.name))
 
@@ -534,16 +548,6 @@ class HttpApi:
         self.check_ready()
         await asyncio.to_thread(self.broker.delete_topic, request.match_info["topic"])
         return web.Response(status=204)
-
-    async def delete_records(self, request: web.Request) -> web.Response:
-        """Kafka's DeleteRecords: each partition's log start moves to ``before`` (durable when answered)."""
-        self.check_ready()
-        topic = request.match_info["topic"]
-        body = await self.parsed_body(request, DeleteRecordsRequest)
-        before = {entry.partition: entry.before for entry in body.partitions}
-        lows = await asyncio.to_thread(self.broker.delete_records, topic, before)
-        partitions = [{"partition": pid, "low_watermark": low} for pid, low in sorted(lows.items())]
-        return json_response({"topic": topic, "partitions": partitions})
 
     async def describe_group(self, request: web.Request) -> web.Response:
         self.check_ready()

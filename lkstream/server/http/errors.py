@@ -21,7 +21,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 from pydantic_core import to_json
 
-from lkstream.errors import DiskFullError, LkstreamError, RecordTooLargeError
+from lkstream.errors import DiskFullError, LkstreamError, PartitionLimitError, RecordTooLargeError
 from lkstream.wire.contract import status_for
 
 #: Seconds a client should wait before retrying a 429 or 503.
@@ -50,6 +50,9 @@ HTTP_STATUS_BY_GRPC: Final[dict[grpc.StatusCode, int]] = {
 HTTP_STATUS_OVERRIDES: Final[Sequence[tuple[type[LkstreamError], int]]] = (
     (RecordTooLargeError, 413),  # gRPC: INVALID_ARGUMENT
     (DiskFullError, 507),  # gRPC: RESOURCE_EXHAUSTED; retrying soon will not help
+    # gRPC: RESOURCE_EXHAUSTED. The daemon's state (its partitions against max_partitions), not a fault of
+    # the server, refuses it and retrying will not help: a 4xx, as Kafka's POLICY_VIOLATION is a refusal.
+    (PartitionLimitError, 409),
 )
 #: Error attributes copied into the JSON error body when present.
 ERROR_FIELDS: Final = ("topic", "partition", "offset", "earliest", "latest", "size", "limit", "retry_after_ms")

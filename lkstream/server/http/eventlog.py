@@ -73,7 +73,7 @@ class EventLogRoutes:
         if not raw.isdigit():
             raise InvalidArgumentError(f"partition must be a number, not {raw!r}")
         # The default topic on first use (its 100 partitions are admin work: in a worker thread).
-        count = await ensure_topic(self.broker, self.topic, partitions=self.partitions)
+        count = await ensure_topic(self.broker, self.topic, requester="daemon", partitions=self.partitions)
         pid = int(raw)
         if pid >= count:
             raise InvalidArgumentError(f"partition {pid} does not exist in {self.topic!r} (it has {count} partitions)")

@@ -245,6 +245,18 @@ class ConsumeResponse(_Response):
     committed: bool = Field(False, description="The group committed next_fetch_offset of each partition.")
 
 
+def _config_text(value: object) -> object:
+    """A config value given as a JSON number or boolean, as the string Kafka's configs take."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int | float) else value
+
+
+#: A topic config value: a string as Kafka takes it ("compact", "3600000"); numbers and booleans are converted.
+ConfigText = Annotated[str, BeforeValidator(_config_text)]
+ConfigMap = dict[Annotated[str, Field(max_length=255)], ConfigText]
+
+
 class CreateTopicRequest(_Request):
     """``POST /topics``; omitted settings take the broker's defaults."""
 
@@ -252,6 +264,46 @@ class CreateTopicRequest(_Request):
     partitions: Int | None = Field(None, ge=1, le=MAX_PARTITIONS)
     retention_ms: Int | None = Field(None, ge=-1, le=MAX_INT64, description="-1: keep forever.")
     retention_bytes: Int | None = Field(None, ge=-1, le=MAX_INT64, description="-1: no size limit.")
+    configs: ConfigMap | None = Field(
+        None, description='Kafka\'s topic configs by name, e.g. {"cleanup.policy": "compact"} (docs/kafka.md).'
+    )
+
+
+class AlterTopicConfigsRequest(_Request):
+    """``PATCH /topics/{topic}/configs``: set and delete overrides (Kafka's IncrementalAlterConfigs)."""
+
+    set: ConfigMap = Field(default_factory=dict, description="Configs to set.")
+    delete: list[Annotated[str, Field(max_length=255)]] = Field(
+        default_factory=list, max_length=256, description="Overrides to remove (back to the broker's default)."
+    )
+    validate_only: bool = Field(False, description="Check the change, apply nothing.")
+
+
+class CreatePartitionsRequest(_Request):
+    """``POST /topics/{topic}/partitions``: grow the topic to ``count`` partitions."""
+
+    count: Int = Field(ge=1, le=MAX_PARTITIONS)
+    validate_only: bool = False
+
+
+class ConfigSynonymOut(_Response):
+    name: str
+    value: str
+    source: str
+
+
+class TopicConfigEntry(_Response):
+    name: str
+    value: str
+    source: str = Field(description="DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG or DEFAULT_CONFIG.")
+    type: str
+    documentation: str
+    synonyms: list[ConfigSynonymOut]
+
+
+class TopicConfigs(_Response):
+    topic: str
+    configs: list[TopicConfigEntry]
 
 
 class PartitionInfo(_Response):
@@ -272,6 +324,7 @@ class TopicInfo(_Response):
     partitions: int
     retention_ms: int
     retention_bytes: int
+    configs: dict[str, str] = Field(description="The topic's config overrides (Kafka's names).")
     partition_stats: list[PartitionInfo]
 
 
@@ -392,6 +445,7 @@ def topic_json(description: TopicDescription) -> dict[str, Any]:
         "partitions": description.settings.partitions,
         "retention_ms": description.settings.retention_ms,
         "retention_bytes": description.settings.retention_bytes,
+        "configs": description.configs.to_json(),
         "partition_stats": [
             {
                 "partition": pid,

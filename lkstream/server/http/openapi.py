@@ -13,8 +13,10 @@ from lkstream.server.http.models import (
     API_VERSION,
     GROUP_PATTERN,
     TOPIC_PATTERN,
+    AlterTopicConfigsRequest,
     ConsumeRequest,
     ConsumeResponse,
+    CreatePartitionsRequest,
     CreateTopicRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
@@ -24,6 +26,7 @@ from lkstream.server.http.models import (
     ProduceErrorResponse,
     ProduceRequest,
     ProduceResponse,
+    TopicConfigs,
     TopicInfo,
     TopicList,
     _Request,
@@ -42,6 +45,9 @@ _MODELS: Final[Sequence[type[BaseModel]]] = (
     DeleteRecordsResponse,
     TopicInfo,
     TopicList,
+    AlterTopicConfigsRequest,
+    CreatePartitionsRequest,
+    TopicConfigs,
     GroupOffsets,
     ErrorResponse,
 )
@@ -58,7 +64,7 @@ def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
 _ERRORS: Final = {
     400: "Malformed request (bad JSON, wrong types, invalid names or base64, bad partition).",
     404: "Unknown topic.",
-    409: "Conflict (the topic already exists).",
+    409: "Conflict (the topic already exists, or max_partitions would be passed).",
     413: "Request body, record or batch too large.",
     416: "Offset out of range: the error carries earliest and latest.",
     429: "Backpressure: too many bytes in flight; see Retry-After.",
@@ -144,7 +150,7 @@ def openapi_document() -> dict[str, Any]:
                     "requestBody": with_body(ProduceRequest),
                     "responses": {
                         "200": _json(ProduceResponse, "Offsets per entry; an entry may carry its own error."),
-                        **_errors(400, 404, 413, 429, 503, model=ProduceErrorResponse),
+                        **_errors(400, 404, 409, 413, 429, 503, model=ProduceErrorResponse),
                     },
                 }
             },
@@ -197,6 +203,29 @@ def openapi_document() -> dict[str, Any]:
                     },
                 },
             },
+            "/topics/{topic}/configs": {
+                "parameters": [topic],
+                "get": {
+                    "operationId": "describeTopicConfigs",
+                    "summary": "Every topic config with its value, source and synonyms (Kafka's DescribeConfigs).",
+                    "responses": {"200": _json(TopicConfigs, "The configs."), **_errors(400, 404, 503)},
+                },
+                "patch": {
+                    "operationId": "alterTopicConfigs",
+                    "summary": "Set and delete config overrides (Kafka's IncrementalAlterConfigs).",
+                    "requestBody": with_body(AlterTopicConfigsRequest),
+                    "responses": {"200": _json(TopicInfo, "The topic."), **_errors(400, 404, 413, 503)},
+                },
+            },
+            "/topics/{topic}/partitions": {
+                "parameters": [topic],
+                "post": {
+                    "operationId": "createPartitions",
+                    "summary": "Grow a topic to more partitions (Kafka's CreatePartitions).",
+                    "requestBody": with_body(CreatePartitionsRequest),
+                    "responses": {"200": _json(TopicInfo, "The topic."), **_errors(400, 404, 409, 413, 503)},
+                },
+            },
             "/groups/{group}": {
                 "parameters": [group],
                 "get": {
@@ -216,7 +245,7 @@ def openapi_document() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": _json(EventProduced, "Where the record went, once acknowledged."),
-                        **_errors(400, 413, 429, 503),
+                        **_errors(400, 409, 413, 429, 503),
                     },
                 },
             },

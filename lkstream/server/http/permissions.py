@@ -10,18 +10,20 @@ document fails when a route has no entry.
 
 The rules are the gRPC ones (docs/security.md):
 
-=============================  =====================================================================
-``POST /produce``              ``write`` on each topic; ``create`` too when it would auto-create it
-``POST /consume``              ``read`` on each topic; ``read`` on the group when it names one
-``GET /topics``                nothing: the answer lists only topics the caller may ``describe``
-``POST /topics``               ``create`` on the topic
-``GET|DELETE /topics/{t}``     ``describe`` / ``delete`` on the topic
+===================================  =====================================================================
+``POST /produce``                    ``write`` on each topic; ``create`` too when it would auto-create it
+``POST /consume``                    ``read`` on each topic; ``read`` on the group when it names one
+``GET /topics``                      nothing: the answer lists only topics the caller may ``describe``
+``POST /topics``                     ``create`` on the topic
+``GET|DELETE /topics/{t}``           ``describe`` / ``delete`` on the topic
 ``POST /topics/{t}/delete-records``  ``delete`` on the topic (Kafka's DeleteRecords asks the same)
-``GET /groups/{group}``        ``describe`` on the group; rows only for topics it may ``describe``
-``POST /produce/{partition}``  as ``POST /produce`` on ``server.http_default_topic`` (it may create it)
-``GET /fetch/{partition}``     ``read`` on the default topic; ``create`` when the call would create it
-``GET /openapi.json``          a principal
-=============================  =====================================================================
+``GET|PATCH /topics/{t}/configs``    ``describe_configs`` / ``alter_configs`` on the topic
+``POST /topics/{t}/partitions``      ``create`` on the topic
+``GET /groups/{group}``              ``describe`` on the group; rows only for topics it may ``describe``
+``POST /produce/{partition}``        as ``POST /produce`` on ``server.http_default_topic`` (it may create it)
+``GET /fetch/{partition}``           ``read`` on the default topic; ``create`` when the call would create it
+``GET /openapi.json``                a principal
+===================================  =====================================================================
 
 A rule that reads the body parses it once, with the model the handler uses; the
 handler takes the parsed body from the request (:data:`PARSED_BODY_KEY`).
@@ -40,7 +42,14 @@ from lkstream.broker.broker import Broker
 from lkstream.errors import LkstreamError, UnknownTopicError
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.principal import Principal
-from lkstream.server.http.models import ConsumeRequest, CreateTopicRequest, DeleteRecordsRequest, ProduceRequest
+from lkstream.server.http.models import (
+    AlterTopicConfigsRequest,
+    ConsumeRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    ProduceRequest,
+)
 from lkstream.server.needs import Need, would_create
 
 READ, WRITE, CREATE, DELETE, DESCRIBE = (
@@ -56,6 +65,10 @@ TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 PRINCIPAL_KEY: Final = web.RequestKey("lkstream.principal", Principal)
 #: A JSON body the access check parsed already, for the handler to reuse.
 PARSED_BODY_KEY: Final = web.RequestKey("lkstream.parsed_body", BaseModel)
+#: Asks again whether the request's caller may still make it (its token, then the route's needs);
+#: raises AuthenticationError / AuthorizationError. For a handler that answers long after the check
+#: (a long poll); absent with authentication off.
+RECHECK_KEY: Final = web.RequestKey[Callable[[], None]]("lkstream.recheck")
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,10 @@ ROUTE_NEEDS: Final[dict[str, RouteRule]] = {
     "GET /topics/{topic}": RouteRule(_topic_in_path(DESCRIBE)),
     "DELETE /topics/{topic}": RouteRule(_topic_in_path(DELETE)),
     "POST /topics/{topic}/delete-records": RouteRule(_topic_in_path(DELETE), body=DeleteRecordsRequest),
+    "GET /topics/{topic}/configs": RouteRule(_topic_in_path(Operation.DESCRIBE_CONFIGS)),
+    "PATCH /topics/{topic}/configs": RouteRule(_topic_in_path(Operation.ALTER_CONFIGS), body=AlterTopicConfigsRequest),
+    # Growing a topic is creating partitions, as on the Kafka listener and gRPC.
+    "POST /topics/{topic}/partitions": RouteRule(_topic_in_path(CREATE), body=CreatePartitionsRequest),
     "GET /groups/{group}": RouteRule(lambda call: [(DESCRIBE, GROUP, call.match_info["group"])], filtered=True),
     "POST /produce/{partition}": RouteRule(
         lambda call: [(WRITE, TOPIC, call.default_topic), *_default_topic_missing(call)]

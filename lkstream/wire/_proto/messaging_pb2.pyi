@@ -171,16 +171,82 @@ class OffsetsForTimestampResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class CreateTopic(_message.Message):
-    __slots__ = ("name", "partitions", "retention_ms", "retention_bytes")
+    __slots__ = ("name", "partitions", "retention_ms", "retention_bytes", "configs", "validate_only")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     retention_ms: int
     retention_bytes: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    validate_only: bool
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class AlterTopicConfigs(_message.Message):
+    __slots__ = ("name", "set", "delete", "validate_only")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    set: _containers.ScalarMap[str, str]
+    delete: _containers.RepeatedScalarFieldContainer[str]
+    validate_only: bool
+    def __init__(self, name: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., delete: _Optional[_Iterable[str]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class CreatePartitions(_message.Message):
+    __slots__ = ("name", "count", "validate_only")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    count: int
+    validate_only: bool
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class ConfigSynonym(_message.Message):
+    __slots__ = ("name", "value", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    source: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class TopicConfigEntry(_message.Message):
+    __slots__ = ("name", "value", "source", "type", "documentation", "synonyms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTATION_FIELD_NUMBER: _ClassVar[int]
+    SYNONYMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    source: str
+    type: str
+    documentation: str
+    synonyms: _containers.RepeatedCompositeFieldContainer[ConfigSynonym]
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., source: _Optional[str] = ..., type: _Optional[str] = ..., documentation: _Optional[str] = ..., synonyms: _Optional[_Iterable[_Union[ConfigSynonym, _Mapping]]] = ...) -> None: ...
 
 class DeleteTopic(_message.Message):
     __slots__ = ("name",)
@@ -193,12 +259,14 @@ class ListTopics(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeTopic(_message.Message):
-    __slots__ = ("name", "create_if_missing")
+    __slots__ = ("name", "create_if_missing", "include_config_entries")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CREATE_IF_MISSING_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_CONFIG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     create_if_missing: bool
-    def __init__(self, name: _Optional[str] = ..., create_if_missing: _Optional[bool] = ...) -> None: ...
+    include_config_entries: bool
+    def __init__(self, name: _Optional[str] = ..., create_if_missing: _Optional[bool] = ..., include_config_entries: _Optional[bool] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
     __slots__ = ("partition", "log_start_offset", "next_offset", "high_watermark", "segment_count", "size_bytes", "active_segment_bytes", "dirty_ratio")
@@ -221,32 +289,47 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., segment_count: _Optional[int] = ..., size_bytes: _Optional[int] = ..., active_segment_bytes: _Optional[int] = ..., dirty_ratio: _Optional[float] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "partitions", "retention_ms", "retention_bytes", "partition_stats")
+    __slots__ = ("name", "partitions", "retention_ms", "retention_bytes", "partition_stats", "configs", "config_entries")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARTITION_STATS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     retention_ms: int
     retention_bytes: int
     partition_stats: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., partition_stats: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    config_entries: _containers.RepeatedCompositeFieldContainer[TopicConfigEntry]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., partition_stats: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., configs: _Optional[_Mapping[str, str]] = ..., config_entries: _Optional[_Iterable[_Union[TopicConfigEntry, _Mapping]]] = ...) -> None: ...
 
 class AdminRequest(_message.Message):
-    __slots__ = ("create_topic", "delete_topic", "list_topics", "describe_topic", "delete_records")
+    __slots__ = ("create_topic", "delete_topic", "list_topics", "describe_topic", "alter_topic_configs", "create_partitions", "delete_records")
     CREATE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     DELETE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     LIST_TOPICS_FIELD_NUMBER: _ClassVar[int]
     DESCRIBE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ALTER_TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     DELETE_RECORDS_FIELD_NUMBER: _ClassVar[int]
     create_topic: CreateTopic
     delete_topic: DeleteTopic
     list_topics: ListTopics
     describe_topic: DescribeTopic
+    alter_topic_configs: AlterTopicConfigs
+    create_partitions: CreatePartitions
     delete_records: DeleteRecords
-    def __init__(self, create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., list_topics: _Optional[_Union[ListTopics, _Mapping]] = ..., describe_topic: _Optional[_Union[DescribeTopic, _Mapping]] = ..., delete_records: _Optional[_Union[DeleteRecords, _Mapping]] = ...) -> None: ...
+    def __init__(self, create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., list_topics: _Optional[_Union[ListTopics, _Mapping]] = ..., describe_topic: _Optional[_Union[DescribeTopic, _Mapping]] = ..., alter_topic_configs: _Optional[_Union[AlterTopicConfigs, _Mapping]] = ..., create_partitions: _Optional[_Union[CreatePartitions, _Mapping]] = ..., delete_records: _Optional[_Union[DeleteRecords, _Mapping]] = ...) -> None: ...
 
 class DeleteRecords(_message.Message):
     __slots__ = ("topic", "before")

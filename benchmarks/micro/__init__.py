@@ -1,0 +1,1 @@
+"""One mechanism at a time, in one process: what a bound named in docs/benchmarks.md costs alone."""

@@ -1,0 +1,1 @@
+"""Long runs of the daemon (minutes each): memory flat over time, under attack, beside admin churn."""
