@@ -194,6 +194,46 @@ class BrokerConfig(BaseModel):
         description="Idempotent-producer states (one per producer and partition, 300-400 bytes each) kept at "
         "once; a new producer beyond it is refused until states expire (ProducerStateLimitError).",
     )
+    group_min_session_timeout_ms: int = Field(
+        6000,
+        ge=1,
+        le=2**31 - 1,
+        description="Shortest session timeout a group member may ask for (Kafka's group.min.session.timeout.ms); "
+        "a join below it is refused (INVALID_SESSION_TIMEOUT).",
+    )
+    group_max_session_timeout_ms: int = Field(
+        1_800_000,
+        ge=1,
+        le=2**31 - 1,
+        description="Longest session timeout a group member may ask for (Kafka's group.max.session.timeout.ms); "
+        "a join above it is refused (INVALID_SESSION_TIMEOUT).",
+    )
+    group_max_size: int = Field(
+        2**31 - 1,
+        ge=1,
+        le=2**31 - 1,
+        description="Members of one group, joined or holding a member id from MEMBER_ID_REQUIRED "
+        "(Kafka's group.max.size); a join beyond it is refused (GROUP_MAX_SIZE_REACHED).",
+    )
+    max_group_members: int = Field(
+        100_000,
+        ge=1,
+        le=10_000_000,
+        description="Members of all groups together, joined or pending; beyond it the oldest pending member id "
+        "is forgotten, or the join refused (GROUP_MAX_SIZE_REACHED).",
+    )
+    group_consumer_migration_policy: Literal["bidirectional", "upgrade", "downgrade", "disabled"] = Field(
+        "bidirectional",
+        description="Kafka's group.consumer.migration.policy: which way a group of classic members converts "
+        "when consumer-protocol members join (upgrade) or the last one leaves (downgrade).",
+    )
+    offset_metadata_max_bytes: int = Field(
+        4096,
+        ge=0,
+        le=1 * MiB,
+        description="Longest metadata string of a committed offset (Kafka's offset.metadata.max.bytes); "
+        "a longer one is refused (OFFSET_METADATA_TOO_LARGE).",
+    )
 
     @field_validator("cleanup_policy")
     @classmethod
@@ -208,6 +248,12 @@ class BrokerConfig(BaseModel):
     def _batch_holds_a_message(self) -> BrokerConfig:
         if self.max_batch_bytes < self.max_message_bytes:
             raise ValueError("max_batch_bytes must be at least max_message_bytes")
+        return self
+
+    @model_validator(mode="after")
+    def _session_bounds_ordered(self) -> BrokerConfig:
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError("group_min_session_timeout_ms must be at most group_max_session_timeout_ms")
         return self
 
     @classmethod

@@ -536,6 +536,47 @@ class OffsetRegressionError(GroupError):
         self.committed = committed
 
 
+class InvalidSessionTimeoutError(InvalidArgumentError):
+    """A join asked for a session timeout outside the broker's bounds (Kafka's INVALID_SESSION_TIMEOUT).
+
+    The bounds are ``group_min_session_timeout_ms`` .. ``group_max_session_timeout_ms``
+    (Kafka's ``group.min.session.timeout.ms``, 6 s, and ``group.max.session.timeout.ms``, 30 min).
+    """
+
+    def __init__(self, group: str, session_timeout_ms: int, low: int, high: int) -> None:
+        super().__init__(
+            f"session timeout {session_timeout_ms} ms for group {group!r} is outside the broker's bounds "
+            f"{low}..{high} ms (group_min_session_timeout_ms .. group_max_session_timeout_ms)"
+        )
+        self.group = group
+        self.size = session_timeout_ms
+        self.limit = high
+
+
+class GroupMaxSizeReachedError(GroupError):
+    """The group, or all groups together, already hold as many members as the broker allows
+    (Kafka's GROUP_MAX_SIZE_REACHED; ``group_max_size`` per group, ``max_group_members`` in all)."""
+
+    def __init__(self, group: str, limit: int, scope: str) -> None:
+        super().__init__(group, f"cannot join group {group!r}: {scope} already hold(s) {limit} member(s), the limit")
+        self.limit = limit
+
+
+class OffsetMetadataTooLargeError(InvalidArgumentError):
+    """A commit's metadata string is longer than ``offset_metadata_max_bytes`` (Kafka's OFFSET_METADATA_TOO_LARGE)."""
+
+    def __init__(self, group: str, topic: str, partition: int, size: int, limit: int) -> None:
+        super().__init__(
+            f"commit metadata of {size} characters for {topic}[{partition}] in group {group!r} is longer than "
+            f"offset_metadata_max_bytes ({limit}): the offset was not committed"
+        )
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+        self.size = size
+        self.limit = limit
+
+
 class OutOfOrderSequenceError(LkstreamError):
     """An idempotent producer's batch does not continue its sequence (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER)."""
 

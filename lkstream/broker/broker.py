@@ -38,6 +38,7 @@ from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
+from lkstream.broker.groups.limits import GroupLimits
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
 from lkstream.broker.partition_table import PartitionTable
 from lkstream.broker.partitioner import StickyPartitioner, route_records
@@ -222,9 +223,12 @@ class Broker(GroupCalls):
             bounds=self.bounds,
             topic_ids=self.topic_ids,
             in_other_coordinator=self._has_kafka_client_members,
+            limits=GroupLimits.from_config(self.config),
         )
         # Kafka clients' groups (client-side assignment); a group name lives in one coordinator at a time.
-        self.classic_groups = ClassicGroups(self._clock, in_other_coordinator=self._has_lkstream_members)
+        self.classic_groups = ClassicGroups(
+            self._clock, in_other_coordinator=self._has_lkstream_members, limits=self.groups.limits
+        )
         self._trash = TrashEmptier(self._store.empty)
         self._stop_maintenance = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="lkstream-retention", daemon=True)
@@ -1085,8 +1089,7 @@ class Broker(GroupCalls):
     def _tick_groups(self) -> None:
         while not self._stop_maintenance.wait(GROUP_TICK_S):
             try:
-                self.groups.tick()
-                self.classic_groups.tick()
+                self.tick_groups()
             except Exception:  # keep expiring members; the error is in the log
                 log.exception("group coordinator tick failed")
 
@@ -1105,7 +1108,7 @@ class Broker(GroupCalls):
                 log.exception("expiring idempotent producers failed")
 
     def _has_lkstream_members(self, group: str) -> bool:
-        return bool(self.groups.describe(group).members)
+        return self.groups.has_members(group)
 
     def _has_kafka_client_members(self, group: str) -> bool:
         return self.classic_groups.has_members(group)

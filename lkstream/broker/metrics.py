@@ -45,7 +45,8 @@ module is synchronous and thread-safe (no asyncio). Expose the registry with
 ``prometheus_client.generate_latest(metrics.registry)``.
 
 Label sets are bounded (issue 12, finding 4): a topic or group name becomes a label
-only after :mod:`lkstream.storage.names` accepted it; the per-group families
+only after :mod:`lkstream.storage.names` accepted it, and a group id (any string, as in
+Kafka) as its printable label of at most 249 characters (``group_label``); the per-group families
 (``lk_consumed_total``, ``lk_partition_committed_offset``, ``lk_consumer_lag_seconds``)
 hold at most ``max_label_sets`` label sets each (new ones beyond are dropped and
 counted in :attr:`BrokerMetrics.dropped_label_sets`); and a label set disappears
@@ -70,7 +71,7 @@ from prometheus_client.registry import Collector
 from lkstream.broker.broker import Broker
 from lkstream.broker.partition_table import EMPTY_STATS
 from lkstream.errors import LkstreamError
-from lkstream.storage.names import validate_group, validate_topic
+from lkstream.storage.names import group_label, validate_group, validate_topic
 
 log = logging.getLogger("lkstream.metrics")
 
@@ -357,11 +358,11 @@ class _BrokerCollector(Collector):
             segment_bytes.add_metric(labels, view.size_bytes)
 
         stored = broker.list_committed()
-        m.prune(set(partitions), {listing.group for listing in broker.list_groups()})
+        m.prune(set(partitions), {group_label(listing.group) for listing in broker.list_groups()})
         for (topic, group, pid), count in sorted(m.consumed_counts().items()):
             families["lk_consumed"].add_metric([topic, group, str(pid)], count)
         committed = m.recorded_commits()
-        committed.update({(topic, group, pid): offset for (group, topic, pid), offset in stored.items()})
+        committed.update({(topic, group_label(group), pid): offset for (group, topic, pid), offset in stored.items()})
         now = m.now()
         used: set[tuple[str, int, int]] = set()
         shown = 0
@@ -482,7 +483,8 @@ def _collect_cleaner(broker: Broker, families: dict[str, _Family], partitions: s
 
 
 def _group_key(topic: str, group: str, partition: int) -> GroupKey:
-    """A validated (topic, group, partition) label set: only names the broker accepts become labels."""
+    """A validated (topic, group label, partition) label set: only names the broker accepts become labels,
+    and a group id becomes its bounded, printable label (:func:`~lkstream.storage.names.group_label`)."""
     validate_topic(topic)
     validate_group(group)
-    return (topic, group, partition)
+    return (topic, group_label(group), partition)

@@ -41,6 +41,7 @@ from lkstream.cli.base import (
     print_table,
 )
 from lkstream.client.remote import RemoteBroker
+from lkstream.storage.names import escaped
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.reader import DataDirReader
 
@@ -116,7 +117,7 @@ def list_(ctx: click.Context, bootstrap: str, data_dir: str | None) -> None:
     with _remote(bootstrap) as broker:
         listings = broker.list_groups()
     print_table(
-        [(g.group, g.state.value, g.members) for g in sorted(listings, key=lambda g: g.group)],
+        [(escaped(g.group), g.state.value, g.members) for g in sorted(listings, key=lambda g: g.group)],
         ("GROUP", "STATE", "MEMBERS"),
     )
 
@@ -134,7 +135,8 @@ def offline_group_rows(data_dir: str) -> list[tuple[str, str, int, int]]:
     for group, topic, pid in committed:
         by_group.setdefault(group, set()).add((topic, pid))
     return [
-        (group, "offline", len({topic for topic, _ in parts}), len(parts)) for group, parts in sorted(by_group.items())
+        (escaped(group), "offline", len({topic for topic, _ in parts}), len(parts))
+        for group, parts in sorted(by_group.items())
     ]
 
 
@@ -149,7 +151,7 @@ def describe(group: str, bootstrap: str) -> None:
             raise click.ClickException(f"NOT_FOUND: group {group!r} does not exist (no members, no committed offsets)")
         lags = broker.group_lag(group)
     click.echo(
-        f"group: {description.group} state: {description.state.value} generation: {description.generation} "
+        f"group: {escaped(description.group)} state: {description.state.value} generation: {description.generation} "
         f"assignor: {description.assignor or '-'} members: {len(description.members)}"
     )
     if description.members:
@@ -204,4 +206,4 @@ def reset(
             timestamp_ms=to_timestamp,
         )
     print_table([(topic, pid, offset) for pid, offset in sorted(done.items())], ("TOPIC", "PARTITION", "NEW_OFFSET"))
-    click.echo(f"reset group {group} on {topic}: {count_of(len(done), 'partition')}", err=True)
+    click.echo(f"reset group {escaped(group)} on {topic}: {count_of(len(done), 'partition')}", err=True)

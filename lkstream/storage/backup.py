@@ -73,7 +73,8 @@ from lkstream.storage.checkpoint import Checkpoint, write_checkpoint
 from lkstream.storage.files import OsFile, atomic_write, fsync_dir
 from lkstream.storage.index import ENTRY
 from lkstream.storage.marks import Marks, MarksDamaged, read_marks, write_marks
-from lkstream.storage.offset_journal import JournalFollower, offset_file_name, parse_offset_file_name
+from lkstream.storage.offset_files import offset_file_name, read_offset_file, snapshot_body
+from lkstream.storage.offset_journal import JournalFollower
 from lkstream.storage.offsets import OFFSETS_DIR
 from lkstream.storage.reader import DataDirReader, ScanProblem, list_segments, open_read_only, scan_segment
 from lkstream.storage.segment import INDEX_SUFFIX, SEGMENT_SUFFIX, format_segment_name
@@ -217,7 +218,7 @@ def _copy_offsets(source: str, staging: str, report: BackupReport) -> int:
         if isinstance(value, CorruptRecordError):
             report.notes.append(f"committed offset of {key} left out: {value}")
             continue
-        body = json.dumps({"offset": value[0], "committed_ms": value[1]}).encode() + b"\n"
+        body = snapshot_body(key, value._replace(topic_id=None))
         with open(os.path.join(target, offset_file_name(key)), "wb") as f:
             f.write(body)
         copied += 1
@@ -229,7 +230,8 @@ def _drop_orphan_offsets(staging: str, topics: set[str], report: BackupReport) -
     directory = os.path.join(staging, OFFSETS_DIR)
     dropped = 0
     for name in sorted(os.listdir(directory)):
-        key = parse_offset_file_name(name)
+        found = read_offset_file(directory, name)
+        key = None if found is None else found[0]
         if key is not None and key[1] not in topics:
             os.remove(os.path.join(directory, name))
             dropped += 1

@@ -3,15 +3,19 @@
 Layout of ``offsets/`` (see ``docs/format.md``, section "Offsets journal")::
 
     {group}__{topic}__part{pid}.offset   compacted snapshot, one JSON line per key
+    ~{digest}.offset                     the same for keys a readable name cannot carry
+                                         (:mod:`lkstream.storage.offset_files`)
     commits.log                          8-byte magic, then records:
                                          u32 BE length | u32 BE crc32c(payload) | payload
 
-A payload is JSON ``{"ms": T, "e": [[group, topic, pid, offset_or_null(, topic_id)], ...]}``;
+A payload is JSON ``{"ms": T, "e": [[group, topic, pid, offset_or_null(, topic_id(, metadata))], ...]}``;
 the entries of one record are one commit, applied together or not at all
-(``null`` deletes the key). ``topic_id`` (32 hex digits, since issue 12) names the
+(``null`` deletes the key). ``topic_id`` (32 hex digits or null, since issue 12) names the
 incarnation of the topic the offset belongs to (``topic.json``'s ``topic_id``);
 entries written before it have four elements and belong to whatever topic of that
-name exists (the broker stamps them at open). The state is: the snapshot files, then every
+name exists (the broker stamps them at open). ``metadata`` (a string, since issue 24) is the
+commit's metadata; an entry has it only when it is non-empty, so journals without metadata
+are byte for byte what earlier versions wrote. The state is: the snapshot files, then every
 journal record replayed in order.
 
 Writing (:class:`Journal`, one per directory per process, guarded by an
@@ -53,211 +57,58 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
-import struct
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, ClassVar
-
-import crc32c
 
 from lkstream.errors import CorruptRecordError, LkstreamError, StorageError, map_os_errors
 from lkstream.storage.files import OsFile, StorageFile, atomic_write, fsync_dir
-from lkstream.storage.names import validate_group, validate_topic
+from lkstream.storage.offset_files import (
+    SUFFIX,
+    Committed,
+    Key,
+    Value,
+    is_topic_id,
+    load_snapshot,
+    offset_file_name,
+    snapshot_body,
+)
+from lkstream.storage.offset_records import (
+    JOURNAL_MAGIC,
+    RECORD_HEADER,
+    Entry,
+    apply_entries,
+    check_magic,
+    encode_record,
+    scan_records,
+)
 
 log = logging.getLogger("lkstream.storage")
 
 JOURNAL_NAME = "commits.log"
-#: "LKOJ" + format version 1 (u32 BE).
-JOURNAL_MAGIC = b"LKOJ\x00\x00\x00\x01"
-RECORD_HEADER = struct.Struct(">II")
-#: A payload is at least ``{}``; zero-filled garbage must never look like a valid empty record.
-MIN_PAYLOAD = 2
 DEFAULT_COMPACT_BYTES = 1024 * 1024
-SUFFIX = ".offset"
 
-Key = tuple[str, str, int]
-#: One change: (group, topic, partition, offset), offset None deletes the key.
-Entry = tuple[str, str, int, int | None, str | None]
-#: A key's state: (offset, committed_ms, topic id hex or None), or the error its unreadable snapshot file raises.
-Value = tuple[int, int, str | None] | CorruptRecordError
+__all__ = [
+    "JOURNAL_MAGIC",
+    "RECORD_HEADER",
+    "SUFFIX",
+    "Committed",
+    "Entry",
+    "Journal",
+    "JournalFollower",
+    "Key",
+    "Value",
+    "encode_record",
+    "is_topic_id",
+    "scan_records",
+]
+
 DurableCallback = Callable[[BaseException | None], None]
 FileFactory = Callable[[str], StorageFile]
-
-
-def encode_record(ms: int, entries: Iterable[Entry]) -> bytes:
-    """One journal record: length, CRC-32C of the payload, JSON payload."""
-    payload = json.dumps({"ms": ms, "e": [_entry_json(e) for e in entries]}, separators=(",", ":")).encode()
-    return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
-
-
-def _record_length(data: bytes, pos: int) -> int | None:
-    """Total length of a valid record at ``pos``, or None if it is incomplete or damaged."""
-    if len(data) - pos < RECORD_HEADER.size + MIN_PAYLOAD:
-        return None
-    length: int
-    crc: int
-    length, crc = RECORD_HEADER.unpack_from(data, pos)
-    start = pos + RECORD_HEADER.size
-    if length < MIN_PAYLOAD or start + length > len(data) or data[start] != ord("{"):
-        return None
-    if crc32c.crc32c(data[start : start + length]) != crc:
-        return None
-    return RECORD_HEADER.size + length
-
-
-def _valid_record_after(data: bytes, pos: int) -> int | None:
-    """Position of any valid record starting after ``pos`` (payloads start with ``{``)."""
-    brace = data.find(b"{", pos + RECORD_HEADER.size + 1)
-    while brace >= 0:
-        candidate = brace - RECORD_HEADER.size
-        if _record_length(data, candidate) is not None:
-            return candidate
-        brace = data.find(b"{", brace + 1)
-    return None
-
-
-def _parse_payload(payload: bytes, path: str, position: int) -> tuple[int, list[Entry]]:
-    def bad(reason: str) -> CorruptRecordError:
-        return CorruptRecordError(f"offsets journal record: {reason}", path=path, position=position)
-
-    try:
-        doc = json.loads(payload)
-    except ValueError as exc:
-        raise bad(f"payload is not JSON ({exc})") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("ms"), int) or not isinstance(doc.get("e"), list):
-        raise bad("payload is not {'ms': int, 'e': [...]}")
-    entries: list[Entry] = []
-    for item in doc["e"]:
-        if not (isinstance(item, list) and len(item) in (4, 5)):
-            raise bad(f"entry {item!r} is not [group, topic, partition, offset(, topic_id)]")
-        group, topic, pid, offset = item[:4]
-        topic_id = item[4] if len(item) == 5 else None
-        if not (topic_id is None or is_topic_id(topic_id)):
-            raise bad(f"entry {item!r} has a bad topic id")
-        try:
-            validate_group(group)
-            validate_topic(topic)
-        except LkstreamError as exc:
-            raise bad(str(exc)) from exc
-        if not _is_count(pid) or not (offset is None or _is_count(offset)):
-            raise bad(f"entry {item!r} has a bad partition or offset")
-        entries.append((group, topic, pid, offset, topic_id))
-    return doc["ms"], entries
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def scan_records(data: bytes, path: str, base: int = 0) -> tuple[list[tuple[int, list[Entry]]], int]:
-    """Parse the records in ``data`` (file bytes from position ``base``, after the magic).
-
-    Returns ``([(ms, entries), ...], valid_end)`` where ``valid_end`` (relative to
-    ``data``) is where the valid prefix stops: a torn tail starts there. Raises
-    :class:`CorruptRecordError` if a bad record is followed by a valid one.
-    """
-    records: list[tuple[int, list[Entry]]] = []
-    pos = 0
-    while pos < len(data):
-        length = _record_length(data, pos)
-        if length is None:
-            later = _valid_record_after(data, pos)
-            if later is not None:
-                raise CorruptRecordError(
-                    f"offsets journal record is damaged but a valid record follows at byte {base + later}",
-                    path=path,
-                    position=base + pos,
-                )
-            break
-        start = pos + RECORD_HEADER.size
-        records.append(_parse_payload(data[start : pos + length], path, base + pos))
-        pos += length
-    return records, pos
-
-
-def _entry_json(entry: Entry) -> list[object]:
-    """An entry as its JSON list: four elements without a topic id (as before issue 12), five with one."""
-    return list(entry) if entry[4] is not None else list(entry[:4])
-
-
-def is_topic_id(value: object) -> bool:
-    """Whether ``value`` is a topic id as stored: 32 lower-case hex digits."""
-    return isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value)
-
-
-def apply_entries(values: dict[Key, Value], ms: int, entries: Iterable[Entry]) -> None:
-    for group, topic, pid, offset, topic_id in entries:
-        if offset is None:
-            values.pop((group, topic, pid), None)
-        else:
-            values[(group, topic, pid)] = (offset, ms, topic_id)
-
-
-def parse_offset_file_name(name: str) -> Key | None:
-    """See :func:`lkstream.storage.offsets.parse_offset_file_name` (defined here to avoid a cycle)."""
-    from lkstream.storage.names import parse_partition_dir
-
-    if not name.endswith(SUFFIX):
-        return None
-    group, _, rest = name[: -len(SUFFIX)].partition("__")
-    topic, _, part = rest.rpartition("__")
-    pid = parse_partition_dir(part)
-    try:
-        validate_group(group)
-        validate_topic(topic)
-    except LkstreamError:
-        return None
-    return None if pid is None else (group, topic, pid)
-
-
-def offset_file_name(key: Key) -> str:
-    return f"{key[0]}__{key[1]}__part{key[2]}{SUFFIX}"
-
-
-def read_offset_file(path: str) -> Value | None:
-    """The snapshot value in ``path``, the error it raises if unreadable, None if absent."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return CorruptRecordError(f"unreadable committed offset ({exc})", path=path)
-    try:
-        doc = json.loads(raw)
-        offset = doc["offset"]
-    except (ValueError, KeyError, TypeError) as exc:
-        return CorruptRecordError(f"unreadable committed offset ({exc})", path=path)
-    if not _is_count(offset):
-        return CorruptRecordError(f"committed offset {offset!r} is not a non-negative integer", path=path)
-    ms = doc.get("committed_ms", 0) if isinstance(doc, dict) else 0
-    topic_id = doc.get("topic_id") if isinstance(doc, dict) else None
-    if not (topic_id is None or is_topic_id(topic_id)):
-        return CorruptRecordError(f"topic id {topic_id!r} is not 32 hex digits", path=path)
-    return (offset, ms if _is_count(ms) else 0, topic_id)
-
-
-def load_snapshot(directory: str) -> dict[Key, Value]:
-    values: dict[Key, Value] = {}
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return values
-    for name in names:
-        key = parse_offset_file_name(name)
-        if key is not None and (value := read_offset_file(os.path.join(directory, name))) is not None:
-            values[key] = value
-    return values
-
-
-def _check_magic(head: bytes, path: str) -> None:
-    if head != JOURNAL_MAGIC:
-        raise CorruptRecordError(f"offsets journal starts with {head!r}, not {JOURNAL_MAGIC!r}", path=path, position=0)
 
 
 class Journal:
@@ -345,7 +196,7 @@ class Journal:
         file = self._file_factory(self.path)
         try:
             data = file.pread(file.size(), 0)
-            _check_magic(data[: len(JOURNAL_MAGIC)], self.path)
+            check_magic(data[: len(JOURNAL_MAGIC)], self.path)
             base = len(JOURNAL_MAGIC)
             records, end = scan_records(data[base:], self.path, base)
             for ms, entries in records:
@@ -510,10 +361,7 @@ class Journal:
                 if isinstance(value, CorruptRecordError):
                     continue  # never changed since it was loaded: leave the damaged file for verify
                 tmp = f"{path}.{os.getpid()}-compact.tmp"
-                doc: dict[str, object] = {"offset": value[0], "committed_ms": value[1]}
-                if value[2] is not None:
-                    doc["topic_id"] = value[2]
-                body = json.dumps(doc).encode() + b"\n"
+                body = snapshot_body(key, value)
                 with map_os_errors("write", tmp):
                     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                     try:
@@ -670,7 +518,7 @@ class JournalFollower:
         if self._pos == 0:
             if len(data) < len(JOURNAL_MAGIC):
                 return  # being created; nothing to read yet
-            _check_magic(data[: len(JOURNAL_MAGIC)], self.path)
+            check_magic(data[: len(JOURNAL_MAGIC)], self.path)
             data = data[len(JOURNAL_MAGIC) :]
             self._pos = len(JOURNAL_MAGIC)
         records, end = scan_records(data, self.path, self._pos)

@@ -1,7 +1,9 @@
 """Committed consumer offsets: a journal with group commit over ``{group}__{topic}__part{pid}.offset`` files.
 
 Each ``.offset`` file holds one line of JSON, ``{"offset": N, "committed_ms": T}``,
-where N is the next offset the group will read (Kafka's convention). Commits
+where N is the next offset the group will read (Kafka's convention), and the commit's
+metadata string when it had one. Group ids that the readable name cannot carry get a
+hashed file name (:mod:`lkstream.storage.offset_files`). Commits
 are appended to ``offsets/commits.log`` (:mod:`lkstream.storage.offset_journal`),
 and concurrent committers share one fsync; the ``.offset`` files are the
 compacted snapshot, rewritten with tmp + fsync + rename + directory fsync when
@@ -9,8 +11,7 @@ the journal passes ``compact_bytes`` and on :meth:`OffsetStore.close`. The
 state is the files with the journal replayed over them; a commit is durable
 when :meth:`~OffsetStore.commit` returns (or ``on_durable(None)`` runs for
 :meth:`~OffsetStore.submit`), and the entries of one commit are applied
-together or not at all. Group ids may not contain ``__`` (see
-:mod:`lkstream.storage.names`), which keeps file names unambiguous.
+together or not at all.
 
 One process writes a directory (an ``flock`` on ``offsets/``); every store of
 that process shares the writer, so reads are dictionary lookups. A store in
@@ -35,25 +36,32 @@ from collections.abc import Callable, Mapping
 from lkstream.errors import CorruptRecordError, DataDirLockedError, InvalidArgumentError, map_os_errors
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import validate_group, validate_topic
+from lkstream.storage.offset_files import SUFFIX, Committed, Key, Value, offset_file_name, parse_offset_file_name
 from lkstream.storage.offset_journal import (
     DEFAULT_COMPACT_BYTES,
     JOURNAL_NAME,
-    SUFFIX,
     DurableCallback,
     Entry,
     FileFactory,
     Journal,
     JournalFollower,
-    Key,
-    Value,
 )
-from lkstream.storage.offset_journal import parse_offset_file_name as _parse_name
 
-__all__ = ["JOURNAL_NAME", "OFFSETS_DIR", "SUFFIX", "OffsetStore", "TopicIds", "parse_offset_file_name"]
+__all__ = [
+    "JOURNAL_NAME",
+    "OFFSETS_DIR",
+    "SUFFIX",
+    "Committed",
+    "OffsetStore",
+    "TopicIds",
+    "parse_offset_file_name",
+]
 
 OFFSETS_DIR = "offsets"
 #: The current incarnation (``topic.json``'s ``topic_id``) of each topic that exists.
 TopicIds = Mapping[str, uuid.UUID]
+#: Metadata strings of a commit, per partition (missing partitions: no metadata).
+Metadata = Mapping[tuple[str, int], str]
 
 
 class OffsetStore:
@@ -106,7 +114,7 @@ class OffsetStore:
     def path_for(self, group: str, topic: str, partition: int) -> str:
         """The snapshot file of a key (it lags the journal until the next compaction)."""
         _validate_key(group, topic, partition)
-        return os.path.join(self.directory, f"{group}__{topic}__part{partition}{SUFFIX}")
+        return os.path.join(self.directory, offset_file_name((group, topic, partition)))
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -118,11 +126,21 @@ class OffsetStore:
         self.commit_many(group, {(topic, partition): offset}, topic_ids=None if topic_id is None else {topic: topic_id})
 
     def commit_many(
-        self, group: str, offsets: Mapping[tuple[str, int], int], *, topic_ids: TopicIds | None = None
+        self,
+        group: str,
+        offsets: Mapping[tuple[str, int], int],
+        *,
+        topic_ids: TopicIds | None = None,
+        metadata: Metadata | None = None,
     ) -> None:
-        """Durably and atomically commit ``{(topic, partition): offset}`` of ``group``; return once fsynced."""
+        """Durably and atomically commit ``{(topic, partition): offset}`` of ``group``; return once fsynced.
+
+        ``metadata``: the commit's metadata string per partition (Kafka's OffsetCommit carries one;
+        its size is the caller's limit to enforce), stored with the offset and read back by
+        :meth:`read_committed_metadata`.
+        """
         journal = self._writer()
-        end = journal.append(self._clock.now_ms(), _entries(group, offsets, topic_ids))
+        end = journal.append(self._clock.now_ms(), _entries(group, offsets, topic_ids, metadata))
         journal.wait_durable(end)
 
     def submit(
@@ -160,7 +178,7 @@ class OffsetStore:
             keys = journal.keys_where(match)
             if not keys:
                 return 0
-            entries: list[Entry] = [(g, t, p, None, None) for g, t, p in keys]
+            entries: list[Entry] = [(g, t, p, None, None, "") for g, t, p in keys]
             # Appended under the same lock that listed the keys, so no key is missed.
             end = journal.append(self._clock.now_ms(), entries)
         journal.wait_durable(end)
@@ -182,11 +200,11 @@ class OffsetStore:
                 if isinstance(value, CorruptRecordError):
                     continue  # left for verify; never read as a committed offset
                 current = topic_ids.get(topic)
-                if current is None or pid >= partitions.get(topic, 0) or value[2] not in (None, current.hex):
-                    entries.append((group, topic, pid, None, None))
+                if current is None or pid >= partitions.get(topic, 0) or value.topic_id not in (None, current.hex):
+                    entries.append((group, topic, pid, None, None, ""))
                     forgotten += 1
-                elif value[2] is None:
-                    entries.append((group, topic, pid, value[0], current.hex))
+                elif value.topic_id is None:
+                    entries.append((group, topic, pid, value.offset, current.hex, value.metadata))
                     stamped += 1
             if not entries:
                 return 0, 0
@@ -253,13 +271,20 @@ class OffsetStore:
         With ``topic_id``, an offset committed for another incarnation of the topic (a
         deleted one of the same name) is ``None`` too.
         """
+        found = self.read_committed_metadata(group, topic, partition, topic_id=topic_id)
+        return None if found is None else found.offset
+
+    def read_committed_metadata(
+        self, group: str, topic: str, partition: int, *, topic_id: uuid.UUID | None = None
+    ) -> Committed | None:
+        """Like :meth:`read_committed`, with the commit's time and metadata string."""
         _validate_key(group, topic, partition)
         value = self._values().get((group, topic, partition))
         if isinstance(value, CorruptRecordError):
             raise value
-        if value is None or (topic_id is not None and value[2] not in (None, topic_id.hex)):
+        if value is None or (topic_id is not None and value.topic_id not in (None, topic_id.hex)):
             return None
-        return value[0]
+        return value
 
 
 def _validate_key(group: str, topic: str, partition: int) -> None:
@@ -269,13 +294,15 @@ def _validate_key(group: str, topic: str, partition: int) -> None:
         raise InvalidArgumentError(f"invalid partition {partition!r}")
 
 
-def _current(value: tuple[int, int, str | None], topic_ids: TopicIds, topic: str) -> bool:
+def _current(value: Committed, topic_ids: TopicIds, topic: str) -> bool:
     current = topic_ids.get(topic)
-    return current is not None and value[2] in (None, current.hex)
+    return current is not None and value.topic_id in (None, current.hex)
 
 
-def _entries(group: str, offsets: Mapping[tuple[str, int], int], topic_ids: TopicIds | None) -> list[Entry]:
-    """Validate every key and offset before anything is written."""
+def _entries(
+    group: str, offsets: Mapping[tuple[str, int], int], topic_ids: TopicIds | None, metadata: Metadata | None = None
+) -> list[Entry]:
+    """Validate every key, offset and metadata string before anything is written."""
     if not isinstance(offsets, Mapping) or not offsets:
         raise InvalidArgumentError(
             f"offsets must be a non-empty mapping of (topic, partition) to offset, not {offsets!r}"
@@ -289,20 +316,13 @@ def _entries(group: str, offsets: Mapping[tuple[str, int], int], topic_ids: Topi
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidArgumentError(f"invalid offset {offset!r}: must be a non-negative integer")
         topic_id = None if topic_ids is None else topic_ids.get(topic)
-        entries.append((group, topic, partition, offset, None if topic_id is None else topic_id.hex))
+        note = "" if metadata is None else metadata.get(key, "")
+        if not isinstance(note, str):
+            raise InvalidArgumentError(f"invalid metadata {note!r} for {topic}[{partition}]: must be a string")
+        entries.append((group, topic, partition, offset, None if topic_id is None else topic_id.hex, note))
     return entries
 
 
 def _dir_ident(directory: str) -> tuple[int, int]:
     st = os.stat(directory)
     return (st.st_dev, st.st_ino)
-
-
-def parse_offset_file_name(name: str) -> tuple[str, str, int] | None:
-    """``"g__orders__part3.offset"`` -> ``("g", "orders", 3)``; None for any other name.
-
-    Unambiguous because group ids contain no ``__`` and do not end with ``_``:
-    the first ``__`` ends the group id, the last ``__`` starts the partition.
-    Names that no valid (group, topic, partition) would produce are rejected.
-    """
-    return _parse_name(name)

@@ -52,8 +52,9 @@ from lkstream.storage.files import StorageFile
 from lkstream.storage.index import ENTRY_SIZE
 from lkstream.storage.marks import MARKS_NAME
 from lkstream.storage.names import partition_dir_name, validate_topic
-from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, is_topic_id, scan_records
-from lkstream.storage.offsets import OFFSETS_DIR, parse_offset_file_name
+from lkstream.storage.offset_files import is_topic_id, read_offset_file
+from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, scan_records
+from lkstream.storage.offsets import OFFSETS_DIR
 from lkstream.storage.producers import SNAPSHOT_NAME
 from lkstream.storage.reader import (
     DataDirReader,
@@ -556,18 +557,18 @@ class _Verifier:
         committed: dict[tuple[str, str, int], tuple[str, int]] = {}
         for name in names:
             path = os.path.join(directory, name)
-            parsed = parse_offset_file_name(name)
             if name == JOURNAL_NAME:
                 continue
+            found = read_offset_file(directory, name)
             if name.endswith(".tmp"):
                 self._add("warning", path, "stray temporary file (the broker deletes it on open)")
-            elif parsed is None:
+            elif found is None:
                 self._add("warning", path, "unexpected file")
             else:
                 self.report.offset_files += 1
-                offset = self._check_offset_file(path, *parsed)
-                if offset is not None:
-                    committed[parsed] = (path, offset)
+                offset = self._check_offset_file(path, *found)
+                if offset is not None and found[0] is not None:
+                    committed[found[0]] = (path, offset)
         if JOURNAL_NAME in names:
             self._merge_journal(os.path.join(directory, JOURNAL_NAME), committed)
         for (group, topic, pid), (path, offset) in committed.items():
@@ -608,23 +609,17 @@ class _Verifier:
                 base + end,
             )
         for _, entries in records:
-            for group, topic, pid, offset, _ in entries:
+            for group, topic, pid, offset, *_ in entries:
                 changes[(group, topic, pid)] = offset
         return changes
 
-    def _check_offset_file(self, path: str, group: str, topic: str, pid: int) -> int | None:
-        try:
-            raw = _load_json(path)
-            offset = raw["offset"] if isinstance(raw, dict) else None
-        except (OSError, ValueError, KeyError) as exc:
-            self._add(
-                "error", path, f"unreadable committed offset ({exc!r}): group {group!r} cannot resume {topic}[{pid}]"
-            )
+    def _check_offset_file(self, path: str, key: tuple[str, str, int] | None, value: object) -> int | None:
+        if isinstance(value, CorruptRecordError):
+            whose = "its key is unknown" if key is None else f"group {key[0]!r} cannot resume {key[1]}[{key[2]}]"
+            self._add("error", path, f"{value.reason}: {whose}")
             return None
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            self._add("error", path, f"committed offset {offset!r} is not a non-negative integer")
-            return None
-        return offset
+        offset = getattr(value, "offset", None)
+        return offset if isinstance(offset, int) else None
 
     def _check_committed(self, path: str, group: str, topic: str, pid: int, offset: int) -> None:
         if topic not in self._topics:

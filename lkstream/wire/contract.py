@@ -31,12 +31,15 @@ from lkstream.errors import (
     DiskFullError,
     FencedInstanceError,
     GroupError,
+    GroupMaxSizeReachedError,
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
     InvalidArgumentError,
+    InvalidSessionTimeoutError,
     LkstreamError,
     MemberOwnerError,
     NotPartitionOwnerError,
+    OffsetMetadataTooLargeError,
     OffsetOutOfRangeError,
     OffsetRegressionError,
     OutOfOrderSequenceError,
@@ -70,6 +73,8 @@ Code = grpc.StatusCode
 ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (RecordTooLargeError, Code.INVALID_ARGUMENT),
     (PartitionLimitError, Code.RESOURCE_EXHAUSTED),  # a limit reached, not a bad argument (issue 28)
+    (InvalidSessionTimeoutError, Code.INVALID_ARGUMENT),
+    (OffsetMetadataTooLargeError, Code.INVALID_ARGUMENT),
     (InvalidArgumentError, Code.INVALID_ARGUMENT),
     (UnknownTopicError, Code.NOT_FOUND),
     (TopicExistsError, Code.ALREADY_EXISTS),
@@ -102,6 +107,7 @@ ERROR_CODES: Final[Sequence[tuple[type[LkstreamError], grpc.StatusCode]]] = (
     (NotPartitionOwnerError, Code.FAILED_PRECONDITION),
     (InconsistentGroupProtocolError, Code.FAILED_PRECONDITION),
     (GroupNotEmptyError, Code.FAILED_PRECONDITION),
+    (GroupMaxSizeReachedError, Code.RESOURCE_EXHAUSTED),
     (OffsetRegressionError, Code.FAILED_PRECONDITION),
     (GroupError, Code.FAILED_PRECONDITION),  # any other refusal of the coordinator
 )

@@ -49,7 +49,12 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     config = tmp_path / "daemon.yml"
     config.write_text(
         yaml.safe_dump(
-            {"persist_dir": str(tmp_path / "data"), "server": {"grpc_port": 0, "http_port": 0, "kafka_port": 0}}
+            {
+                "persist_dir": str(tmp_path / "data"),
+                # The members' 1.5 s session is below Kafka's 6 s minimum: the broker allows it here.
+                "group_min_session_timeout_ms": 1000,
+                "server": {"grpc_port": 0, "http_port": 0, "kafka_port": 0},
+            }
         )
     )
     process = DaemonProcess(config, tmp_path / "data", env).start()

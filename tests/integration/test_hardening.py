@@ -44,7 +44,7 @@ def test_group_member_and_instance_names_are_validated_over_grpc(daemon: DaemonP
     with channel:
         stub.Admin(pb.AdminRequest(create_topic=pb.CreateTopic(name="t", partitions=1)))
         bad_joins = [
-            pb.JoinGroupRequest(group="g\n", topics=["t"]),
+            pb.JoinGroupRequest(group="", topics=["t"]),  # any other group id is Kafka's (issue 24)
             pb.JoinGroupRequest(group="g", topics=["t\n"]),
             pb.JoinGroupRequest(group="g", topics=["t"], instance_id="host-1\n"),
             pb.JoinGroupRequest(group="g", topics=["t"], client_id="app\n"),
@@ -54,7 +54,7 @@ def test_group_member_and_instance_names_are_validated_over_grpc(daemon: DaemonP
                 stub.JoinGroup(request)
             assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT, request
         with pytest.raises(grpc.RpcError) as info:
-            stub.CommitOffset(pb.CommitRequest(group="g\n", topic="t", partition=0, offset=0))
+            stub.CommitOffset(pb.CommitRequest(group="x" * 32_768, topic="t", partition=0, offset=0))
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -94,20 +94,25 @@ def test_an_http_group_wedged_before_the_check_existed_recovers(start_daemon: Da
 
 
 def test_fetch_and_subscribe_refuse_an_invalid_group_label(daemon: DaemonProcess) -> None:
-    """Finding 4: ``FetchRequest.group`` becomes a Prometheus label, so it is validated first."""
+    """Finding 4: ``FetchRequest.group`` becomes a Prometheus label, so it is validated first, and since
+    issue 24 (any Kafka group id) it becomes a printable label of at most 249 characters."""
     channel, stub = _stub(daemon)
     with channel:
         stub.Produce(pb.ProduceRequest(topic="t", values=[b"a"]))
-        for group in ("x" * 16_000, "g\n", "a b"):
-            with pytest.raises(grpc.RpcError) as info:
-                stub.Fetch(pb.FetchRequest(topic="t", partition=0, offset=0, group=group))
-            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-            with pytest.raises(grpc.RpcError) as info:
-                next(iter(stub.Subscribe(pb.FetchRequest(topic="t", partition=0, offset=0, group=group))))
-            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        too_long = "x" * 32_768  # one byte more than a Kafka string holds
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Fetch(pb.FetchRequest(topic="t", partition=0, offset=0, group=too_long))
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as info:
+            next(iter(stub.Subscribe(pb.FetchRequest(topic="t", partition=0, offset=0, group=too_long))))
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        for group in ("y" * 16_000, "g\nforged", "a b"):  # Kafka group ids: served, labelled safely
+            stub.Fetch(pb.FetchRequest(topic="t", partition=0, offset=0, group=group))
     with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=30) as response:
         exposition = response.read().decode()
-    assert "xxxxxxxx" not in exposition and 'group="a b"' not in exposition
+    assert "x" * 100 not in exposition and "y" * 100 not in exposition  # bounded labels
+    assert "\nforged" not in exposition  # no raw newline: no forged exposition line
+    assert 'group="a b"' in exposition
 
 
 def test_a_decoded_fetch_stays_within_the_message_limit_and_the_reader_advances(start_daemon: DaemonFactory) -> None:

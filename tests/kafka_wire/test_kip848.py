@@ -109,7 +109,7 @@ def test_without_the_topic_id_switch_neither_kip848_nor_topic_id_metadata_is_off
     assert plain[ApiKey.FETCH] == with_ids[ApiKey.FETCH] == (4, 12)  # below the topic-id Fetch either way
 
 
-def test_a_kip848_join_to_a_group_of_live_classic_kafka_members_is_refused(
+def test_an_lkstream_join_to_a_group_of_live_classic_kafka_members_is_refused(
     kafka_bootstrap: str, kafka_broker: Broker
 ) -> None:
     kafka_broker.create_topic("k848", PARTITIONS)
@@ -119,6 +119,8 @@ def test_a_kip848_join_to_a_group_of_live_classic_kafka_members_is_refused(
     while not classic.assignment() and time.monotonic() < deadline:
         classic.poll(0.1)
     assert classic.assignment()
+    # The coordinator's own join (an LKSTREAM Consumer) is refused; a KIP-848 heartbeat converts the
+    # group instead (KIP-848's online upgrade: test_group_conversion.py).
     with pytest.raises(Exception, match="Kafka client group"):
         kafka_broker.groups.join("g848", ["k848"], new_member_id="kip848-member")
     classic.close()

@@ -10,11 +10,13 @@ import pytest
 from lkstream.broker.groups.classic import (
     ClassicGroups,
     ClassicState,
+    ClassicStats,
     JoinAnswer,
     MemberIdRequiredError,
     decode_assignment,
     decode_subscription,
 )
+from lkstream.broker.groups.limits import GroupLimits
 from lkstream.errors import (
     FencedInstanceError,
     GroupNotEmptyError,
@@ -31,10 +33,12 @@ REBALANCE_MS = 30_000
 
 
 class Env:
-    def __init__(self, *, other: set[str] | None = None) -> None:
+    def __init__(self, *, other: set[str] | None = None, limits: GroupLimits | None = None) -> None:
         self.clock = ManualClock()
         taken = other or set()
-        self.groups = ClassicGroups(self.clock, in_other_coordinator=lambda group: group in taken)
+        self.groups = ClassicGroups(
+            self.clock, in_other_coordinator=lambda group: group in taken, limits=limits or GroupLimits()
+        )
 
     def join(
         self,
@@ -220,14 +224,14 @@ def test_a_silent_member_is_expired_after_its_session_timeout_and_the_rest_rebal
     assert answer.leader == follower and answer.generation == 3
 
 
-def test_the_last_member_expiring_leaves_the_group_empty_with_a_new_generation() -> None:
+def test_the_last_member_expiring_forgets_the_group() -> None:
     env = Env()
     answer = env.new_member()
     env.groups.sync("g", answer.member_id, 1, {}).result(0)
     env.clock.advance(SESSION_MS + 1)
     env.groups.tick()
-    assert env.state() is ClassicState.EMPTY
-    assert not env.groups.has_members("g")
+    assert env.groups.snapshot("g") is None  # no member left: nothing to remember (offsets are in the store)
+    assert not env.groups.has_members("g") and env.groups.stats() == ClassicStats(0, 0, 0, 0)
     with pytest.raises(UnknownMemberError):
         env.groups.heartbeat("g", answer.member_id, 1)
 
@@ -240,7 +244,7 @@ def test_leaving_rebalances_the_rest_and_the_last_leave_empties_the_group() -> N
     answer = env.join(follower, known=True).result(0)
     assert answer.leader == follower  # leadership moves to a member that is left
     env.groups.leave("g", [(follower, None)])
-    assert env.state() is ClassicState.EMPTY
+    assert env.groups.snapshot("g") is None and env.groups.groups() == []
 
 
 def test_leaving_as_an_unknown_member_is_reported_per_member() -> None:
@@ -354,8 +358,9 @@ def test_a_join_without_protocols_or_with_a_non_positive_timeout_is_invalid(
 def test_commit_checks_follow_the_member_and_generation() -> None:
     env = Env()
     assert env.groups.check_commit("g", "", -1) is False  # standalone commit into an unknown group
+    assert env.groups.check_commit("g", "assign-only", -1) is False  # any member id, as Kafka (KIP-848 assign())
     answer = env.new_member()
-    with pytest.raises(GroupNotEmptyError):
+    with pytest.raises(UnknownMemberError):  # Kafka's answer to a commit without member id into a live group
         env.groups.check_commit("g", "", -1)
     with pytest.raises(RebalanceInProgressError):  # CompletingRebalance: the assignment is not out yet
         env.groups.check_commit("g", answer.member_id, 1)
@@ -372,10 +377,15 @@ def test_forget_refuses_a_group_with_members_and_drops_an_empty_one() -> None:
     answer = env.new_member()
     with pytest.raises(GroupNotEmptyError):
         env.groups.forget("g")
+    pending = pytest.raises(MemberIdRequiredError)
+    with pending:
+        env.join(known=True)
+    assert env.groups.stats().pending == 1
     env.groups.leave("g", [(answer.member_id, None)])
-    assert env.groups.groups() == ["g"]  # an empty group with a past generation is still listed
+    assert env.groups.snapshot("g") is not None  # a pending member id keeps the group
     env.groups.forget("g")
     assert env.groups.snapshot("g") is None and env.groups.groups() == []
+    assert env.groups.stats() == ClassicStats(0, 0, 0, 0)
 
 
 def _subscription(*topics: str) -> bytes:
@@ -397,3 +407,31 @@ def test_consumer_protocol_payloads_decode_and_garbage_decodes_to_nothing() -> N
     assert decode_assignment(_assignment({"a": [0, 2], "b": [1]})) == {("a", 0), ("a", 2), ("b", 1)}
     assert decode_subscription(b"\x00") == frozenset()
     assert decode_assignment(b"\x00\x01\x00\x00\x00\x05") == frozenset()
+
+
+def test_a_member_answered_after_a_long_rebalance_is_not_expired_at_once() -> None:
+    """Its session restarts with the answer (Kafka's completeAndScheduleNextHeartbeatExpiration): a
+    member that waited longer than its session for the others must still have time to sync."""
+    env = Env()
+    first = env.new_member()
+    env.groups.sync("g", first.member_id, first.generation, {}).result(0)
+    second = env.join(pending_id(env), known=True)  # waits for the first member to rejoin
+    for _ in range(5):  # the first member keeps its session alive, but rejoins only after 25 s
+        env.clock.advance(5_000)
+        with pytest.raises(RebalanceInProgressError):
+            env.groups.heartbeat("g", first.member_id, first.generation)
+    env.join(first.member_id, known=True).result(0)
+    answer = second.result(0)
+    env.clock.advance(1)
+    env.groups.tick()
+    snapshot = env.groups.snapshot("g")
+    assert snapshot is not None and answer.member_id in snapshot.members  # still there, free to sync
+    synced = env.groups.sync("g", answer.member_id, answer.generation, {})
+    env.groups.sync("g", first.member_id, answer.generation, {answer.member_id: b"a"}).result(0)  # the leader's
+    assert synced.result(0) == b"a"
+
+
+def pending_id(env: Env) -> str:
+    with pytest.raises(MemberIdRequiredError) as required:
+        env.join(known=True)
+    return required.value.member_id

@@ -27,11 +27,13 @@ from lkstream.errors import FencedInstanceError, GroupNotEmptyError, NotPartitio
 from .support import DEADLINE_S
 
 TP = tuple[str, int]
+#: These tests expire members within a second: below Kafka's 6 s minimum, so the broker allows it.
+SHORT_SESSION_MS = 100
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(persist_dir=str(tmp_path / "data"))
+    b = Broker(persist_dir=str(tmp_path / "data"), group_min_session_timeout_ms=SHORT_SESSION_MS)
     yield b
     b.close()
 
@@ -591,7 +593,7 @@ def _apply(action: str, slot: int, slots: dict[int, Holder], add: Callable[[int]
 
 def _run_schedule(data_dir: str, partitions: int, schedule: list[Action], assignor: str) -> list[Holder]:
     """Run ``schedule`` against a fresh broker while a thread produces; returns every member that ever ran."""
-    broker = Broker(persist_dir=data_dir)
+    broker = Broker(persist_dir=data_dir, group_min_session_timeout_ms=SHORT_SESSION_MS)
     made: list[Consumer] = []
     holders: list[Holder] = []  # every member ever started; closed ones stay for the checks
     slots: dict[int, Holder] = {}

@@ -38,7 +38,7 @@ def test_blocking_heartbeat_long_poll_wakes_when_the_group_changes(tmp_path: Pat
 
 
 def test_a_member_that_stops_heartbeating_is_expired_by_the_broker(tmp_path: Path) -> None:
-    with Broker(persist_dir=str(tmp_path), partitions=1) as broker:
+    with Broker(persist_dir=str(tmp_path), partitions=1, group_min_session_timeout_ms=100) as broker:
         broker.create_topic("t")
         member = broker.join_group("g", ["t"], session_timeout_ms=300)
         broker.heartbeat("g", member.member_id)
@@ -46,7 +46,7 @@ def test_a_member_that_stops_heartbeating_is_expired_by_the_broker(tmp_path: Pat
         # No call into the group at all: only the broker's ticker can notice the silence,
         # and removing the member is a change the group's waiters are woken for.
         assert broker.groups.changed.wait("g", seen, DEADLINE_S)
-        assert broker.describe_group("g").state is GroupState.EMPTY
+        assert broker.describe_group("g").state is GroupState.DEAD  # no member and no offset: forgotten
         with pytest.raises(UnknownMemberError):
             broker.heartbeat("g", member.member_id)
 

@@ -25,10 +25,13 @@ from lkstream.broker.groups import (
     UnknownAssignorError,
     UnknownMemberError,
 )
+from lkstream.broker.groups.limits import GroupLimits
 from lkstream.broker.groups.types import TopicPartition
 from lkstream.errors import InvalidArgumentError, LkstreamError, UnknownTopicError
 from lkstream.storage.clock import ManualClock
 from lkstream.storage.offsets import OffsetStore
+
+SHORT_SESSIONS = GroupLimits(min_session_timeout_ms=1)
 
 
 class Env:
@@ -40,7 +43,11 @@ class Env:
         self.store = OffsetStore(str(tmp_path), clock=self.clock)
         ids = itertools.count()
         self.coord = GroupCoordinator(
-            self.store, self.partitions_for, self.clock, member_id_factory=lambda c: f"{c or 'm'}-{next(ids)}"
+            self.store,
+            self.partitions_for,
+            self.clock,
+            member_id_factory=lambda c: f"{c or 'm'}-{next(ids)}",
+            limits=SHORT_SESSIONS,  # a manual clock: seconds instead of Kafka's minimum
         )
 
     def partitions_for(self, topic: str) -> int:
@@ -158,7 +165,7 @@ def test_join_validates_its_arguments(env: Env) -> None:
     with pytest.raises(InvalidArgumentError, match="not one string"):
         env.coord.join("g", "t")
     with pytest.raises(InvalidArgumentError, match="group id"):
-        env.coord.join("bad__group", ["t"])
+        env.coord.join("", ["t"])
     with pytest.raises(UnknownAssignorError):
         env.coord.join("g", ["t"], assignor="sticky")
     with pytest.raises(InvalidArgumentError, match="session_timeout_ms"):
@@ -198,7 +205,8 @@ def test_leave_frees_partitions_for_the_others(env: Env) -> None:
     with pytest.raises(UnknownMemberError):
         env.coord.heartbeat("g", b)
     env.coord.leave("g", a)
-    assert env.coord.describe("g").state is GroupState.EMPTY
+    assert env.coord.describe("g").state is GroupState.DEAD  # no member, no offset: forgotten
+    assert env.coord.stats() == (0, 0, 0)
 
 
 def test_session_timeout_removes_a_silent_member(env: Env) -> None:
@@ -219,7 +227,7 @@ def test_expiry_happens_on_any_call_even_without_a_tick(env: Env) -> None:
     env.clock.advance(999)
     env.coord.heartbeat("g", a)
     env.clock.advance(1001)
-    assert env.coord.describe("g").state is GroupState.EMPTY
+    assert env.coord.describe("g").state is GroupState.DEAD
 
 
 def test_rebalance_timeout_removes_a_member_that_never_releases(env: Env) -> None:
@@ -262,7 +270,7 @@ def test_static_member_after_its_session_timeout_joins_as_new(env: Env) -> None:
     env.coord.join("g", ["t"], instance_id="host-1", session_timeout_ms=1000)
     env.clock.advance(1500)
     again = env.coord.join("g", ["t"], instance_id="host-1", session_timeout_ms=1000)
-    assert again.rebalanced and again.generation == 3  # expiry bumped to 2, the new join to 3
+    assert again.rebalanced and again.generation == 1  # the expiry emptied the group: it starts afresh
 
 
 # -- commits -----------------------------------------------------------------------------------------

@@ -251,6 +251,10 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "PartitionLimitError": (409, "partition_limit"),
         "AutoCreateThrottledError": (429, "auto_create_throttled"),
         "ProducerStateLimitError": (429, "producer_state_limit"),
+        # issue 24 / 28 (groups): Kafka's INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED, OFFSET_METADATA_TOO_LARGE
+        "InvalidSessionTimeoutError": (400, "invalid_session_timeout"),
+        "GroupMaxSizeReachedError": (429, "group_max_size_reached"),
+        "OffsetMetadataTooLargeError": (400, "offset_metadata_too_large"),
     }
     assert {c.__name__ for c in classes} <= set(expected), "a new error class needs an HTTP status here"
     for cls in classes:

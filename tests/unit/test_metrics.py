@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from lkstream import Broker, Consumer
 from lkstream.broker.metrics import METRIC_NAMES, BrokerMetrics
 from lkstream.format.codec import encode_batch
+from lkstream.storage.names import group_label
 from lkstream.storage.offsets import OffsetStore
 
 from .support import DEADLINE_S
@@ -300,12 +301,25 @@ def _label_sets(metrics: BrokerMetrics, name: str) -> list[dict[str, str]]:
 def test_consumed_rejects_an_invalid_group_or_topic_name(metrics: BrokerMetrics) -> None:
     from lkstream.errors import InvalidArgumentError
 
-    for topic, group in (("orders", "x" * 16_000), ("orders", "g\n"), ("bad topic", "g")):
+    for topic, group in (("orders", "x" * 32_768), ("orders", ""), ("bad topic", "g")):
         with pytest.raises(InvalidArgumentError):
             metrics.record_consumed(topic, group, 0, 1)
         with pytest.raises(InvalidArgumentError):
             metrics.record_committed(topic, group, 0, 1)
     assert _label_sets(metrics, "lk_consumed_total") == []
+
+
+def test_any_kafka_group_id_becomes_a_printable_bounded_label(group_broker: Broker, metrics: BrokerMetrics) -> None:
+    group_broker.produce_many_sync("orders", [(None, b"v")])
+    groups = ["x" * 16_000, "g\n", "ünï code", "a/b:c@d"]
+    for group in groups:
+        metrics.record_consumed("orders", group, 0, 1)
+        group_broker.commit_offsets(group, {("orders", 0): 1})
+    consumed = {labels["group"] for labels in _label_sets(metrics, "lk_consumed_total")}
+    committed = {labels["group"] for labels in _label_sets(metrics, "lk_partition_committed_offset")}
+    assert consumed == committed == {group_label(g) for g in groups}
+    assert {"ünï code", "a/b:c@d"} <= consumed  # printable and short: as they are
+    assert all(label.isprintable() and len(label) <= 249 for label in consumed)
 
 
 def test_group_label_sets_are_bounded(group_broker: Broker) -> None:

@@ -7,6 +7,8 @@ import pytest
 from lkstream.errors import InvalidArgumentError
 from lkstream.storage.names import (
     MAX_NAME_LENGTH,
+    group_label,
+    is_plain_group,
     parse_partition_dir,
     partition_dir_name,
     validate_group,
@@ -41,10 +43,51 @@ def test_validate_topic_rejects_unsafe_names(name: object) -> None:
         validate_topic(name)
 
 
-@pytest.mark.parametrize("name", [*BAD_NAMES, "a__b", "__"], ids=repr)
-def test_validate_group_rejects_unsafe_names(name: object) -> None:
+#: Kafka accepts any non-empty string as a group id (issue 24): every one of these is a group.
+KAFKA_GROUP_IDS = [
+    ".",
+    "..",
+    "a/b",
+    "/abs",
+    "../x",
+    "a\\b",
+    "x" * 250,
+    "a b",
+    "tab\t",
+    "new\nline",
+    "nul\x00",
+    "ünïcode",
+    "a:b",
+    "*",
+    "a__b",
+    "__",
+    "g_",
+    "g@example",
+    "é" * 16383,
+]
+
+
+@pytest.mark.parametrize("name", KAFKA_GROUP_IDS, ids=repr)
+def test_validate_group_accepts_every_id_kafka_accepts(name: str) -> None:
+    assert validate_group(name) == name
+
+
+@pytest.mark.parametrize("name", ["", None, 5, b"bytes", "\ud800", "x" * 32768, "é" * 16384], ids=repr)
+def test_validate_group_rejects_what_no_kafka_client_can_send(name: object) -> None:
     with pytest.raises(InvalidArgumentError, match="invalid group id"):
         validate_group(name)
+
+
+def test_only_groups_of_the_old_rule_are_plain() -> None:
+    assert is_plain_group("strategy-v1") and is_plain_group("g_1")
+    assert not any(is_plain_group(name) for name in ("a__b", "g_", "a b", "x" * 250, ".."))
+
+
+@pytest.mark.parametrize("name", KAFKA_GROUP_IDS, ids=repr)
+def test_group_labels_are_printable_bounded_and_distinct(name: str) -> None:
+    label = group_label(name)
+    assert label.isprintable() and len(label) <= MAX_NAME_LENGTH
+    assert group_label(name + "x") != label
 
 
 @pytest.mark.parametrize("name", ["a", "market.ticks", "A-b_c.9", "...", "x" * 249, "_", "-"])
@@ -89,12 +132,6 @@ def test_parse_partition_dir_rejects_anything_else(name: str) -> None:
 def test_validate_topic_rejects_a_trailing_or_leading_newline(name: str) -> None:
     with pytest.raises(InvalidArgumentError, match="invalid topic name"):
         validate_topic(name)
-
-
-@pytest.mark.parametrize("name", ["strategy-v1\n", "\nstrategy-v1"], ids=repr)
-def test_validate_group_rejects_a_trailing_or_leading_newline(name: str) -> None:
-    with pytest.raises(InvalidArgumentError, match="invalid group id"):
-        validate_group(name)
 
 
 def test_parse_partition_dir_rejects_a_trailing_newline() -> None:

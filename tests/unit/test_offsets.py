@@ -24,6 +24,9 @@ from lkstream.storage.offset_journal import (
 )
 from lkstream.storage.offsets import OffsetStore
 
+#: CRC-32C header of the golden record with metadata (docs/format.md).
+RECORD_WITH_METADATA_HEADER_HEX = "0000004b15c684f3"  # length 75, CRC-32C 0x15C684F3
+
 
 class CountingFile(OsFile):
     """An OsFile that counts fsyncs, can make them slow, block them, or fail them."""
@@ -92,7 +95,7 @@ def test_commit_many_is_one_journal_record(store: OffsetStore, tmp_path: Path) -
     data = journal_path(tmp_path).read_bytes()
     assert data.startswith(JOURNAL_MAGIC)
     assert data[len(JOURNAL_MAGIC) :] == encode_record(
-        1_000, [("g", "t", 0, 5, None), ("g", "t", 1, 6, None), ("g", "u", 0, 7, None)]
+        1_000, [("g", "t", 0, 5, None, ""), ("g", "t", 1, 6, None, ""), ("g", "u", 0, 7, None, "")]
     )
     assert store.list_committed() == {("g", "t", 0): 5, ("g", "t", 1): 6, ("g", "u", 0): 7}
 
@@ -251,7 +254,7 @@ def test_torn_tail_is_truncated_on_open(tmp_path: Path) -> None:
     crash(store)
     path = journal_path(tmp_path)
     good = path.stat().st_size
-    torn = encode_record(5, [("g", "t", 0, 3, None)])
+    torn = encode_record(5, [("g", "t", 0, 3, None, "")])
     with open(path, "ab") as f:
         f.write(torn[: len(torn) - 4])
     # A read-only view stops at the torn record and leaves the file alone.
@@ -296,7 +299,7 @@ def test_read_only_view_follows_the_writer_and_its_compactions(tmp_path: Path) -
     follower = JournalFollower(str(tmp_path / "offsets"))
     assert follower.refresh() == {}
     writer.commit("g", "t", 0, 1)
-    assert follower.refresh() == {("g", "t", 0): (1, 1_000, None)}
+    assert follower.refresh() == {("g", "t", 0): (1, 1_000, None, "")}
     for i in range(2, 40):  # several compactions replace the journal meanwhile
         writer.commit("g", "t", i % 2, i)
         seen = {k: v for k, v in follower.refresh().items() if not isinstance(v, CorruptRecordError)}
@@ -398,12 +401,78 @@ def test_a_second_store_leaves_tmp_files_of_live_commits_alone(tmp_path: Path) -
 
 
 def test_group_and_topic_pairs_never_share_an_offset_file(store: OffsetStore) -> None:
-    with pytest.raises(InvalidArgumentError):
-        store.path_for("g_", "x", 0)  # would collide with ("g", "_x")
-    assert store.path_for("g", "_x", 0) != store.path_for("g", "x", 0)
+    # ("g_", "x") and ("g", "_x") would both be g___x__part0 readably: the first is hashed instead.
+    assert os.path.basename(store.path_for("g", "_x", 0)) == "g___x__part0.offset"
+    assert os.path.basename(store.path_for("g_", "x", 0)).startswith("~")
+    assert store.path_for("g", "_x", 0) != store.path_for("g_", "x", 0) != store.path_for("g", "x", 0)
 
 
-@pytest.mark.parametrize("group", ["..", ".", "a/b", "", "a__b", "x" * 250, "sp ace", None])
+#: Group ids Kafka accepts and the rule before issue 24 refused (Kafka accepts any non-empty string).
+KAFKA_GROUP_IDS = ["a b", "a:b", "a/b", "../etc", "..", ".", "g@x", "a__b", "g_", "ünïcode", "x" * 250, "tab\t", "nl\n"]
+
+
+@pytest.mark.parametrize("group", KAFKA_GROUP_IDS, ids=repr)
+def test_kafka_group_ids_are_stored_in_hashed_files_inside_the_directory(tmp_path: Path, group: str) -> None:
+    store = OffsetStore(str(tmp_path), clock=ManualClock(1_000))
+    store.commit(group, "t", 0, 7)
+    store.commit("plain", "t", 0, 3)
+    store.close()  # compacts into snapshot files
+    names = sorted(n for n in os.listdir(tmp_path / "offsets") if n.endswith(".offset"))
+    hashed = [n for n in names if n.startswith("~")]
+    assert names == sorted(["plain__t__part0.offset", *hashed]) and len(hashed) == 1
+    assert os.path.dirname(store.path_for(group, "t", 0)) == str(tmp_path / "offsets")
+    body = json.loads((tmp_path / "offsets" / hashed[0]).read_bytes())
+    assert body == {"offset": 7, "committed_ms": 1_000, "group": group, "topic": "t", "partition": 0}
+    with OffsetStore(str(tmp_path)) as again:
+        assert again.list_committed() == {(group, "t", 0): 7, ("plain", "t", 0): 3}
+        assert again.forget_group(group) == 1
+    with OffsetStore(str(tmp_path)) as again:
+        assert again.list_committed() == {("plain", "t", 0): 3}
+    assert sorted(n for n in os.listdir(tmp_path / "offsets") if n.endswith(".offset")) == ["plain__t__part0.offset"]
+
+
+def test_a_readable_name_too_long_for_the_file_system_is_hashed(tmp_path: Path) -> None:
+    group, topic = "g" * 200, "t" * 249  # the seed's name would be 466 bytes: no file system takes it
+    with OffsetStore(str(tmp_path)) as store:
+        store.commit(group, topic, 0, 1)
+    (name,) = [n for n in os.listdir(tmp_path / "offsets") if n.endswith(".offset")]
+    assert name.startswith("~") and len(name) < 64
+    with OffsetStore(str(tmp_path)) as again:
+        assert again.read_committed(group, topic, 0) == 1
+
+
+def test_a_hashed_file_whose_body_names_another_key_is_damage(tmp_path: Path) -> None:
+    with OffsetStore(str(tmp_path)) as store:
+        store.commit("a b", "t", 0, 1)
+        store.commit("c d", "t", 0, 2)
+    offsets = tmp_path / "offsets"
+    first, second = sorted(n for n in os.listdir(offsets) if n.startswith("~"))
+    (offsets / first).write_bytes((offsets / second).read_bytes())  # a copy under the wrong name
+    with OffsetStore(str(tmp_path), read_only=True) as view:
+        assert len(view.list_committed()) == 1  # the impostor is skipped, not read as the other key
+
+
+def test_commit_metadata_is_stored_read_back_and_survives_compaction(tmp_path: Path) -> None:
+    store = OffsetStore(str(tmp_path), clock=ManualClock(1_000))
+    store.commit_many("g", {("t", 0): 5, ("t", 1): 6}, metadata={("t", 0): "worker-3 checkpoint ✓"})
+    assert store.read_committed_metadata("g", "t", 0) == (5, 1_000, None, "worker-3 checkpoint ✓")
+    assert store.read_committed_metadata("g", "t", 1) == (6, 1_000, None, "")
+    crash(store)
+    with OffsetStore(str(tmp_path)) as replayed:  # from the journal
+        assert replayed.read_committed_metadata("g", "t", 0) == (5, 1_000, None, "worker-3 checkpoint ✓")
+    body = json.loads((tmp_path / "offsets" / "g__t__part0.offset").read_bytes())
+    assert body == {"offset": 5, "committed_ms": 1_000, "metadata": "worker-3 checkpoint ✓"}
+    with OffsetStore(str(tmp_path)) as compacted:  # from the snapshot file
+        assert compacted.read_committed_metadata("g", "t", 0) == (5, 1_000, None, "worker-3 checkpoint ✓")
+
+
+def test_metadata_must_be_a_string(store: OffsetStore) -> None:
+    with pytest.raises(InvalidArgumentError, match="metadata"):
+        store.commit_many("g", {("t", 0): 1}, metadata={("t", 0): b"bytes"})  # type: ignore[dict-item]
+    assert store.list_committed() == {}
+
+
+@pytest.mark.parametrize("group", ["", None, 5, b"bytes", "\ud800", "x" * 32768], ids=repr)
 def test_bad_group_names_are_rejected(store: OffsetStore, group: object) -> None:
     with pytest.raises(InvalidArgumentError):
         store.commit(group, "t", 0, 1)  # type: ignore[arg-type]
@@ -439,7 +508,7 @@ def test_a_bad_commit_many_writes_nothing(store: OffsetStore, tmp_path: Path, of
 
 def test_nothing_is_written_for_a_rejected_commit(store: OffsetStore, tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError):
-        store.commit("..", "t", 0, 1)
+        store.commit("", "t", 0, 1)
     assert os.listdir(tmp_path / "offsets") == [JOURNAL_NAME]
     assert journal_path(tmp_path).read_bytes() == JOURNAL_MAGIC
 
@@ -474,13 +543,33 @@ def test_garbage_offset_file_raises_corrupt_record(tmp_path: Path, content: byte
 def test_journal_record_golden_vector() -> None:
     """The example of docs/format.md, section "Offsets journal"."""
     record = encode_record(
-        1_700_000_000_000, [("strategy-v1", "market.ticks", 0, 2, None), ("strategy-v1", "market.ticks", 1, None, None)]
+        1_700_000_000_000,
+        [("strategy-v1", "market.ticks", 0, 2, None, ""), ("strategy-v1", "market.ticks", 1, None, None, "")],
     )
     assert JOURNAL_MAGIC.hex() == "4c4b4f4a00000001"
     assert record[:8].hex() == "00000063b77cba69"
     assert record[8:] == (
         b'{"ms":1700000000000,"e":[["strategy-v1","market.ticks",0,2],["strategy-v1","market.ticks",1,null]]}'
     )
+
+
+def test_journal_record_with_metadata_golden_vector() -> None:
+    """The second example of docs/format.md, section "Offsets journal": an entry with metadata."""
+    record = encode_record(1_700_000_000_000, [("strategy-v1", "market.ticks", 0, 2, None, "host-7")])
+    assert record[8:] == b'{"ms":1700000000000,"e":[["strategy-v1","market.ticks",0,2,null,"host-7"]]}'
+    assert record[:8].hex() == RECORD_WITH_METADATA_HEADER_HEX
+
+
+def test_journals_written_before_metadata_load_and_six_element_entries_replay(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    old = encode_record(1, [("g", "t", 0, 4, None, "")]) + encode_record(2, [("g", "t", 1, 5, "ab" * 16, "")])
+    new = encode_record(3, [("g", "t", 2, 6, None, "m")])
+    assert b'["g","t",0,4]' in old and b'"ab' in old  # exactly the four- and five-element entries of before
+    journal_path(tmp_path).write_bytes(JOURNAL_MAGIC + old + new)
+    with OffsetStore(str(tmp_path), read_only=True) as view:
+        assert view.read_committed_metadata("g", "t", 0) == (4, 1, None, "")
+        assert view.read_committed_metadata("g", "t", 1) == (5, 2, "ab" * 16, "")
+        assert view.read_committed_metadata("g", "t", 2) == (6, 3, None, "m")
 
 
 def test_verify_replays_the_journal_and_reports_its_damage(tmp_path: Path) -> None:
@@ -498,7 +587,7 @@ def test_verify_replays_the_journal_and_reports_its_damage(tmp_path: Path) -> No
     assert [(p.severity, os.path.basename(p.path)) for p in report.problems] == [("warning", JOURNAL_NAME)]
     assert "'gone'" in report.problems[0].message
     with open(journal_path(tmp_path), "ab") as f:
-        f.write(encode_record(1, [("h", "gone", 0, 5, None)])[:-3])
+        f.write(encode_record(1, [("h", "gone", 0, 5, None, "")])[:-3])
     torn = verify_data_dir(str(tmp_path)).problems
     assert any(p.severity == "warning" and "torn tail" in p.message for p in torn)
     data = bytearray(journal_path(tmp_path).read_bytes())
@@ -506,3 +595,50 @@ def test_verify_replays_the_journal_and_reports_its_damage(tmp_path: Path) -> No
     journal_path(tmp_path).write_bytes(bytes(data))
     errors = [p for p in verify_data_dir(str(tmp_path)).problems if p.severity == "error"]
     assert len(errors) == 1 and errors[0].position == len(JOURNAL_MAGIC)
+
+
+def test_hashed_offset_file_golden_vector(tmp_path: Path) -> None:
+    """The second example of docs/format.md, section 9.5: metadata, and a group id the readable name cannot carry."""
+    store = OffsetStore(str(tmp_path), clock=ManualClock(1_700_000_000_000))
+    store.commit_many("payments team/eu", {("market.ticks", 0): 2}, metadata={("market.ticks", 0): "host-7"})
+    store.close()
+    path = tmp_path / "offsets" / "~6d7aa3dfb11d55ffe3b1c264d2659d0c8f852a8a.offset"
+    assert store.path_for("payments team/eu", "market.ticks", 0) == str(path)
+    assert path.read_bytes() == (
+        b'{"offset": 2, "committed_ms": 1700000000000, "metadata": "host-7", '
+        b'"group": "payments team/eu", "topic": "market.ticks", "partition": 0}\n'
+    )
+
+
+def test_verify_reads_hashed_offset_files_and_reports_a_damaged_one(tmp_path: Path) -> None:
+    from lkstream import Broker
+    from lkstream.storage.verify import verify_data_dir
+
+    with Broker(persist_dir=str(tmp_path)) as broker:
+        broker.create_topic("t", 1)
+        broker.produce_many_sync("t", [(None, b"v")])
+        broker.commit_offsets("a b/c", {("t", 0): 1})
+        broker.commit_offsets("plain", {("t", 0): 1})
+    report = verify_data_dir(str(tmp_path))
+    assert report.offset_files == 2 and report.problems == []
+    (hashed,) = (tmp_path / "offsets").glob("~*.offset")
+    hashed.write_bytes(b"{half")
+    damaged = verify_data_dir(str(tmp_path)).problems
+    assert [(p.severity, Path(p.path).name) for p in damaged] == [("error", hashed.name)]
+    assert "its key is unknown" in damaged[0].message
+
+
+def test_backup_and_restore_keep_kafka_group_ids_and_metadata(tmp_path: Path) -> None:
+    from lkstream import Broker
+    from lkstream.storage.backup import backup_data_dir
+    from lkstream.storage.restore import restore_backup
+
+    with Broker(persist_dir=str(tmp_path / "data")) as broker:
+        broker.create_topic("t", 1)
+        broker.produce_many_sync("t", [(None, b"v")])
+        broker.groups.commit_unfenced("ünï code/g", {("t", 0): 1}, metadata={("t", 0): "note"}, any_offset=True)
+    backup_data_dir(str(tmp_path / "data"), str(tmp_path / "backup"))
+    restore_backup(str(tmp_path / "backup"), str(tmp_path / "restored"))
+    with OffsetStore(str(tmp_path / "restored"), read_only=True) as restored:
+        found = restored.read_committed_metadata("ünï code/g", "t", 0)
+    assert found is not None and (found.offset, found.metadata) == (1, "note")

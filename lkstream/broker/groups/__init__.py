@@ -8,15 +8,19 @@ from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.errors import (
     FencedInstanceError,
     GroupError,
+    GroupMaxSizeReachedError,
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
+    InvalidSessionTimeoutError,
     NotPartitionOwnerError,
+    OffsetMetadataTooLargeError,
     OffsetRegressionError,
     RebalanceInProgressError,
     StaleGenerationError,
     UnknownAssignorError,
     UnknownMemberError,
 )
+from lkstream.broker.groups.limits import GroupLimits
 from lkstream.broker.groups.notify import GroupChanged
 from lkstream.broker.groups.types import (
     GroupDescription,
@@ -37,14 +41,18 @@ __all__ = [
     "GroupCoordinator",
     "GroupDescription",
     "GroupError",
+    "GroupLimits",
     "GroupListing",
+    "GroupMaxSizeReachedError",
     "GroupNotEmptyError",
     "GroupState",
     "HeartbeatResult",
     "InconsistentGroupProtocolError",
+    "InvalidSessionTimeoutError",
     "JoinResult",
     "MemberDescription",
     "NotPartitionOwnerError",
+    "OffsetMetadataTooLargeError",
     "OffsetRegressionError",
     "RebalanceInProgressError",
     "StaleGenerationError",

@@ -4,8 +4,9 @@ Kafka clients assign partitions themselves: the coordinator elects a leader,
 hands it every member's subscription, and distributes the assignment the
 leader sends back. This module is that coordinator, beside the LKSTREAM
 coordinator (:mod:`lkstream.broker.groups.coordinator`, server-side
-assignment); a group name belongs to one of them at a time. Committed offsets
-of both go to the same offsets journal.
+assignment); a group name belongs to one of them at a time (KIP-848's online
+upgrade and downgrade move a group between them: :mod:`lkstream.broker.groups.conversion`).
+Committed offsets of both go to the same offsets journal.
 
 State machine (Kafka's names)::
 
@@ -15,7 +16,12 @@ State machine (Kafka's names)::
 
 * JoinGroup v4+ without a member id is answered MEMBER_ID_REQUIRED with a
   fresh id; the client joins again with it (KIP-394). The id is pending until
-  then, and forgotten after the session timeout.
+  then, and forgotten after the session timeout, on a LeaveGroup naming it, or
+  (oldest first) when all groups together hold ``limits.max_members``.
+* A join's session timeout must lie within ``limits`` (Kafka's
+  ``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms``:
+  INVALIDSESSION_TIMEOUT otherwise); a group takes at most
+  ``limits.max_group_size`` members (GROUP_MAX_SIZE_REACHED, Kafka's rule).
 * A rebalance completes when every member has sent its JoinGroup, or when the
   longest rebalance timeout passed (members that did not rejoin are removed).
   There is no initial-rebalance delay: the first member is answered at once,
@@ -26,12 +32,19 @@ State machine (Kafka's names)::
   member gets its previous assignment from SyncGroup.
 * Sessions: a member not heard from (any request) within its session timeout
   is removed and the group rebalances. Waiting JoinGroup/SyncGroup calls
-  count as being heard from.
+  count as being heard from, and the session restarts when they are answered.
+* A group with no member and no pending member id is forgotten at once (its
+  committed offsets stay in the offset store, which lists it as Empty).
 * Ownership: a join records its ``owner`` (the authenticated principal's name,
   None for a trusted caller). Only that owner may rejoin, sync, heartbeat, leave
   or commit with the member id (or take over its static instance), whatever else
   it learned from DescribeGroups; anyone else gets :class:`MemberOwnerError`.
   ``owner=None`` (authentication off, the embedded API) is trusted.
+
+Cost: deadlines (sessions, pending ids, rebalances) sit in one
+:class:`~lkstream.broker.groups.deadlines.Deadlines` heap, so a call pays for
+the deadlines that are due and for the members of its own group, never for a
+walk over every group (issue 28, finding 5).
 
 Calls never block: :meth:`ClassicGroups.join` and :meth:`ClassicGroups.sync`
 return a :class:`concurrent.futures.Future` that completes when the answer is
@@ -42,16 +55,33 @@ expires members. Thread-safe: one lock, never held while a future's callbacks ru
 
 from __future__ import annotations
 
-import enum
 import functools
-import struct
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any
 
+from lkstream.broker.groups.classic_handover import ClassicHandover
+from lkstream.broker.groups.classic_state import (
+    ClassicGroup,
+    ClassicMember,
+    ClassicState,
+    Completion,
+    HeldByConsumerGroupError,
+    JoinAnswer,
+    MemberIdRequiredError,
+    PendingMember,
+    check_owner,
+    reject,
+    resolve,
+    run,
+    select_protocol,
+)
+from lkstream.broker.groups.classic_upkeep import PENDING, REBALANCE, SESSION, ClassicStats, ClassicUpkeep, Due
+from lkstream.broker.groups.consumer_protocol import decode_assignment, decode_subscription
+from lkstream.broker.groups.deadlines import Deadlines
+from lkstream.broker.groups.limits import GroupLimits
 from lkstream.errors import (
     FencedInstanceError,
     GroupError,
@@ -66,80 +96,38 @@ from lkstream.errors import (
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import validate_group
 
-
-class ClassicState(enum.StrEnum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-class MemberIdRequiredError(GroupError):
-    """JoinGroup v4+ without a member id: join again with :attr:`member_id` (Kafka's MEMBER_ID_REQUIRED)."""
-
-    def __init__(self, group: str, member_id: str) -> None:
-        super().__init__(group, f"group {group!r}: join again with member id {member_id!r}")
-        self.member_id = member_id
+__all__ = [
+    "ClassicGroup",
+    "ClassicGroups",
+    "ClassicMember",
+    "ClassicState",
+    "ClassicStats",
+    "HeldByConsumerGroupError",
+    "JoinAnswer",
+    "MemberIdRequiredError",
+    "decode_assignment",
+    "decode_subscription",
+]
 
 
-@dataclass(frozen=True)
-class JoinAnswer:
-    generation: int
-    protocol_type: str | None
-    protocol: str | None
-    leader: str
-    member_id: str
-    members: tuple[tuple[str, str | None, bytes], ...]  # (member id, instance id, metadata): for the leader only
-
-
-@dataclass
-class ClassicMember:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]
-    last_seen: float
-    assignment: bytes = b""
-    join: Future[JoinAnswer] | None = None
-    sync: Future[bytes] | None = None
-    owner: str | None = None  # the principal that joined with this member id (None: a trusted caller)
-
-    def metadata(self, protocol: str) -> bytes:
-        return next(m for name, m in self.protocols if name == protocol)
-
-
-@dataclass
-class ClassicGroup:
-    name: str
-    state: ClassicState = ClassicState.EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, ClassicMember] = field(default_factory=dict)
-    # member ids handed out by MEMBER_ID_REQUIRED: deadline, and the owner the join was for
-    pending: dict[str, tuple[float, str | None]] = field(default_factory=dict)
-    instances: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    fenced: set[str] = field(default_factory=set)
-    rebalance_deadline: float = 0.0
-
-
-_Completion = Callable[[], None]
-
-
-class ClassicGroups:
+class ClassicGroups(ClassicUpkeep, ClassicHandover):
     """The classic-protocol groups of one broker (see the module docstring). Thread-safe."""
 
-    def __init__(self, clock: Clock | None = None, *, in_other_coordinator: Callable[[str], bool] = lambda _: False):
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        in_other_coordinator: Callable[[str], bool] = lambda _: False,
+        limits: GroupLimits | None = None,
+    ):
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._groups: dict[str, ClassicGroup] = {}
         self._in_other = in_other_coordinator
+        self.limits = limits or GroupLimits()
+        self._deadlines: Deadlines[Due] = Deadlines()
+        self._pending_order: OrderedDict[tuple[str, str], None] = OrderedDict()  # oldest first
+        self._member_count = 0
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -166,42 +154,48 @@ class ClassicGroups:
         offered = tuple(protocols)
         if not offered or not protocol_type:
             raise InvalidArgumentError("JoinGroup needs a protocol type and at least one protocol")
-        if session_timeout_ms < 1 or rebalance_timeout_ms < 1:
-            raise InvalidArgumentError("session and rebalance timeouts must be positive")
-        done: list[_Completion] = []
-        with self._lock:
-            now = self._clock.monotonic_ms()
-            self._expire_locked(now, done)
-            if self._in_other(group):
-                raise InconsistentGroupProtocolError(group, protocol_type, "lkstream (server-side assignment)")
-            g = self._groups.setdefault(group, ClassicGroup(group))
-            self._check_protocols_locked(g, member_id, instance_id, protocol_type, offered)
-            member = self._admit_locked(
-                g,
-                member_id,
-                instance_id,
-                now,
-                require_known=require_known_member_id,
-                session_timeout_ms=session_timeout_ms,
-                client_id=client_id,
-                owner=owner,
-            )
-            future: Future[JoinAnswer] = Future()
-            if member is None:  # static takeover in a stable group: answered at once, no rebalance
-                future.set_result(self._static_answer_locked(g, instance_id))
-                return future
-            changed = member.protocols != offered or member.protocol_type != protocol_type
-            member.protocols, member.protocol_type = offered, protocol_type
-            member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
-            member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
-            member.last_seen = now
-            member.join = future
-            # Kafka answers an unchanged follower at once in some states; a rebalance is always correct.
-            del changed
-            if g.state is not ClassicState.PREPARING_REBALANCE:
-                self._prepare_rebalance_locked(g, now, done)
-            self._maybe_complete_join_locked(g, done)
-        _run(done)
+        self.limits.check_session_timeout(group, session_timeout_ms)
+        if rebalance_timeout_ms < 1:
+            raise InvalidArgumentError("the rebalance timeout must be positive")
+        done: list[Completion] = []
+        try:
+            with self._lock:
+                now = self._clock.monotonic_ms()
+                self._expire_locked(now, done)
+                if self._in_other(group):
+                    raise HeldByConsumerGroupError(group, protocol_type)
+                g = self._groups.setdefault(group, ClassicGroup(group))
+                try:
+                    self._check_protocols_locked(g, member_id, instance_id, protocol_type, offered)
+                    self._check_size_locked(g, member_id, now, done)
+                    member = self._admit_locked(
+                        g,
+                        member_id,
+                        instance_id,
+                        now,
+                        require_known=require_known_member_id,
+                        session_timeout_ms=session_timeout_ms,
+                        client_id=client_id,
+                        owner=owner,
+                    )
+                finally:
+                    self._drop_if_idle_locked(g)
+                future: Future[JoinAnswer] = Future()
+                if member is None:  # static takeover in a stable group: answered at once, no rebalance
+                    future.set_result(self._static_answer_locked(g, instance_id))
+                    return future
+                member.protocols, member.protocol_type = offered, protocol_type
+                member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+                member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
+                member.last_seen = now
+                member.join = future
+                self._deadlines.schedule((SESSION, group, member.member_id), now + session_timeout_ms)
+                # Kafka answers an unchanged follower at once in some states; a rebalance is always correct.
+                if g.state is not ClassicState.PREPARING_REBALANCE:
+                    self._prepare_rebalance_locked(g, now, done)
+                self._maybe_complete_join_locked(g, now, done)
+        finally:
+            run(done)
         return future
 
     def _check_protocols_locked(
@@ -242,7 +236,7 @@ class ClassicGroups:
             raise FencedInstanceError(g.name, member_id, instance_id or "")
         if instance_id is not None and instance_id in g.instances:
             old = g.members[g.instances[instance_id]]
-            _check_owner(g.name, member_id or old.member_id, old.owner, owner)
+            check_owner(g.name, member_id or old.member_id, old.owner, owner)
             if member_id == old.member_id:
                 return old
             if member_id and member_id != old.member_id:
@@ -250,16 +244,19 @@ class ClassicGroups:
             return self._take_over_locked(g, old, client_id)
         if member_id:
             if member_id in g.members:
-                _check_owner(g.name, member_id, g.members[member_id].owner, owner)
+                check_owner(g.name, member_id, g.members[member_id].owner, owner)
                 return g.members[member_id]
             if member_id in g.pending:
-                _check_owner(g.name, member_id, g.pending[member_id][1], owner)
-                del g.pending[member_id]
+                check_owner(g.name, member_id, g.pending[member_id].owner, owner)
+                self._forget_pending_locked(g, member_id)
                 return self._add_member_locked(g, member_id, instance_id, now, owner)
             raise UnknownMemberError(g.name, member_id)
+        self._make_room_locked(g)
         new_id = f"{client_id[:64] or 'member'}-{uuid.uuid4()}"
         if require_known and instance_id is None:
-            g.pending[new_id] = (now + session_timeout_ms, owner)
+            g.pending[new_id] = PendingMember(now + session_timeout_ms, owner)
+            self._pending_order[(g.name, new_id)] = None
+            self._deadlines.schedule((PENDING, g.name, new_id), now + session_timeout_ms)
             raise MemberIdRequiredError(g.name, new_id)
         return self._add_member_locked(g, new_id, instance_id, now, owner)
 
@@ -268,6 +265,7 @@ class ClassicGroups:
     ) -> ClassicMember:
         member = ClassicMember(member_id, instance_id, "", "", 10_000, 30_000, "", (), now, owner=owner)
         g.members[member_id] = member
+        self._member_count += 1
         if instance_id is not None:
             g.instances[instance_id] = member_id
         return member
@@ -280,6 +278,8 @@ class ClassicGroups:
         g.members[new.member_id] = new
         g.instances[old.instance_id] = new.member_id
         g.fenced.add(old.member_id)
+        self._deadlines.cancel((SESSION, g.name, old.member_id))
+        self._deadlines.schedule((SESSION, g.name, new.member_id), new.last_seen + new.session_timeout_ms)
         if g.leader == old.member_id:
             g.leader = new.member_id
         for waiter in (old.join, old.sync):
@@ -294,7 +294,7 @@ class ClassicGroups:
         member_id = g.instances[instance_id]
         return JoinAnswer(g.generation, g.protocol_type, g.protocol, g.leader or "", member_id, ())
 
-    def _prepare_rebalance_locked(self, g: ClassicGroup, now: float, done: list[_Completion]) -> None:
+    def _prepare_rebalance_locked(self, g: ClassicGroup, now: float, done: list[Completion]) -> None:
         for member in g.members.values():
             if member.sync is not None and not member.sync.done():
                 self._fail_later(done, member.sync, RebalanceInProgressError(g.name, member.member_id, g.generation))
@@ -302,27 +302,31 @@ class ClassicGroups:
         g.state = ClassicState.PREPARING_REBALANCE
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
         g.rebalance_deadline = now + timeout
+        self._deadlines.schedule((REBALANCE, g.name, ""), g.rebalance_deadline)
 
-    def _maybe_complete_join_locked(self, g: ClassicGroup, done: list[_Completion], *, force: bool = False) -> None:
+    def _maybe_complete_join_locked(
+        self, g: ClassicGroup, now: float, done: list[Completion], *, force: bool = False
+    ) -> None:
         if g.state is not ClassicState.PREPARING_REBALANCE:
             return
-        waiting = [m for m in g.members.values() if m.join is not None]
-        if len(waiting) < len(g.members) and not force:
+        if g.awaiting_join() < len(g.members) and not force:
             return
         for member in [m for m in g.members.values() if m.join is None]:
             self._remove_locked(g, member)
         g.generation += 1
+        self._deadlines.cancel((REBALANCE, g.name, ""))
         if not g.members:
             g.state, g.protocol, g.protocol_type, g.leader = ClassicState.EMPTY, None, None, None
             return
         g.protocol_type = next(iter(g.members.values())).protocol_type
-        g.protocol = _select_protocol(list(g.members.values()))
+        g.protocol = select_protocol(list(g.members.values()))
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
         g.state = ClassicState.COMPLETING_REBALANCE
         everyone = tuple((m.member_id, m.instance_id, m.metadata(g.protocol)) for m in g.members.values())
         for member in g.members.values():
             member.assignment = b""
+            member.last_seen = now  # the session restarts with the answer (Kafka does the same)
             answer = JoinAnswer(
                 g.generation,
                 g.protocol_type,
@@ -333,7 +337,7 @@ class ClassicGroups:
             )
             future, member.join = member.join, None
             assert future is not None
-            done.append(functools.partial(_resolve, future, answer))
+            done.append(functools.partial(resolve, future, answer))
 
     def sync(
         self,
@@ -346,36 +350,39 @@ class ClassicGroups:
         owner: str | None = None,
     ) -> Future[bytes]:
         """The member's assignment; the leader's call carries everyone's. Completes when the leader synced."""
-        done: list[_Completion] = []
+        done: list[Completion] = []
         future: Future[bytes] = Future()
-        with self._lock:
-            now = self._clock.monotonic_ms()
-            self._expire_locked(now, done)
-            g, member = self._member_locked(group, member_id, instance_id, now, owner)
-            if generation != g.generation:
-                raise StaleGenerationError(group, member_id, generation, g.generation)
-            if g.state is ClassicState.PREPARING_REBALANCE:
-                raise RebalanceInProgressError(group, member_id, g.generation)
-            if g.state is ClassicState.STABLE:
-                future.set_result(member.assignment)
-                return future
-            member.sync = future
-            if member_id == g.leader:
-                for m in g.members.values():
-                    m.assignment = bytes(assignments.get(m.member_id, b""))
-                g.state = ClassicState.STABLE
-                for m in g.members.values():
-                    waiter, m.sync = m.sync, None
-                    if waiter is not None:
-                        done.append(functools.partial(_resolve, waiter, m.assignment))
-        _run(done)
+        try:
+            with self._lock:
+                now = self._clock.monotonic_ms()
+                self._expire_locked(now, done)
+                g, member = self._member_locked(group, member_id, instance_id, now, owner)
+                if generation != g.generation:
+                    raise StaleGenerationError(group, member_id, generation, g.generation)
+                if g.state is ClassicState.PREPARING_REBALANCE:
+                    raise RebalanceInProgressError(group, member_id, g.generation)
+                if g.state is ClassicState.STABLE:
+                    future.set_result(member.assignment)
+                    return future
+                member.sync = future
+                if member_id == g.leader:
+                    for m in g.members.values():
+                        m.assignment = bytes(assignments.get(m.member_id, b""))
+                    g.state = ClassicState.STABLE
+                    for m in g.members.values():
+                        waiter, m.sync = m.sync, None
+                        if waiter is not None:
+                            m.last_seen = now
+                            done.append(functools.partial(resolve, waiter, m.assignment))
+        finally:
+            run(done)
         return future
 
     def heartbeat(
         self, group: str, member_id: str, generation: int, instance_id: str | None = None, *, owner: str | None = None
     ) -> None:
         """Keep the member alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
-        done: list[_Completion] = []
+        done: list[Completion] = []
         try:
             with self._lock:
                 now = self._clock.monotonic_ms()
@@ -386,68 +393,100 @@ class ClassicGroups:
                 if g.state is ClassicState.PREPARING_REBALANCE:
                     raise RebalanceInProgressError(group, member_id, g.generation)
         finally:
-            _run(done)
+            run(done)
 
     def leave(
         self, group: str, members: Iterable[tuple[str, str | None]], *, owner: str | None = None
     ) -> list[GroupError | MemberOwnerError | None]:
-        """Remove members ``(member id, instance id)``; per member None or the error it got."""
-        done: list[_Completion] = []
+        """Remove members ``(member id, instance id)``; per member None or the error it got.
+
+        A member id still pending (handed out by MEMBER_ID_REQUIRED, never joined with) is
+        forgotten too, as Kafka does.
+        """
+        done: list[Completion] = []
         results: list[GroupError | MemberOwnerError | None] = []
-        with self._lock:
-            now = self._clock.monotonic_ms()
-            self._expire_locked(now, done)
-            g = self._groups.get(group)
-            for given_id, instance_id in members:
-                if g is None:
-                    results.append(UnknownMemberError(group, given_id))
-                    continue
-                member_id = given_id
-                if instance_id is not None and instance_id in g.instances:
-                    member_id = given_id or g.instances[instance_id]
-                    if g.instances[instance_id] != member_id:
-                        results.append(FencedInstanceError(group, member_id, instance_id))
-                        continue
-                member = g.members.get(member_id)
-                if member is None:
-                    results.append(UnknownMemberError(group, member_id))
-                    continue
-                if owner is not None and member.owner != owner:
-                    results.append(MemberOwnerError(group, member_id, owner))
-                    continue
-                self._remove_locked(g, member)
-                self._member_left_locked(g, now, done)
-                results.append(None)
-        _run(done)
+        try:
+            with self._lock:
+                now = self._clock.monotonic_ms()
+                self._expire_locked(now, done)
+                g = self._groups.get(group)
+                for given_id, instance_id in members:
+                    results.append(
+                        UnknownMemberError(group, given_id)
+                        if g is None
+                        else self._leave_one_locked(g, given_id, instance_id, now=now, owner=owner, done=done)
+                    )
+                if g is not None:
+                    self._drop_if_idle_locked(g)
+        finally:
+            run(done)
         return results
+
+    def _leave_one_locked(
+        self,
+        g: ClassicGroup,
+        given_id: str,
+        instance_id: str | None,
+        *,
+        now: float,
+        owner: str | None,
+        done: list[Completion],
+    ) -> GroupError | MemberOwnerError | None:
+        member_id = given_id
+        if instance_id is not None and instance_id in g.instances:
+            member_id = given_id or g.instances[instance_id]
+            if g.instances[instance_id] != member_id:
+                return FencedInstanceError(g.name, member_id, instance_id)
+        pending = g.pending.get(member_id)
+        if pending is not None:
+            if owner is not None and pending.owner != owner:
+                return MemberOwnerError(g.name, member_id, owner)
+            self._forget_pending_locked(g, member_id)
+            return None
+        member = g.members.get(member_id)
+        if member is None:
+            return UnknownMemberError(g.name, member_id)
+        if owner is not None and member.owner != owner:
+            return MemberOwnerError(g.name, member_id, owner)
+        self._remove_locked(g, member)
+        self._member_left_locked(g, now, done)
+        return None
 
     def tick(self) -> None:
         """Complete rebalances whose timeout passed and expire silent members (the broker calls it)."""
-        done: list[_Completion] = []
-        with self._lock:
-            self._expire_locked(self._clock.monotonic_ms(), done)
-        _run(done)
+        done: list[Completion] = []
+        try:
+            with self._lock:
+                self._expire_locked(self._clock.monotonic_ms(), done)
+        finally:
+            run(done)
 
     # -- offsets fencing and inspection ----------------------------------------------------------
 
     def check_commit(
         self, group: str, member_id: str, generation: int, instance_id: str | None = None, *, owner: str | None = None
     ) -> bool:
-        """Whether a commit may proceed: True for a member of the current generation (and of ``owner``),
-        False for a standalone commit (generation < 0) into a group without members; raises otherwise."""
-        with self._lock:
-            now = self._clock.monotonic_ms()
-            g = self._groups.get(group)
-            if generation < 0 and not member_id:
-                if g is not None and g.members:
-                    raise GroupNotEmptyError(group, len(g.members), "commit without a member id and generation")
-                return False
-            g, _member = self._member_locked(group, member_id, instance_id, now, owner)
-            if g.state is ClassicState.COMPLETING_REBALANCE:
-                raise RebalanceInProgressError(group, member_id, g.generation)
-            if generation != g.generation:
-                raise StaleGenerationError(group, member_id, generation, g.generation)
-            return True
+        """Whether a commit may proceed (Kafka's ``validateOffsetCommit``): True for a member of the current
+        generation (and of ``owner``), False for a standalone commit (generation < 0, whatever the member
+        id) into a group without members; raises otherwise."""
+        done: list[Completion] = []
+        try:
+            with self._lock:
+                now = self._clock.monotonic_ms()
+                self._expire_locked(now, done)
+                g = self._groups.get(group)
+                if generation < 0 and (g is None or not g.members):
+                    return False
+                if generation < 0 and not member_id and instance_id is None:
+                    raise UnknownMemberError(group, member_id, "a commit without a member id needs an empty group")
+                g, _member = self._member_locked(group, member_id, instance_id, now, owner)
+                if generation != g.generation:
+                    raise StaleGenerationError(group, member_id, generation, g.generation)
+                if g.state is ClassicState.COMPLETING_REBALANCE:
+                    raise RebalanceInProgressError(group, member_id, g.generation)
+                return True
+        finally:
+            run(done)
 
     def has_members(self, group: str) -> bool:
         with self._lock:
@@ -471,9 +510,13 @@ class ClassicGroups:
         """Drop an empty group (DeleteGroups); GroupNotEmptyError while it has members."""
         with self._lock:
             g = self._groups.get(group)
-            if g is not None and g.members:
+            if g is None:
+                return
+            if g.members:
                 raise GroupNotEmptyError(group, len(g.members), "delete the group")
-            self._groups.pop(group, None)
+            for member_id in list(g.pending):
+                self._forget_pending_locked(g, member_id)
+            self._drop_if_idle_locked(g)
 
     # -- internals (under the lock) ----------------------------------------------------------------
 
@@ -488,12 +531,14 @@ class ClassicGroups:
         member = g.members[member_id]
         if instance_id is not None and member.instance_id != instance_id:
             raise FencedInstanceError(group, member_id, instance_id)
-        _check_owner(group, member_id, member.owner, owner)
+        check_owner(group, member_id, member.owner, owner)
         member.last_seen = now
         return g, member
 
     def _remove_locked(self, g: ClassicGroup, member: ClassicMember) -> None:
         del g.members[member.member_id]
+        self._member_count -= 1
+        self._deadlines.cancel((SESSION, g.name, member.member_id))
         if member.instance_id is not None and g.instances.get(member.instance_id) == member.member_id:
             del g.instances[member.instance_id]
         for waiter in (member.join, member.sync):
@@ -502,103 +547,17 @@ class ClassicGroups:
         if g.leader == member.member_id:
             g.leader = None
 
-    def _member_left_locked(self, g: ClassicGroup, now: float, done: list[_Completion]) -> None:
+    def _member_left_locked(self, g: ClassicGroup, now: float, done: list[Completion]) -> None:
         if not g.members:
             g.state, g.leader = ClassicState.EMPTY, None
             g.generation += 1
+            self._deadlines.cancel((REBALANCE, g.name, ""))
             return
         if g.state is ClassicState.PREPARING_REBALANCE:
-            self._maybe_complete_join_locked(g, done)
+            self._maybe_complete_join_locked(g, now, done)
         else:
             self._prepare_rebalance_locked(g, now, done)
 
-    def _expire_locked(self, now: float, done: list[_Completion]) -> None:
-        for g in self._groups.values():
-            g.pending = {k: pending for k, pending in g.pending.items() if pending[0] > now}
-            expired = [
-                m
-                for m in g.members.values()
-                if m.join is None and m.sync is None and now - m.last_seen > m.session_timeout_ms
-            ]
-            for member in expired:
-                self._remove_locked(g, member)
-            if expired:
-                self._member_left_locked(g, now, done)
-            if g.state is ClassicState.PREPARING_REBALANCE and now >= g.rebalance_deadline:
-                self._maybe_complete_join_locked(g, done, force=True)
-
     @staticmethod
-    def _fail_later(done: list[_Completion], future: Future[bytes], error: Exception) -> None:
-        done.append(functools.partial(_reject, future, error))
-
-
-def _check_owner(group: str, member_id: str, member_owner: str | None, owner: str | None) -> None:
-    """Refuse ``owner`` acting as a member another principal joined with (None: a trusted caller)."""
-    if owner is not None and owner != member_owner:
-        raise MemberOwnerError(group, member_id, owner)
-
-
-def _select_protocol(members: list[ClassicMember]) -> str:
-    """Kafka's vote: among the protocols every member supports, each member votes for its first choice."""
-    common = set.intersection(*({name for name, _ in m.protocols} for m in members))
-    votes: dict[str, int] = {}
-    for member in members:
-        choice = next(name for name, _ in member.protocols if name in common)
-        votes[choice] = votes.get(choice, 0) + 1
-    first = [name for name, _ in members[0].protocols if name in common]
-    return max(first, key=lambda name: (votes.get(name, 0), -first.index(name)))
-
-
-def _resolve(future: Future[Any], value: object) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _reject(future: Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
-
-
-def _run(done: list[_Completion]) -> None:
-    for complete in done:
-        complete()
-
-
-# -- Kafka's consumer protocol payloads (what "consumer" groups carry as metadata and assignment) ----------
-
-
-def decode_subscription(metadata: bytes) -> frozenset[str]:
-    """Topics of a ConsumerProtocolSubscription (int16 version, [string topic], ...); empty if unreadable."""
-    try:
-        pos = 2
-        (count,) = struct.unpack_from(">i", metadata, pos)
-        pos += 4
-        topics = set()
-        for _ in range(max(0, count)):
-            (size,) = struct.unpack_from(">h", metadata, pos)
-            topics.add(metadata[pos + 2 : pos + 2 + size].decode())
-            pos += 2 + size
-        return frozenset(topics)
-    except (struct.error, UnicodeDecodeError):
-        return frozenset()
-
-
-def decode_assignment(assignment: bytes) -> frozenset[tuple[str, int]]:
-    """Partitions of a ConsumerProtocolAssignment (int16 version, [string topic, [int32]]); empty if unreadable."""
-    try:
-        pos = 2
-        (count,) = struct.unpack_from(">i", assignment, pos)
-        pos += 4
-        owned = set()
-        for _ in range(max(0, count)):
-            (size,) = struct.unpack_from(">h", assignment, pos)
-            topic = assignment[pos + 2 : pos + 2 + size].decode()
-            pos += 2 + size
-            (n,) = struct.unpack_from(">i", assignment, pos)
-            pos += 4
-            for pid in struct.unpack_from(f">{max(0, n)}i", assignment, pos):
-                owned.add((topic, pid))
-            pos += 4 * max(0, n)
-        return frozenset(owned)
-    except (struct.error, UnicodeDecodeError):
-        return frozenset()
+    def _fail_later(done: list[Completion], future: Future[bytes], error: Exception) -> None:
+        done.append(functools.partial(reject, future, error))

@@ -54,52 +54,60 @@ This is Kafka's KIP-848 consumer protocol expressed with the classic RPC names.
 
 Fenced, monotonic commits
 -------------------------
-``commit(group, member_id, generation, offsets)`` is applied iff the member is
-live, ``generation`` is the one it last received, and it owns every partition
-(partitions it is revoking still count: "commit before revoke"), and every
-offset is at most its partition's high watermark (:class:`OffsetOutOfRangeError`
-otherwise: an offset past the log would wedge the group). Commits
-without a member id are the standalone consumer's (manual ``assign``): allowed
-only while the group has no live member. A commit never moves an offset
-backward (:class:`OffsetRegressionError`); equal offsets are accepted
-(idempotent retries). A stored offset above the high watermark (written before
-that check existed) may be replaced by any valid commit. ``reset_offsets`` is the operator's way to rewind and is
-refused while the group has live members.
+``commit(group, member_id, generation, offsets)`` (:mod:`~lkstream.broker.groups.offset_commits`)
+is applied iff the member is live, ``generation`` is the one it last received, and it owns every
+partition (partitions it is revoking still count: "commit before revoke"), and every offset is
+at most its partition's high watermark (:class:`OffsetOutOfRangeError` otherwise: an offset past
+the log would wedge the group). Commits without a member id are the standalone consumer's
+(manual ``assign``): allowed only while the group has no live member. A commit never moves an
+offset backward (:class:`OffsetRegressionError`); equal offsets are accepted (idempotent
+retries). The Kafka listener commits with ``any_offset=True`` (Kafka's rule: any offset, either
+direction). ``reset_offsets`` is the operator's way to rewind and is refused while the group
+has live members.
 
-Commits of one group are serialised by a per-group lock held across the check
-and the durable write (lock order: group commit lock, then the coordinator
-lock, which is released before the write). So an old owner's commit that
-passed its check before losing the partition lands before the new owner's
-first commit is checked, and the never-backward check sees it. Commits of
-different groups write concurrently, which lets the offset store batch their
-fsyncs. Each partition's offset file is atomic; a multi-partition commit is
-applied partition by partition (all checks pass before the first write).
+Bounds and cost (issue 28, finding 5)
+-------------------------------------
+A join's session timeout must lie within ``limits`` (:class:`InvalidSessionTimeoutError`); a
+group takes at most ``limits.max_group_size`` members and all groups together
+``limits.max_members`` (:class:`GroupMaxSizeReachedError`). Deadlines (sessions, rebalance
+timeouts) sit in one :class:`~lkstream.broker.groups.deadlines.Deadlines` heap, so a call pays
+for the deadlines that are due and the members of its own group, never for a walk over every
+group. A group whose last member left is forgotten at once (its committed offsets stay in the
+offset store, which lists it as ``Empty``).
 
-Thread-safety and lock order: ``_GroupState.commit_lock`` ->
+Thread-safety and lock order: the group's commit lock ->
 ``GroupCoordinator._lock`` -> ``GroupChanged._cond`` (leaf);
 the offset store's journal lock is taken only without the coordinator lock held.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from lkstream.broker.groups.assignors import EAGER_ASSIGNORS, get_assignor
+from lkstream.broker.groups.classic_members import ClassicMemberCalls
+from lkstream.broker.groups.coordinator_state import (
+    GroupEntry,
+    Member,
+    check_released,
+    check_subscription,
+    deadline_of,
+    owned_by,
+)
+from lkstream.broker.groups.coordinator_upkeep import CoordinatorUpkeep
+from lkstream.broker.groups.deadlines import Deadlines
 from lkstream.broker.groups.errors import (
     FencedInstanceError,
-    GroupNotEmptyError,
     InconsistentGroupProtocolError,
-    NotPartitionOwnerError,
-    OffsetRegressionError,
     RebalanceInProgressError,
     StaleGenerationError,
     UnknownMemberError,
 )
+from lkstream.broker.groups.limits import GroupLimits
 from lkstream.broker.groups.notify import GroupChanged
+from lkstream.broker.groups.offset_commits import OffsetCalls, check_int, check_owns, check_stale
 from lkstream.broker.groups.types import (
     GroupDescription,
     GroupListing,
@@ -110,14 +118,13 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import InvalidArgumentError, MemberOwnerError, OffsetOutOfRangeError, UnknownTopicError
+from lkstream.errors import InvalidArgumentError, UnknownTopicError
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.names import (
     validate_client_id,
     validate_group,
     validate_instance_id,
     validate_member_id,
-    validate_topic,
 )
 from lkstream.storage.offsets import OffsetStore
 
@@ -127,83 +134,7 @@ DEFAULT_ASSIGNOR = "range"
 _MAX_FENCED_IDS = 1024  # remembered per group, so a zombie hears "fenced" rather than "unknown"
 
 
-@dataclass
-class _Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    topics: frozenset[str]
-    assignor: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    last_seen: float
-    generation: int = 0
-    owned: set[TopicPartition] = field(default_factory=set)
-    target: set[TopicPartition] = field(default_factory=set)
-    revoke_since: float | None = None  # when it was first told to revoke something still owned
-    owner: str | None = None  # the principal that joined with this member id (None: a trusted caller)
-
-    @property
-    def sort_key(self) -> str:
-        # Static members are ordered by instance id, so a restart keeps their place in range/roundrobin.
-        return f"i:{self.instance_id}" if self.instance_id is not None else f"m:{self.member_id}"
-
-
-@dataclass
-class _GroupState:
-    name: str
-    generation: int = 0
-    assignor: str | None = None
-    members: dict[str, _Member] = field(default_factory=dict)
-    instances: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    owners: dict[TopicPartition, str] = field(default_factory=dict)  # partition -> owning member id
-    fenced: dict[str, str] = field(default_factory=dict)  # fenced member id -> instance id
-    partition_counts: dict[str, int] = field(default_factory=dict)
-    barrier: bool = False  # eager rebalance: nothing is granted until every member released everything
-    commit_lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidArgumentError(f"invalid {name} {value!r}: must be an integer >= {minimum}")
-    return value
-
-
-def _check_offsets(offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-    if not isinstance(offsets, Mapping) or not offsets:
-        raise InvalidArgumentError("no offsets given: pass {(topic, partition): offset}")
-    checked: dict[TopicPartition, int] = {}
-    for tp, offset in offsets.items():
-        if not isinstance(tp, tuple) or len(tp) != 2:
-            raise InvalidArgumentError(f"invalid partition key {tp!r}: use (topic, partition)")
-        topic, pid = tp
-        validate_topic(topic)
-        _check_int("partition", pid, 0)
-        _check_int("offset", offset, 0)
-        checked[(topic, pid)] = offset
-    return checked
-
-
-def _check_subscription(topics: Iterable[str]) -> frozenset[str]:
-    if isinstance(topics, str):
-        raise InvalidArgumentError("topics must be a collection of topic names, not one string")
-    subscribed = frozenset(validate_topic(t) for t in topics)
-    if not subscribed:
-        raise InvalidArgumentError("a group member must subscribe to at least one topic")
-    return subscribed
-
-
-def _check_released(released: Iterable[TopicPartition]) -> list[TopicPartition]:
-    out = []
-    for tp in released:
-        if not isinstance(tp, tuple) or len(tp) != 2:
-            raise InvalidArgumentError(f"invalid released partition {tp!r}: use (topic, partition)")
-        out.append((tp[0], tp[1]))
-    return out
-
-
-class GroupCoordinator:
+class GroupCoordinator(CoordinatorUpkeep, OffsetCalls, ClassicMemberCalls):
     """Consumer groups of one broker (see the module docstring for the protocol). Thread-safe.
 
     ``partitions_for(topic)`` returns a topic's partition count and raises
@@ -221,8 +152,10 @@ class GroupCoordinator:
         bounds: Callable[[str, int], tuple[int, int]] | None = None,
         topic_ids: Callable[[], Mapping[str, uuid.UUID]] | None = None,
         in_other_coordinator: Callable[[str], bool] = lambda _group: False,
+        limits: GroupLimits | None = None,
     ) -> None:
         self._store = offset_store
+        self.limits = limits or GroupLimits()
         # Whether a group has live members in the Kafka clients' classic coordinator: a group name
         # belongs to one coordinator at a time (the classic one refuses the other direction).
         self._in_other = in_other_coordinator
@@ -237,8 +170,12 @@ class GroupCoordinator:
             lambda client_id: f"{client_id[:64] or 'member'}-{uuid.uuid4().hex}"
         )
         self._lock = threading.Lock()
-        self._groups: dict[str, _GroupState] = {}
-        self._next_deadline = math.inf  # no member can expire before this (monotonic ms); a lower bound
+        self._groups: dict[str, GroupEntry] = {}
+        # When to look at each member (group, member id) next: its session or revocation deadline.
+        self._deadlines: Deadlines[tuple[str, str]] = Deadlines()
+        self._member_count = 0
+        self._downgradable: set[str] = set()
+        self._init_commit_locks()
         self.changed = GroupChanged()
         """Notified (per group) on every change a member could act on; long-polls wait on it."""
 
@@ -266,10 +203,11 @@ class GroupCoordinator:
         ``owner``: the principal joining (None: a trusted caller); see "Ownership" above.
         """
         validate_group(group)
-        subscribed = _check_subscription(topics)
+        subscribed = check_subscription(topics)
         get_assignor(assignor)
-        _check_int("session_timeout_ms", session_timeout_ms, 1)
-        _check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
+        check_int("session_timeout_ms", session_timeout_ms, 1)
+        self.limits.check_session_timeout(group, session_timeout_ms)
+        check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
         if instance_id is not None:
             validate_instance_id(instance_id)
         if member_id is not None:
@@ -283,69 +221,105 @@ class GroupCoordinator:
             raise InconsistentGroupProtocolError(group, assignor, "a Kafka client group (classic protocol)")
         with self._lock:
             now = self._expire_locked()
-            g = self._groups.setdefault(group, _GroupState(group))
-            if g.assignor is not None and assignor != g.assignor:
-                others = [
-                    m
-                    for m in g.members.values()
-                    if m.member_id != member_id and (instance_id is None or m.instance_id != instance_id)
-                ]
-                if others:
-                    raise InconsistentGroupProtocolError(group, assignor, g.assignor)
-            member = self._find_joining_locked(g, member_id, instance_id, owner)
-            if member is None:
-                if new_member_id is not None and (new_member_id in g.members or new_member_id in g.fenced):
-                    raise InvalidArgumentError(f"member id {new_member_id!r} is taken in group {group!r}")
-                member = _Member(
-                    member_id=new_member_id or self._new_member_id(client_id),
+            g = self._groups.setdefault(group, GroupEntry(group))
+            try:
+                return self._join_locked(
+                    g,
+                    subscribed,
+                    member_id=member_id,
                     instance_id=instance_id,
-                    client_id=client_id,
-                    client_host=client_host,
-                    topics=subscribed,
                     assignor=assignor,
                     session_timeout_ms=session_timeout_ms,
                     rebalance_timeout_ms=rebalance_timeout_ms,
-                    last_seen=now,
+                    client_id=client_id,
+                    client_host=client_host,
+                    new_member_id=new_member_id,
                     owner=owner,
+                    now=now,
                 )
-                g.members[member.member_id] = member
-                if instance_id is not None:
-                    g.instances[instance_id] = member.member_id
-                rebalance = True
-            else:
-                rebalance = member.topics != subscribed or member.assignor != assignor
-                member.topics = subscribed
-                member.assignor = assignor
-                member.session_timeout_ms = session_timeout_ms
-                member.rebalance_timeout_ms = rebalance_timeout_ms
-                member.client_id = client_id or member.client_id
-                member.client_host = client_host or member.client_host
-                member.last_seen = now
-            g.assignor = assignor
-            self._next_deadline = min(self._next_deadline, now + session_timeout_ms)
-            if rebalance:
-                self._rebalance_locked(g, now)
-            member.generation = g.generation
-            return JoinResult(member.member_id, g.generation, assignor, rebalance)
+            finally:
+                self._drop_if_empty_locked(g)
+
+    def _join_locked(
+        self,
+        g: GroupEntry,
+        subscribed: frozenset[str],
+        *,
+        member_id: str | None,
+        instance_id: str | None,
+        assignor: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        new_member_id: str | None,
+        owner: str | None,
+        now: float,
+    ) -> JoinResult:
+        if g.assignor is not None and assignor != g.assignor:
+            others = [
+                m
+                for m in g.members.values()
+                if m.member_id != member_id and (instance_id is None or m.instance_id != instance_id)
+            ]
+            if others:
+                raise InconsistentGroupProtocolError(g.name, assignor, g.assignor)
+        member = self._find_joining_locked(g, member_id, instance_id, owner)
+        if member is None:
+            if new_member_id is not None and (new_member_id in g.members or new_member_id in g.fenced):
+                raise InvalidArgumentError(f"member id {new_member_id!r} is taken in group {g.name!r}")
+            self._check_room_locked(g)
+            member = Member(
+                member_id=new_member_id or self._new_member_id(client_id),
+                instance_id=instance_id,
+                client_id=client_id,
+                client_host=client_host,
+                topics=subscribed,
+                assignor=assignor,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                last_seen=now,
+                owner=owner,
+            )
+            g.members[member.member_id] = member
+            self._member_count += 1
+            if instance_id is not None:
+                g.instances[instance_id] = member.member_id
+            rebalance = True
+        else:
+            rebalance = member.topics != subscribed or member.assignor != assignor
+            member.topics = subscribed
+            member.assignor = assignor
+            member.session_timeout_ms = session_timeout_ms
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+            member.client_id = client_id or member.client_id
+            member.client_host = client_host or member.client_host
+            member.last_seen = now
+        g.assignor = assignor
+        self._deadlines.schedule((g.name, member.member_id), now + session_timeout_ms)
+        if rebalance:
+            self._rebalance_locked(g, now)
+        member.generation = g.generation
+        return JoinResult(member.member_id, g.generation, assignor, rebalance)
 
     def _find_joining_locked(
-        self, g: _GroupState, member_id: str | None, instance_id: str | None, owner: str | None
-    ) -> _Member | None:
+        self, g: GroupEntry, member_id: str | None, instance_id: str | None, owner: str | None
+    ) -> Member | None:
         """The member a join continues (a known id, or a static takeover); None for a new member."""
         if member_id is not None and member_id in g.members:
-            return _owned_by(g, g.members[member_id], owner)
+            return owned_by(g, g.members[member_id], owner)
         if member_id is not None and member_id in g.fenced:
             # A zombie of a restarted static member must not fence its successor in turn.
             self._raise_unknown(g, member_id)
         if instance_id is not None and instance_id in g.instances:
-            return self._take_over_locked(g, _owned_by(g, g.members[g.instances[instance_id]], owner))
+            return self._take_over_locked(g, owned_by(g, g.members[g.instances[instance_id]], owner))
         if member_id is not None:
             self._raise_unknown(g, member_id)
         return None
 
-    def _take_over_locked(self, g: _GroupState, old: _Member) -> _Member:
+    def _take_over_locked(self, g: GroupEntry, old: Member) -> Member:
         """A static member restarted: a new member id inherits the old one's identity; the old id is fenced."""
-        new = _Member(
+        new = Member(
             member_id=self._new_member_id(old.client_id),
             instance_id=old.instance_id,
             client_id=old.client_id,
@@ -360,9 +334,12 @@ class GroupCoordinator:
             target=old.target,
             revoke_since=old.revoke_since,
             owner=old.owner,
+            classic=old.classic,
         )
         del g.members[old.member_id]
         g.members[new.member_id] = new
+        self._deadlines.cancel((g.name, old.member_id))
+        self._deadlines.schedule((g.name, new.member_id), deadline_of(new))
         assert old.instance_id is not None
         g.instances[old.instance_id] = new.member_id
         for tp in new.owned:
@@ -387,7 +364,7 @@ class GroupCoordinator:
         ``generation`` (if given) must not be newer than the group's. The
         member's generation becomes the group's current one.
         """
-        freed = _check_released(released)
+        freed = check_released(released)
         with self._lock:
             now = self._expire_locked()
             g, member = self._live_member_locked(group, member_id, owner)
@@ -414,7 +391,7 @@ class GroupCoordinator:
         owner: str | None = None,
     ) -> SyncResult:
         """The member's assignment, once it is stable for that member; else :class:`RebalanceInProgressError`."""
-        freed = _check_released(released)
+        freed = check_released(released)
         with self._lock:
             now = self._expire_locked()
             g, member = self._live_member_locked(group, member_id, owner)
@@ -432,140 +409,25 @@ class GroupCoordinator:
             g, member = self._live_member_locked(group, member_id, owner)
             self._remove_locked(g, member, now)
 
-    def tick(self) -> int:
-        """Expire dead members and pick up partition-count changes; returns how many members were removed.
+    def tick(self, *, partitions: bool = True) -> int:
+        """Expire dead members and, with ``partitions``, pick up partition-count changes; returns how many
+        members were removed.
 
-        The broker calls this periodically (every few hundred ms is plenty).
+        The broker calls this periodically (every few hundred ms is plenty), with ``partitions`` only
+        when a topic appeared, went or grew since the last look: that check visits every group.
         """
         with self._lock:
-            removed = self._expire_count_locked(force=True)
             now = self._clock.monotonic_ms()
-            for g in self._groups.values():
-                if g.members and self._counts_locked(g) != g.partition_counts:
-                    self._rebalance_locked(g, now)
+            removed = self._expire_due_locked(now)
+            if partitions:
+                for g in self._groups.values():
+                    if g.members and self._counts_locked(g) != g.partition_counts:
+                        self._rebalance_locked(g, now)
             return removed
 
     def topics_changed(self) -> None:
         """Recompute assignments whose partition counts changed (call after creating or deleting a topic)."""
         self.tick()
-
-    # -- offsets -----------------------------------------------------------------------------------
-
-    def commit(
-        self,
-        group: str,
-        member_id: str | None,
-        generation: int | None,
-        offsets: Mapping[TopicPartition, int],
-        *,
-        owner: str | None = None,
-    ) -> None:
-        """Durably commit ``offsets`` (next offset to read) for ``group``, fenced (see the module docstring)."""
-        validate_group(group)
-        checked = _check_offsets(offsets)
-        with self._commit_lock(group):
-            with self._lock:
-                self._expire_locked()
-                g = self._groups.get(group)
-                live = len(g.members) if g is not None else 0
-                if member_id is None:
-                    if live:
-                        # Not an unknown member: a standalone commit must not overwrite a running group.
-                        raise GroupNotEmptyError(group, live, "commit without a member id and generation")
-                    self._check_partitions_exist(checked)
-                else:
-                    g, member = self._live_member_locked(group, member_id, owner)
-                    if generation != member.generation:
-                        raise StaleGenerationError(
-                            group, member_id, -1 if generation is None else generation, member.generation
-                        )
-                    not_owned = sorted(tp for tp in checked if tp not in member.owned)
-                    if not_owned:
-                        raise NotPartitionOwnerError(group, member_id, not_owned)
-            # Outside the coordinator lock (fsyncs take milliseconds), inside the group's commit lock.
-            highs = self._check_below_high_watermarks(checked)
-            ids = self._ids()
-            for (topic, pid), offset in checked.items():
-                committed = self._store.read_committed(group, topic, pid, topic_id=_id_of(ids, topic))
-                # An offset above the log's end (written before this check existed) is impossible:
-                # the next valid commit may replace it, so such a group is never wedged.
-                if committed is not None and offset < committed <= highs.get((topic, pid), committed):
-                    raise OffsetRegressionError(group, topic, pid, offset, committed)
-            self._store_offsets(group, checked, ids)
-
-    def commit_unfenced(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit for a group this coordinator does not fence (Kafka clients' classic groups, fenced by
-        :mod:`~lkstream.broker.groups.classic`): the same checks and journal, but offsets may move
-        backward (a Kafka consumer may seek back and commit). Refused while LKSTREAM members live in it."""
-        self._store_without_members(group, offsets, "commit from a Kafka client")
-
-    def _ids(self) -> Mapping[str, uuid.UUID] | None:
-        return None if self._topic_ids is None else self._topic_ids()
-
-    def _check_below_high_watermarks(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Refuse offsets above a partition's high watermark; return the high watermarks.
-
-        A committed offset is the next offset the group reads, so the high watermark itself
-        is the largest valid one. Every commit that enters the broker (embedded consumer,
-        gRPC, HTTP, the Kafka protocol) passes here, so none can wedge a group.
-        """
-        if self._bounds is None:
-            return {}
-        highs = {}
-        for (topic, pid), offset in offsets.items():
-            start, high = self._bounds(topic, pid)
-            if offset > high:
-                raise OffsetOutOfRangeError(topic, pid, offset, start, high)
-            highs[(topic, pid)] = high
-        return highs
-
-    def _store_offsets(
-        self, group: str, offsets: Mapping[TopicPartition, int], ids: Mapping[str, uuid.UUID] | None
-    ) -> None:
-        # One journal record: the partitions of one commit land together, with a shared fsync.
-        self._store.commit_many(group, dict(offsets), topic_ids=ids)
-
-    def fetch_committed(
-        self, group: str, partitions: Iterable[TopicPartition] | None = None
-    ) -> dict[TopicPartition, int]:
-        """Committed offsets of ``group`` (all of them, or those of ``partitions`` that have one)."""
-        validate_group(group)
-        ids = self._ids()
-        if partitions is None:
-            return {(t, p): o for (gr, t, p), o in self._store.list_committed(topic_ids=ids).items() if gr == group}
-        found = {}
-        for topic, pid in partitions:
-            offset = self._store.read_committed(group, topic, pid, topic_id=_id_of(ids, topic))
-            if offset is not None:
-                found[(topic, pid)] = offset
-        return found
-
-    def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Operator reset: set offsets (any direction); refused while the group has live members.
-
-        Resolving ``earliest``/``latest``/a timestamp to offsets is the
-        caller's job (the broker has the partition bounds and
-        ``offset_for_timestamp``).
-        """
-        self._store_without_members(group, offsets, "reset offsets")
-
-    def _store_without_members(self, group: str, offsets: Mapping[TopicPartition, int], action: str) -> None:
-        """Write offsets (any direction) to a group with no live member of this coordinator."""
-        validate_group(group)
-        checked = _check_offsets(offsets)
-        with self._commit_lock(group):
-            with self._lock:
-                self._expire_locked()
-                g = self._groups.get(group)
-                if g is not None and g.members:
-                    raise GroupNotEmptyError(group, len(g.members), action)
-                self._check_partitions_exist(checked)
-            self._check_below_high_watermarks(checked)
-            self._store_offsets(group, checked, self._ids())
-
-    def _commit_lock(self, group: str) -> threading.Lock:
-        with self._lock:
-            return self._groups.setdefault(group, _GroupState(group)).commit_lock
 
     # -- inspection --------------------------------------------------------------------------------
 
@@ -611,12 +473,12 @@ class GroupCoordinator:
 
     # -- internals (all under self._lock) ------------------------------------------------------------
 
-    def _raise_unknown(self, g: _GroupState | None, member_id: str) -> None:
+    def _raise_unknown(self, g: GroupEntry | None, member_id: str) -> None:
         if g is not None and member_id in g.fenced:
             raise FencedInstanceError(g.name, member_id, g.fenced[member_id])
         raise UnknownMemberError(g.name if g is not None else "?", member_id)
 
-    def _live_member_locked(self, group: str, member_id: str, owner: str | None = None) -> tuple[_GroupState, _Member]:
+    def _live_member_locked(self, group: str, member_id: str, owner: str | None = None) -> tuple[GroupEntry, Member]:
         validate_group(group)
         validate_member_id(member_id)
         g = self._groups.get(group)
@@ -625,9 +487,25 @@ class GroupCoordinator:
                 raise UnknownMemberError(group, member_id)
             self._raise_unknown(g, member_id)
         assert g is not None
-        member = _owned_by(g, g.members[member_id], owner)
+        member = owned_by(g, g.members[member_id], owner)
         member.last_seen = self._clock.monotonic_ms()
         return g, member
+
+    def _live_members_locked(self, group: str) -> int:
+        g = self._groups.get(group)
+        return 0 if g is None else len(g.members)
+
+    def _check_member_commit_locked(
+        self,
+        group: str,
+        member_id: str,
+        generation: int | None,
+        partitions: Iterable[TopicPartition],
+        owner: str | None,
+    ) -> None:
+        _group, member = self._live_member_locked(group, member_id, owner)
+        check_stale(group, member_id, generation, self.commit_generation(member))
+        check_owns(group, member_id, member.owned, partitions)
 
     def _count(self, topic: str) -> int:
         try:
@@ -641,10 +519,10 @@ class GroupCoordinator:
             if pid >= count:
                 raise InvalidArgumentError(f"invalid partition {pid} for topic {topic!r}: it has {count} partition(s)")
 
-    def _counts_locked(self, g: _GroupState) -> dict[str, int]:
+    def _counts_locked(self, g: GroupEntry) -> dict[str, int]:
         return {t: self._count(t) for t in sorted({t for m in g.members.values() for t in m.topics})}
 
-    def _rebalance_locked(self, g: _GroupState, now: float) -> None:
+    def _rebalance_locked(self, g: GroupEntry, now: float) -> None:
         """Compute a new target with the group's assignor and start a new generation."""
         g.generation += 1
         g.partition_counts = self._counts_locked(g)
@@ -667,21 +545,21 @@ class GroupCoordinator:
             self._update_revoke_clock(g, member, now)
         self.changed.notify(g.name)
 
-    def _to_revoke(self, g: _GroupState, member: _Member) -> set[TopicPartition]:
+    def _to_revoke(self, g: GroupEntry, member: Member) -> set[TopicPartition]:
         return set(member.owned) if g.barrier else member.owned - member.target
 
-    def _stable_for(self, g: _GroupState, member: _Member) -> bool:
+    def _stable_for(self, g: GroupEntry, member: Member) -> bool:
         return not g.barrier and member.owned == member.target
 
-    def _update_revoke_clock(self, g: _GroupState, member: _Member, now: float) -> None:
+    def _update_revoke_clock(self, g: GroupEntry, member: Member, now: float) -> None:
         if not self._to_revoke(g, member):
             member.revoke_since = None
         elif member.revoke_since is None:
             member.revoke_since = now
-            self._next_deadline = min(self._next_deadline, now + member.rebalance_timeout_ms)
+            self._deadlines.schedule((g.name, member.member_id), now + member.rebalance_timeout_ms)
 
     def _reconcile_locked(
-        self, g: _GroupState, member: _Member, released: list[TopicPartition], now: float
+        self, g: GroupEntry, member: Member, released: list[TopicPartition], now: float
     ) -> set[TopicPartition]:
         changed = False
         for tp in released:
@@ -704,68 +582,21 @@ class GroupCoordinator:
             self.changed.notify(g.name)  # others may now be granted what was freed
         return assigned
 
-    def _remove_locked(self, g: _GroupState, member: _Member, now: float) -> None:
+    def _remove_locked(self, g: GroupEntry, member: Member, now: float) -> None:
         for tp in member.owned:
             del g.owners[tp]
         del g.members[member.member_id]
+        self._member_count -= 1
+        self._deadlines.cancel((g.name, member.member_id))
         if member.instance_id is not None and g.instances.get(member.instance_id) == member.member_id:
             del g.instances[member.instance_id]
+        self._note_removed_locked(g, member)
         self._rebalance_locked(g, now)
+        self._drop_if_empty_locked(g)
 
-    def _state_locked(self, g: _GroupState) -> GroupState:
+    def _state_locked(self, g: GroupEntry) -> GroupState:
         if not g.members:
             return GroupState.EMPTY
         if g.barrier or any(m.owned != m.target for m in g.members.values()):
             return GroupState.REBALANCING
         return GroupState.STABLE
-
-    def _expire_locked(self) -> float:
-        self._expire_count_locked(force=False)
-        return self._clock.monotonic_ms()
-
-    def _expire_count_locked(self, *, force: bool) -> int:
-        now = self._clock.monotonic_ms()
-        if not force and now < self._next_deadline:
-            return 0
-        removed = 0
-        # Removing a member can rebalance and start new revocation clocks: loop until nothing expires.
-        while True:
-            expired = [
-                (g, m)
-                for g in self._groups.values()
-                for m in g.members.values()
-                if now - m.last_seen > m.session_timeout_ms
-                or (m.revoke_since is not None and now - m.revoke_since > m.rebalance_timeout_ms)
-            ]
-            if not expired:
-                break
-            for g, m in expired:
-                if m.member_id in g.members:
-                    self._remove_locked(g, m, now)
-                    removed += 1
-        self._next_deadline = min(
-            (
-                min(
-                    m.last_seen + m.session_timeout_ms,
-                    math.inf if m.revoke_since is None else m.revoke_since + m.rebalance_timeout_ms,
-                )
-                for g in self._groups.values()
-                for m in g.members.values()
-            ),
-            default=math.inf,
-        )
-        return removed
-
-
-def _owned_by(g: _GroupState, member: _Member, owner: str | None) -> _Member:
-    """``member``, unless ``owner`` is a principal other than the one that joined with it."""
-    if owner is not None and owner != member.owner:
-        raise MemberOwnerError(g.name, member.member_id, owner)
-    return member
-
-
-def _id_of(ids: Mapping[str, uuid.UUID] | None, topic: str) -> uuid.UUID | None:
-    """The topic's current id; a topic that is gone gets the nil id, which no stored offset has."""
-    if ids is None:
-        return None
-    return ids.get(topic, uuid.UUID(int=0))

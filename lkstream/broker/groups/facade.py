@@ -21,6 +21,7 @@ from lkstream.broker.groups.classic import (
     decode_assignment,
     decode_subscription,
 )
+from lkstream.broker.groups.conversion import run_downgrades
 from lkstream.broker.groups.coordinator import (
     DEFAULT_ASSIGNOR,
     DEFAULT_REBALANCE_TIMEOUT_MS,
@@ -53,6 +54,9 @@ class GroupCalls:
 
     groups: GroupCoordinator
     classic_groups: ClassicGroups
+    #: Bumped by the broker whenever a topic appears, disappears or changes its partition count.
+    topics_version: int
+    _ticked_topics_version: int = -1
 
     # What the mixin needs from the broker (declared for the type checker; Broker defines them).
     @abstractmethod
@@ -202,6 +206,20 @@ class GroupCalls:
         if not start <= to <= end:
             raise OffsetOutOfRangeError(topic, pid, to, start, end)
         return to
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    def tick_groups(self) -> None:
+        """Expire silent members of both coordinators and hand back groups whose last consumer-protocol
+        member went (KIP-848's online downgrade); the broker's group thread calls it.
+
+        Partition counts are compared (a visit of every group) only when the topics changed since.
+        """
+        version = self.topics_version
+        self.groups.tick(partitions=version != self._ticked_topics_version)
+        self._ticked_topics_version = version
+        self.classic_groups.tick()
+        run_downgrades(self.classic_groups, self.groups, self.groups.limits.migration_policy)
 
     # -- inspection ------------------------------------------------------------------------------
 

@@ -27,6 +27,30 @@ class GroupChanged:
         self._cond = threading.Condition()
         self._versions: dict[str, int] = {}
         self._async: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
+        self._threads: dict[str, int] = {}  # threads waiting per group
+        self._forgotten: set[str] = set()  # forgotten while waited on: dropped when the last waiter leaves
+
+    def __len__(self) -> int:
+        """Groups with a version held (bounded: :meth:`forget` drops those of forgotten groups)."""
+        with self._cond:
+            return len(self._versions)
+
+    def forget(self, group: str) -> None:
+        """Drop ``group``'s counter (the coordinator forgot the group), unless someone waits on it.
+
+        A counter that is kept while waiters exist cannot lose a wake-up; one dropped reads 0
+        again, which a later waiter compares against the version it read then.
+        """
+        with self._cond:
+            if group not in self._async and not self._threads.get(group):
+                self._versions.pop(group, None)
+            else:
+                self._forgotten.add(group)
+
+    def _left_locked(self, group: str) -> None:
+        if group in self._forgotten and group not in self._async and not self._threads.get(group):
+            self._forgotten.discard(group)
+            self._versions.pop(group, None)
 
     def version(self, group: str) -> int:
         with self._cond:
@@ -34,6 +58,7 @@ class GroupChanged:
 
     def notify(self, group: str) -> None:
         with self._cond:
+            self._forgotten.discard(group)
             self._versions[group] = self._versions.get(group, 0) + 1
             self._cond.notify_all()
             waiters = self._async.pop(group, [])
@@ -44,7 +69,14 @@ class GroupChanged:
     def wait(self, group: str, seen: int, timeout: float | None) -> bool:
         """Block until ``group``'s version differs from ``seen``; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._versions.get(group, 0) != seen, timeout)
+            self._threads[group] = self._threads.get(group, 0) + 1
+            try:
+                return self._cond.wait_for(lambda: self._versions.get(group, 0) != seen, timeout)
+            finally:
+                self._threads[group] -= 1
+                if not self._threads[group]:
+                    del self._threads[group]
+                self._left_locked(group)
 
     async def wait_async(self, group: str, seen: int, timeout: float | None) -> bool:
         """Asyncio twin of :meth:`wait`."""
@@ -67,3 +99,4 @@ class GroupChanged:
                     waiters.remove(entry)
                     if not waiters:
                         del self._async[group]
+                self._left_locked(group)

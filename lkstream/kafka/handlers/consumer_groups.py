@@ -23,9 +23,11 @@ server assignor ``uniform`` (default) /     ``cooperative-sticky`` / ``range``
 
 Such groups are LKSTREAM groups: ``lkstream groups`` lists them, their commits are fenced by the
 coordinator (owner and generation), and an LKSTREAM :class:`~lkstream.Consumer` with the same
-assignor may even share the group with Kafka clients. Partitions travel by topic id
-(:mod:`lkstream.kafka.topic_ids`), which is why this API is served only with the listener's
-topic-id switch on (the default).
+assignor may even share the group with Kafka clients. A member joining a group that classic
+Kafka members hold converts it (KIP-848's online upgrade), and the group goes back to the classic
+coordinator when its last consumer-protocol member leaves (:mod:`lkstream.broker.groups.conversion`).
+Partitions travel by topic id (:mod:`lkstream.kafka.topic_ids`), which is why this API is served only
+with the listener's topic-id switch on (the default).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from lkstream.broker.groups.conversion import NotUpgradableError, upgrade_if_classic
 from lkstream.broker.groups.coordinator import DEFAULT_REBALANCE_TIMEOUT_MS
 from lkstream.broker.groups.types import TopicPartition
 from lkstream.errors import (
@@ -50,6 +53,7 @@ from lkstream.errors import (
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.errors import error_code
+from lkstream.kafka.handlers import classic_routing
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
 #: KIP-848's server-side assignors, as LKSTREAM's: "uniform" spreads partitions and moves few, as
@@ -96,7 +100,10 @@ async def consumer_group_heartbeat(ctx: RequestContext, header: RequestHeader, f
     try:
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             ctx.broker.leave_group(request.group_id, request.member_id, owner=ctx.owner)
+            classic_routing.downgrade_groups(ctx)  # the last consumer-protocol member may have gone
             return answer(0, member_id=request.member_id, member_epoch=request.member_epoch)
+        if request.member_epoch == 0:
+            _upgrade_if_classic(ctx, request)
         member_id = _join_if_needed(ctx, request, header.client_id)
         owned = _reported(ctx, request.topic_partitions)
         coordinator = ctx.broker.groups
@@ -112,8 +119,8 @@ async def consumer_group_heartbeat(ctx: RequestContext, header: RequestHeader, f
         return answer(ErrorCode.fenced_instance_id, str(exc))
     except UnknownAssignorError as exc:
         return answer(ErrorCode.unsupported_assignor, str(exc))
-    except InconsistentGroupProtocolError as exc:
-        return answer(ErrorCode.group_id_not_found, str(exc))  # a Kafka classic group of that name is live
+    except (InconsistentGroupProtocolError, NotUpgradableError) as exc:
+        return answer(ErrorCode.group_id_not_found, str(exc))  # Kafka: "Group ... is not a consumer group"
     except LkstreamError as exc:
         return answer(error_code(exc), str(exc))
     assignment_cls = kio_codec.struct_type(response_cls, "assignment")
@@ -131,6 +138,15 @@ async def consumer_group_heartbeat(ctx: RequestContext, header: RequestHeader, f
     return answer(0, member_id=member_id, member_epoch=result.generation, assignment=assignment)
 
 
+def _upgrade_if_classic(ctx: RequestContext, request: Any) -> None:
+    """KIP-848's online upgrade: a live classic group of that name becomes a consumer group first."""
+    assignor = ASSIGNORS.get(request.server_assignor)
+    if assignor is None:
+        raise UnknownAssignorError(request.server_assignor, tuple(name for name in ASSIGNORS if name))
+    groups = ctx.broker.groups
+    upgrade_if_classic(ctx.server.groups, groups, request.group_id, assignor, groups.limits.migration_policy)
+
+
 def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
     """The member id to heartbeat as: a new member joins, a changed subscription rejoins."""
     broker = ctx.broker
@@ -142,17 +158,20 @@ def _join_if_needed(ctx: RequestContext, request: Any, client_id: str) -> str:
         assignor = ASSIGNORS.get(request.server_assignor)
         if assignor is None:
             raise UnknownAssignorError(request.server_assignor, tuple(name for name in ASSIGNORS if name))
-        described = broker.groups.describe(request.group_id)
-        member = next((m for m in described.members if m.member_id == request.member_id), None)
-        if known and member is not None and member.topics == frozenset(topics):
+        current = broker.groups.member_topics(request.group_id, request.member_id) if request.member_id else None
+        if known and current == frozenset(topics):
             return str(request.member_id)  # the client repeats an unchanged subscription
+        limits = broker.groups.limits
         joined = broker.groups.join(
             request.group_id,
             list(topics),
-            member_id=request.member_id if known or member is not None else None,
+            member_id=request.member_id if known or current is not None else None,
             instance_id=request.instance_id,
             assignor=assignor,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
+            # The broker chooses KIP-848 sessions (Kafka's group.consumer.session.timeout.ms): within the bounds.
+            session_timeout_ms=min(
+                max(SESSION_TIMEOUT_MS, limits.min_session_timeout_ms), limits.max_session_timeout_ms
+            ),
             rebalance_timeout_ms=_rebalance_timeout_ms(request.rebalance_timeout),
             client_id=client_id,
             client_host=ctx.client_host,

@@ -3,15 +3,13 @@
 Membership is :class:`~lkstream.broker.groups.classic.ClassicGroups` (Kafka's
 client-side assignment); committed offsets go through the broker's group
 coordinator into the offsets journal, so ``lkstream groups`` and LKSTREAM
-consumers see them. This node coordinates every group.
+consumers see them (OffsetCommit and OffsetFetch: :mod:`lkstream.kafka.handlers.offsets`).
+This node coordinates every group; FindCoordinator for a transactional id is refused
+at once (transactions are not supported yet).
 
 Access (docs/kafka.md, "Security"): FindCoordinator and DescribeGroups need
 ``describe`` on the group, the member APIs ``read`` on it, and only the principal
-that joined may use a member id (``owner``); OffsetCommit needs ``read`` on the
-group and on each topic (TOPIC_AUTHORIZATION_FAILED for the others), and a
-standalone commit that moves an offset back is an offset reset: ``admin`` on the
-cluster; OffsetFetch needs ``describe`` on the group and answers only topics the
-principal may describe; ListGroups lists only groups it may describe.
+that joined may use a member id (``owner``); ListGroups lists only groups it may describe.
 """
 
 from __future__ import annotations
@@ -23,52 +21,60 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from lkstream.broker.groups.classic import ClassicState, MemberIdRequiredError
-from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, LkstreamError, StaleGenerationError
+from lkstream.errors import GroupMaxSizeReachedError, GroupNotEmptyError, LkstreamError
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import NODE_ID, RequestContext
-from lkstream.kafka.errors import error_code
+from lkstream.kafka.handlers import classic_routing
+from lkstream.kafka.handlers.offsets import group_error, offset_commit, offset_fetch
 from lkstream.kafka.protocol import ApiKey, RequestHeader
-from lkstream.kafka.security import CLUSTER_RESOURCE
 
-_COORDINATOR_GROUP = 0  # FindCoordinator key_type: group (1 is transaction)
+__all__ = [
+    "delete_groups",
+    "describe_groups",
+    "find_coordinator",
+    "heartbeat",
+    "join_group",
+    "leave_group",
+    "list_groups",
+    "offset_commit",  # lkstream.kafka.handlers.offsets
+    "offset_fetch",
+    "sync_group",
+]
+
+_COORDINATOR_GROUP = 0  # FindCoordinator key_type: a consumer group
+_COORDINATOR_TRANSACTION = 1  # FindCoordinator key_type: a transactional id
+
+
+#: What a transactional producer's coordinator lookup hears: it fails at once, with this message where
+#: the client shows the broker's (librdkafka), instead of retrying COORDINATOR_NOT_AVAILABLE forever.
+TRANSACTIONS_UNSUPPORTED = (
+    "transactions are not supported by LKSTREAM yet: use an idempotent producer (enable.idempotence) "
+    "without transactional.id"
+)
 
 
 def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
 
 
-def _group_error(error: LkstreamError) -> ErrorCode:
-    if isinstance(error, InvalidArgumentError) and "group" in str(error).lower():
-        return ErrorCode.invalid_group_id
-    return error_code(error)
-
-
 async def find_coordinator(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
     request = kio_codec.decode_request(ApiKey.FIND_COORDINATOR, header.api_version, frame, header.body_offset)
     response_cls = kio_codec.response_type(ApiKey.FIND_COORDINATOR, header.api_version)
     key_type = getattr(request, "key_type", _COORDINATOR_GROUP)
-    if key_type == _COORDINATOR_GROUP and not ctx.allowed("describe", "group", request.key):
+
+    def refuse(code: int, message: str | None) -> bytes:
         return kio_codec.encode(
-            kio_codec.make(
-                response_cls,
-                error_code=ErrorCode.group_authorization_failed,
-                error_message=None,
-                node_id=-1,
-                host="",
-                port=-1,
-            )
+            kio_codec.make(response_cls, error_code=code, error_message=message, node_id=-1, host="", port=-1)
         )
+
+    if key_type == _COORDINATOR_TRANSACTION:
+        # Not COORDINATOR_NOT_AVAILABLE: every client retries that without end (issue 24). This code is
+        # fatal for the Java client, librdkafka (which shows the message), kafka-python and aiokafka.
+        return refuse(ErrorCode.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED)
     if key_type != _COORDINATOR_GROUP:
-        return kio_codec.encode(
-            kio_codec.make(
-                response_cls,
-                error_code=ErrorCode.coordinator_not_available,
-                error_message="transactions are not supported",
-                node_id=-1,
-                host="",
-                port=-1,
-            )
-        )
+        return refuse(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    if not ctx.allowed("describe", "group", request.key):
+        return refuse(ErrorCode.group_authorization_failed, None)
     return kio_codec.encode(
         kio_codec.make(
             response_cls,
@@ -95,7 +101,8 @@ async def join_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
         return answer(ErrorCode.group_authorization_failed)
     session_ms = _ms(request.session_timeout)
     try:
-        future = ctx.server.groups.join(
+        joined = await classic_routing.join(
+            ctx,
             request.group_id,
             member_id=request.member_id,
             instance_id=getattr(request, "group_instance_id", None),
@@ -104,15 +111,14 @@ async def join_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", session_ms)),
             client_id=header.client_id,
-            client_host=ctx.client_host,
             require_known_member_id=version >= 4,
-            owner=ctx.owner,
         )
-        joined = await asyncio.wrap_future(future)
     except MemberIdRequiredError as exc:
         return answer(ErrorCode.member_id_required, member_id=exc.member_id)
+    except GroupMaxSizeReachedError:
+        return answer(ErrorCode.group_max_size_reached)  # Kafka answers no member id here
     except LkstreamError as exc:
-        return answer(_group_error(exc), member_id=request.member_id)
+        return answer(group_error(exc), member_id=request.member_id)
     members = tuple(
         kio_codec.make(member_cls, member_id=mid, group_instance_id=iid, metadata=meta)
         for mid, iid, meta in joined.members
@@ -132,24 +138,24 @@ async def sync_group(ctx: RequestContext, header: RequestHeader, frame: bytes) -
     request = kio_codec.decode_request(ApiKey.SYNC_GROUP, header.api_version, frame, header.body_offset)
     response_cls = kio_codec.response_type(ApiKey.SYNC_GROUP, header.api_version)
     group = ctx.server.groups.snapshot(request.group_id)
-    protocol_type = group.protocol_type if group else None
-    protocol = group.protocol if group else None
+    protocol_type = group.protocol_type if group else getattr(request, "protocol_type", None)
+    protocol = group.protocol if group else getattr(request, "protocol_name", None)
     code: int
     if not ctx.allowed("read", "group", request.group_id):
         code, assignment = ErrorCode.group_authorization_failed, b""
     else:
         try:
-            future = ctx.server.groups.sync(
+            assignment = await classic_routing.sync(
+                ctx,
                 request.group_id,
                 request.member_id,
                 request.generation_id,
-                {a.member_id: bytes(a.assignment) for a in request.assignments},
-                getattr(request, "group_instance_id", None),
-                owner=ctx.owner,
+                assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+                instance_id=getattr(request, "group_instance_id", None),
             )
-            code, assignment = 0, await asyncio.wrap_future(future)
+            code = 0
         except LkstreamError as exc:
-            code, assignment = _group_error(exc), b""
+            code, assignment = group_error(exc), b""
     return kio_codec.encode(
         kio_codec.make(
             response_cls, error_code=code, assignment=assignment, protocol_type=protocol_type, protocol_name=protocol
@@ -165,15 +171,15 @@ async def heartbeat(ctx: RequestContext, header: RequestHeader, frame: bytes) ->
         code = ErrorCode.group_authorization_failed
     else:
         try:
-            ctx.server.groups.heartbeat(
+            classic_routing.heartbeat(
+                ctx,
                 request.group_id,
                 request.member_id,
                 request.generation_id,
                 getattr(request, "group_instance_id", None),
-                owner=ctx.owner,
             )
         except LkstreamError as exc:
-            code = _group_error(exc)
+            code = group_error(exc)
     return kio_codec.encode(kio_codec.make(response_cls, error_code=code))
 
 
@@ -186,8 +192,8 @@ async def leave_group(ctx: RequestContext, header: RequestHeader, frame: bytes) 
         leaving = [(request.member_id, None)]
     if not ctx.allowed("read", "group", request.group_id):
         return kio_codec.encode(kio_codec.make(response_cls, error_code=ErrorCode.group_authorization_failed))
-    results = ctx.server.groups.leave(request.group_id, leaving, owner=ctx.owner)
-    codes = [0 if r is None else _group_error(r) for r in results]
+    results = classic_routing.leave(ctx, request.group_id, leaving)
+    codes = [0 if r is None else group_error(r) for r in results]
     if header.api_version < 3:
         return kio_codec.encode(kio_codec.make(response_cls, error_code=codes[0]))
     member_cls = kio_codec.item_type(response_cls, "members")
@@ -196,139 +202,6 @@ async def leave_group(ctx: RequestContext, header: RequestHeader, frame: bytes) 
         for (mid, iid), code in zip(leaving, codes, strict=True)
     )
     return kio_codec.encode(kio_codec.make(response_cls, error_code=0, members=members))
-
-
-async def offset_commit(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
-    request = kio_codec.decode_request(ApiKey.OFFSET_COMMIT, header.api_version, frame, header.body_offset)
-    response_cls = kio_codec.response_type(ApiKey.OFFSET_COMMIT, header.api_version)
-    topic_cls = kio_codec.item_type(response_cls, "topics")
-    partition_cls = kio_codec.item_type(topic_cls, "partitions")
-    generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
-    refused = _commit_refusals(ctx, request)
-    code = await _commit(ctx, request, generation, refused)
-    topics = tuple(
-        kio_codec.make(
-            topic_cls,
-            name=t.name,
-            partitions=tuple(
-                kio_codec.make(partition_cls, partition_index=p.partition_index, error_code=refused.get(t.name, code))
-                for p in t.partitions
-            ),
-        )
-        for t in request.topics
-    )
-    return kio_codec.encode(kio_codec.make(response_cls, topics=topics))
-
-
-def _commit_refusals(ctx: RequestContext, request: Any) -> dict[str, int]:
-    """Per topic, the error code of partitions the principal may not commit (``read`` on group and topic)."""
-    if not ctx.allowed("read", "group", request.group_id):
-        return {t.name: ErrorCode.group_authorization_failed for t in request.topics}
-    return {
-        t.name: ErrorCode.topic_authorization_failed for t in request.topics if not ctx.allowed("read", "topic", t.name)
-    }
-
-
-async def _commit(ctx: RequestContext, request: Any, generation: int, refused: dict[str, int]) -> int:
-    """One error code for the whole commit (but ``refused`` topics): Kafka's clients treat a commit as a unit too."""
-    group = request.group_id
-    offsets = {
-        (t.name, p.partition_index): p.committed_offset
-        for t in request.topics
-        if t.name not in refused
-        for p in t.partitions
-    }
-    if not offsets:
-        return 0
-    try:
-        if _in_lkstream_coordinator(ctx, group, request.member_id):
-            # A KIP-848 member (ConsumerGroupHeartbeat): fenced by LKSTREAM's coordinator, which
-            # checks that the member owns the partitions and commits with its current epoch.
-            # The journal write fsyncs: off the event loop.
-            await asyncio.to_thread(
-                ctx.broker.groups.commit, group, request.member_id, generation, offsets, owner=ctx.owner
-            )
-            return 0
-        member = ctx.server.groups.check_commit(
-            group, request.member_id, generation, getattr(request, "group_instance_id", None), owner=ctx.owner
-        )
-        if not member and not _may_rewind(ctx, group, offsets):
-            return ErrorCode.cluster_authorization_failed
-        # The journal write fsyncs: off the event loop.
-        await asyncio.to_thread(ctx.broker.groups.commit_unfenced, group, offsets)
-    except StaleGenerationError:
-        return (
-            ErrorCode.stale_member_epoch
-            if _in_lkstream_coordinator(ctx, group, request.member_id)
-            else ErrorCode.illegal_generation
-        )
-    except (LkstreamError, KeyError) as exc:
-        if isinstance(exc, InvalidArgumentError) and "partition" in str(exc):
-            return ErrorCode.unknown_topic_or_partition
-        return _group_error(exc) if isinstance(exc, LkstreamError) else ErrorCode.unknown_topic_or_partition
-    return 0
-
-
-def _in_lkstream_coordinator(ctx: RequestContext, group: str, member_id: str) -> bool:
-    """Whether ``member_id`` is a live member of ``group`` in LKSTREAM's coordinator (a KIP-848 client)."""
-    if not member_id or ctx.server.groups.has_members(group):
-        return False
-    try:
-        return any(m.member_id == member_id for m in ctx.broker.groups.describe(group).members)
-    except LkstreamError:
-        return False
-
-
-def _may_rewind(ctx: RequestContext, group: str, offsets: dict[tuple[str, int], int]) -> bool:
-    """A standalone commit below a committed offset is an offset reset: it needs ``admin`` on the cluster."""
-    if ctx.allowed("admin", "cluster", CLUSTER_RESOURCE):
-        return True
-    committed = ctx.broker.groups.fetch_committed(group, offsets)
-    return all(offset >= committed.get(tp, offset) for tp, offset in offsets.items())
-
-
-async def offset_fetch(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
-    request = kio_codec.decode_request(ApiKey.OFFSET_FETCH, header.api_version, frame, header.body_offset)
-    response_cls = kio_codec.response_type(ApiKey.OFFSET_FETCH, header.api_version)
-    topic_cls = kio_codec.item_type(response_cls, "topics")
-    partition_cls = kio_codec.item_type(topic_cls, "partitions")
-    group = request.group_id
-    if not ctx.allowed("describe", "group", group):
-        return kio_codec.encode(
-            kio_codec.make(response_cls, topics=(), error_code=ErrorCode.group_authorization_failed)
-        )
-    try:
-        committed = ctx.broker.groups.fetch_committed(group)
-    except LkstreamError as exc:
-        return kio_codec.encode(kio_codec.make(response_cls, topics=(), error_code=_group_error(exc)))
-    if request.topics is None:
-        wanted: dict[str, list[int]] = {}
-        for topic, pid in sorted(committed):
-            if ctx.allowed("describe", "topic", topic):  # all topics: those the principal may describe
-                wanted.setdefault(topic, []).append(pid)
-    else:
-        wanted = {t.name: list(t.partition_indexes) for t in request.topics}
-    topics = tuple(
-        kio_codec.make(
-            topic_cls,
-            name=name,
-            partitions=tuple(_fetched_partition(ctx, partition_cls, committed, name, pid) for pid in pids),
-        )
-        for name, pids in wanted.items()
-    )
-    return kio_codec.encode(kio_codec.make(response_cls, topics=topics, error_code=0))
-
-
-def _fetched_partition(ctx: RequestContext, partition_cls: Any, committed: dict[Any, int], topic: str, pid: int) -> Any:
-    allowed = ctx.allowed("describe", "topic", topic)
-    return kio_codec.make(
-        partition_cls,
-        partition_index=pid,
-        committed_offset=committed.get((topic, pid), -1) if allowed else -1,
-        committed_leader_epoch=-1,
-        metadata="",
-        error_code=0 if allowed else ErrorCode.topic_authorization_failed,
-    )
 
 
 async def list_groups(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
@@ -390,7 +263,7 @@ async def describe_groups(ctx: RequestContext, header: RequestHeader, frame: byt
                 try:
                     values.update(group_state=str(ctx.broker.describe_group(name).state), protocol_type="consumer")
                 except LkstreamError as exc:
-                    values["error_code"] = _group_error(exc)
+                    values["error_code"] = group_error(exc)
         described.append(kio_codec.make(group_cls, **values))
     return kio_codec.encode(kio_codec.make(response_cls, groups=tuple(described)))
 
@@ -408,7 +281,7 @@ async def delete_groups(ctx: RequestContext, header: RequestHeader, frame: bytes
             try:
                 code = await asyncio.to_thread(_delete_group, ctx, name)
             except LkstreamError as exc:
-                code = _group_error(exc)
+                code = group_error(exc)
         results.append(kio_codec.make(result_cls, group_id=name, error_code=code))
     return kio_codec.encode(kio_codec.make(response_cls, results=tuple(results)))
 

@@ -198,7 +198,7 @@ class HttpApi:
         router.add_get("/topics/{topic}", self.describe_topic)
         router.add_delete("/topics/{topic}", self.delete_topic)
         TopicAdminRoutes(self.broker, self.check_ready, self.parsed_body).add_routes(app)
-        router.add_get("/groups/{group}", self.describe_group)
+        router.add_get("/groups/{group:.+}", self.describe_group)  # a group id may hold "/" (percent-encoded)
         router.add_get("/openapi.json", self.openapi)
 
     # -- plumbing ----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from lkstream.errors import InvalidArgumentError
 from lkstream.format.codec import Record
 from lkstream.format.json_records import bytes_to_json
 from lkstream.server.http.errors import ApiError
-from lkstream.storage.names import MAX_NAME_LENGTH
+from lkstream.storage.names import MAX_GROUP_ID_BYTES, MAX_NAME_LENGTH
 from lkstream.storage.topics import MAX_PARTITIONS
 
 M = TypeVar("M", bound=BaseModel)
@@ -37,9 +37,8 @@ DEFAULT_CONSUME_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_PARTITION_BYTES: Final = DEFAULT_FETCH_BYTES
 
 TOPIC_PATTERN: Final = r"^[A-Za-z0-9._-]{1,249}$"
-# The storage rule of group ids (validate_group) says more (no "__", no trailing "_");
-# the pattern is the part JSON Schema can say cheaply, the broker checks the rest (400).
-GROUP_PATTERN: Final = TOPIC_PATTERN
+# Kafka's rule for group ids: any non-empty string (issue 24); the broker checks its UTF-8 size (400).
+GROUP_PATTERN: Final = r"^[\s\S]+$"
 # Exactly what base64.b64decode(validate=True) accepts: the alphabet, padded to 4.
 BASE64_PATTERN: Final = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 MAX_INT32: Final = 2**31 - 1
@@ -65,7 +64,9 @@ def _integral(value: object) -> object:
 Int = Annotated[int, BeforeValidator(_integral)]
 
 TopicName = Annotated[str, Field(pattern=TOPIC_PATTERN, max_length=MAX_NAME_LENGTH, description="A topic name.")]
-GroupName = Annotated[str, Field(pattern=GROUP_PATTERN, max_length=MAX_NAME_LENGTH, description="A group id.")]
+GroupName = Annotated[
+    str, Field(pattern=GROUP_PATTERN, max_length=MAX_GROUP_ID_BYTES, description="A group id (any non-empty string).")
+]
 PartitionId = Annotated[Int, Field(ge=0, le=MAX_PARTITIONS - 1, description="A partition number.")]
 Offset = Annotated[Int, Field(ge=0, le=MAX_INT64)]
 

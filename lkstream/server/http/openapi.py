@@ -31,7 +31,7 @@ from lkstream.server.http.models import (
     TopicList,
     _Request,
 )
-from lkstream.storage.names import MAX_NAME_LENGTH
+from lkstream.storage.names import MAX_GROUP_ID_BYTES, MAX_NAME_LENGTH
 
 _MODELS: Final[Sequence[type[BaseModel]]] = (
     EventProduced,
@@ -80,13 +80,13 @@ def _errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[str,
     return {str(s): _json(model, _ERRORS[s]) for s in statuses}
 
 
-def _path_param(name: str, pattern: str, description: str) -> dict[str, Any]:
+def _path_param(name: str, pattern: str, description: str, max_length: int = MAX_NAME_LENGTH) -> dict[str, Any]:
     return {
         "name": name,
         "in": "path",
         "required": True,
         "description": description,
-        "schema": {"type": "string", "pattern": pattern, "maxLength": MAX_NAME_LENGTH},
+        "schema": {"type": "string", "pattern": pattern, "maxLength": max_length},
     }
 
 
@@ -134,7 +134,9 @@ def openapi_document() -> dict[str, Any]:
         return {**body, "content": {JSON_TYPE: {"schema": _ref(model)}}}
 
     topic = _path_param("topic", TOPIC_PATTERN, "Topic name.")
-    group = _path_param("group", GROUP_PATTERN, "Group id (no '__', no trailing '_').")
+    group = _path_param(
+        "group", GROUP_PATTERN, "Group id: any non-empty string, percent-encoded (as in Kafka).", MAX_GROUP_ID_BYTES
+    )
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
