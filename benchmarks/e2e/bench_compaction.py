@@ -21,7 +21,7 @@ their scheduled times), first on a daemon with the cleaner off (``without``), th
 over the same directory with the cleaner on, for as long as its clean runs (``during``), then
 once it is done (``after``). p50/p99 per phase, and during / without.
 
-    .venv/bin/python benchmarks/bench_compaction.py [--quick] [--runs N] [--records N] [--keys N]
+    python -m benchmarks.e2e.bench_compaction [--quick] [--runs N] [--records N] [--keys N]
 
 The machine is shared: compare phases of one run (same load), and read the load average in
 the JSON (``machine.loadavg_at_end``).
@@ -36,10 +36,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import base_parser, bench_dir, dir_bytes, emit, log, machine_facts, percentile, summary, wait_until
-from bench_daemon import DaemonProcess
 
 import lkstream
+from benchmarks._common import (
+    base_parser,
+    bench_dir,
+    dir_bytes,
+    emit,
+    log,
+    machine_facts,
+    percentile,
+    summary,
+    wait_until,
+)
+from benchmarks.e2e.bench_daemon import DaemonProcess
 from lkstream import Broker
 from lkstream.broker.cleaning import Cleaner
 from lkstream.storage.cleaner import CleanerPolicy
