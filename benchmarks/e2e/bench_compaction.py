@@ -244,6 +244,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.records, args.keys, args.bg_records = 100_000, 10_000, 200_000
+    facts = machine_facts(os.getcwd())  # now: its load average is the one at the start
     storage: dict[str, list[float]] = {}
     latency: dict[str, list[float]] = {}
     for run in range(args.runs):
@@ -275,7 +276,7 @@ def main() -> None:
         "storage": {name: summary(values, 4) for name, values in storage.items()},
         "latency": {name: summary(values, 3) for name, values in latency.items()},
     }
-    emit("bench_compaction", args, payload, machine_facts(os.getcwd()))
+    emit("bench_compaction", args, payload, facts)
 
 
 if __name__ == "__main__":
