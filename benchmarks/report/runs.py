@@ -327,7 +327,7 @@ def compaction(res: Result) -> list[str]:
     """Seed 002's compaction experiment: what a clean leaves, what it costs, what others feel."""
     st, lat, cfg = res.doc["storage"], res.doc["latency"], res.doc["settings"]
     rows = [
-        ["Log before the clean, MB", cell(per_run(st["bytes_before"], 1e-6))],
+        ["Log before the clean, MB", num(st["bytes_before"]["median"] * 1e-6)],
         ["Log after the clean, MB", cell(per_run(st["bytes_after"], 1e-6))],
         ["The final state written fresh, MB", cell(per_run(st["ideal_bytes"], 1e-6))],
         ["After / fresh", f"{st['after_over_ideal']['median']:.3f}"],
