@@ -39,6 +39,15 @@ Guarantees (Kafka's): a consumer that keeps up with the head sees every record (
 sealed segments at least ``min_compaction_lag_ms`` old are touched); order and offsets
 never change; a reader from the start sees at least the latest record of every key, and
 every tombstone written less than ``delete_retention_ms`` before it reaches it.
+
+The log's end: the record just before the active segment is never removed, tombstone past
+its horizon or not. Kafka never cleans its active segment, which always holds the log's
+last record (it rolls only on an append); LKSTREAM also rolls a quiet active segment, which
+would otherwise let a pass remove the log's last records (trailing tombstones) and leave
+only empty batches below the high watermark. A Kafka client's position advances by the
+records it is given, so it would then never reach the high watermark, and whatever waits
+for that (quixstreams' and Kafka Streams' state restores) would wait forever. Once later
+records arrive and the segment holding it rolls, a later pass removes it as any other.
 """
 
 from __future__ import annotations
@@ -374,16 +383,18 @@ def _kept_records(
 ) -> tuple[list[bytes], int]:
     """The raw bytes of the records of a batch that stay, and the largest timestamp among them.
 
-    ``horizon`` is when the tombstones of this batch's segment may be removed.
+    ``horizon`` is when the tombstones of this batch's segment may be removed. The record just
+    before the active segment stays whatever it is (see the module docstring, "The log's end").
     """
     stats, map_end = run.stats, run.stats.map_end
     horizon_passed = run.now_ms >= horizon
+    log_end_record = run.snapshot.active_base - 1
     kept: list[bytes] = []
     newest = -(2**63)
     stats.records_read += len(spans)
     for start, end, delta, ts_delta, key, tombstone in spans:
         offset = header.base_offset + delta
-        if offset < map_end:
+        if offset < map_end and offset != log_end_record:
             if key is None:
                 stats.keyless_removed += 1
                 continue

@@ -219,23 +219,56 @@ def test_java_kafka_clients(cleaned: tuple[str, list[Row]]) -> None:
         assert rows == expected
 
 
-def test_the_end_of_a_cleaned_partition_is_answered_as_kafka_answers_it(tmp_path: Path) -> None:
-    """The cleaner removed the partition's last records (tombstones past their horizon): a fetch there
-    gets no records and waits for an append, as from Kafka, instead of empty batches at once (which
-    KafkaJS would fetch again in a loop)."""
+def _trailing_tombstones(broker: Broker, topic: str) -> None:
+    """A record, then five tombstones past their horizon at the log's end, sealed and cleaned."""
+    broker.create_topic(topic, 1, configs={"cleanup.policy": "compact", "delete.retention.ms": "0"})
+    broker.produce_many_sync(topic, [(b"k", b"kept")], partition=0)
+    broker.produce_many_sync(topic, [(f"gone-{n}".encode(), None) for n in range(5)], partition=0)
+    broker.alter_topic_configs(topic, set={"segment.ms": "1"})
+    time.sleep(0.01)
+    assert broker.partition(topic, 0).roll_if_due()
+    assert broker.cleaner is not None and broker.cleaner.run_once() is not None
+
+
+def test_a_client_reaches_the_end_of_a_partition_cleaned_up_to_its_last_record(tmp_path: Path) -> None:
+    """Tombstones past their horizon at the end of a quiet partition (rolled by segment.ms, then cleaned):
+    the last one stays, as in Kafka, whose active segment (never cleaned) holds the log's last record.
+    A Kafka client's position then reaches the high watermark, which state restores wait for
+    (quixstreams, Kafka Streams); with only empty batches left there, it stopped at the first record."""
+    with Broker(persist_dir=str(tmp_path / "d"), log_cleaner_backoff_ms=3_600_000) as broker:
+        _trailing_tombstones(broker, "tail")
+        with kafka_server(broker) as bootstrap:
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tail", "enable.auto.commit": False})
+            partition = TopicPartition("tail", 0, 0)
+            consumer.assign([partition])
+            try:
+                deadline = time.monotonic() + 20
+                while consumer.position([partition])[0].offset < 6 and time.monotonic() < deadline:
+                    message = consumer.poll(0.5)
+                    assert message is None or message.error() is None
+                assert consumer.position([partition])[0].offset == 6 == consumer.get_watermark_offsets(partition)[1]
+            finally:
+                consumer.close()
+        assert [(r.offset, r.value) for r in broker.read_from("tail", 0, 0)] == [(0, b"kept"), (5, None)]
+
+
+def test_empty_batches_at_the_end_of_a_partition_are_answered_as_kafka_answers_its_end(tmp_path: Path) -> None:
+    """A log ending in empty batches (the cleaner writes none there, but ``lkstream verify`` accepts
+    them and a restored backup may hold such a log): a fetch there gets no records and waits for an
+    append, as at Kafka's end, instead of empty batches at once, which KafkaJS fetched again in a loop."""
+    from lkstream.format.rewrite import empty_batch
     from lkstream.kafka.protocol import ApiKey
     from tests.security.kafka_raw import RawKafka
 
-    with Broker(persist_dir=str(tmp_path / "d"), segment_max_bytes=4096, log_cleaner_backoff_ms=3_600_000) as broker:
-        broker.create_topic("tail", 1, configs={"cleanup.policy": "compact", "delete.retention.ms": "0"})
+    data = tmp_path / "d"
+    with Broker(persist_dir=str(data)) as broker:
+        broker.create_topic("tail", 1)
         broker.produce_many_sync("tail", [(b"k", b"kept")], partition=0)
-        broker.produce_many_sync("tail", [(f"gone-{n}".encode(), None) for n in range(5)], partition=0)
-        partition = broker.partition("tail", 0)
-        broker.alter_topic_configs("tail", set={"segment.ms": "1"})
-        time.sleep(0.01)
-        assert partition.roll_if_due()
-        assert broker.cleaner is not None and broker.cleaner.run_once() is not None
-        assert partition.high_watermark == 6
+    (segment,) = (data / "topics" / "tail" / "part0").glob("*.seg")
+    with segment.open("ab") as f:  # offsets 1-5, no record: what a cleaner leaves over a removed run
+        f.write(empty_batch(1, 4, int(time.time() * 1000)))
+    with Broker(persist_dir=str(data)) as broker:
+        assert broker.partition("tail", 0).high_watermark == 6
         assert [r.offset for r in broker.read_from("tail", 0, 0)] == [0]
         with kafka_server(broker) as bootstrap, RawKafka(bootstrap) as raw:
 

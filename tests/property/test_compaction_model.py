@@ -13,6 +13,8 @@ the guarantees of docs/durability.md, "Log compaction":
 * the latest record of a key is never removed, unless it is a tombstone some pass ran
   at least ``delete.retention.ms`` after it was written;
 * a caught-up reader sees every record: nothing of the active segment is ever removed;
+* the log's last record is always there, so a Kafka client's position, which advances by the
+  records it is given, reaches the log end offset (ADR 0006);
 * a read from any offset returns exactly the records of the full read at or after it.
 
 Hypothesis is derandomized, so a failure replays as printed.
@@ -156,6 +158,7 @@ class CompactionMachine(RuleBasedStateMachine):
         present = set(offsets)
         active_base = self.log.cleaning_snapshot().active_base
         assert set(range(active_base, len(produced))) <= present, "a record of the active segment went"
+        assert not produced or len(produced) - 1 in present, "the log's last record went"
         state: dict[bytes | None, bytes | None] = {}
         for r in records:
             state[r.key] = r.value
