@@ -177,6 +177,16 @@ class BrokerConfig(BaseModel):
         16 * MiB, ge=0, description="Newest batches kept in memory by all partitions together (oldest dropped first)."
     )
     checkpoint_interval_ms: int = Field(1000, ge=1, description="How often checkpoint.meta follows group commit.")
+    log_cleaner_enabled: bool = Field(True, description="Run the log cleaner on compacted topics (Kafka's name).")
+    log_cleaner_dedupe_buffer_bytes: int = Field(
+        128 * MiB,
+        ge=1024,
+        le=2**40,
+        description="Memory of the cleaner's key map (27 bytes a key); a log with more keys is cleaned in passes.",
+    )
+    log_cleaner_backoff_ms: int = Field(
+        15_000, ge=10, description="How long the cleaner sleeps when no partition needs cleaning."
+    )
     producer_id_expiration_ms: int = Field(
         86_400_000,
         ge=1,

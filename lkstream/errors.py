@@ -14,6 +14,7 @@ Broken internal invariants are *not* ``LkstreamError``: they raise
     │   ├── InvalidConfigError         a topic config Kafka does not know, or a value outside its type or range
     │   │   └── UnsupportedConfigError a known topic config (at that value) LKSTREAM cannot honour, and why
     │   ├── InvalidTimestampError      a record timestamp outside the topic's message.timestamp.*.max.ms
+    │   ├── PolicyViolationError       DeleteRecords on a topic whose cleanup.policy has no ``delete``
     │   └── UnknownAssignorError       assignor not range / roundrobin / cooperative-sticky
     ├── UnknownTopicError              topic does not exist (and auto-create is off)
     ├── TopicExistsError               create_topic on an existing topic
@@ -296,6 +297,14 @@ class InvalidConfigError(InvalidArgumentError):
         self.name = name
         self.value = value
         self.reason = reason
+
+
+class PolicyViolationError(InvalidArgumentError):
+    """The request goes against the topic's configured policy (Kafka's POLICY_VIOLATION); nothing changed.
+
+    DeleteRecords on a topic whose ``cleanup.policy`` has no ``delete``: a compacted topic
+    keeps the latest record of every key, so Kafka refuses to delete its records by offset.
+    """
 
 
 class UnsupportedConfigError(InvalidConfigError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report.fmt import Result, caption, cell, num, stat, table
+from benchmarks.report.fmt import Result, caption, cell, num, per_run, stat, table
 
 
 def quick_row(res: Result, key: str) -> dict[str, Any] | None:
@@ -321,3 +321,30 @@ def random_reads(res: Result) -> list[str]:
         note=f"A {log['log_bytes'] / 1e9:.0f} GB log of {log['segments']} segments, page cache warm;"
         f" {res.doc['settings']['random_samples_per_run']:,} reads a run.",
     )
+
+
+def compaction(res: Result) -> list[str]:
+    """Seed 002's compaction experiment: what a clean leaves, what it costs, what others feel."""
+    st, lat, cfg = res.doc["storage"], res.doc["latency"], res.doc["settings"]
+    rows = [
+        ["Log before the clean, MB", num(st["bytes_before"]["median"] * 1e-6)],
+        ["Log after the clean, MB", cell(per_run(st["bytes_after"], 1e-6))],
+        ["The final state written fresh, MB", cell(per_run(st["ideal_bytes"], 1e-6))],
+        ["After / fresh", f"{st['after_over_ideal']['median']:.3f}"],
+        ["Read amplification (bytes read per byte before)", cell(st["read_amplification"])],
+        ["Write amplification (bytes written per byte after)", cell(st["write_amplification_of_after"])],
+        ["Cleaner, MB of log per second", cell(st["clean_mb_per_s"])],
+        ["Cleaner, records per second", cell(st["clean_records_per_s"])],
+        ["Fetch p99 on another topic, ms: without a clean / during one", _pair(lat, "fetch")],
+        ["Produce p50 on another topic, ms: without a clean / during one", _pair(lat, "produce", "p50")],
+    ]
+    note = (
+        f"{cfg['records']:,} records of {cfg['value_bytes']} bytes, Zipfian keys (s = {cfg['zipf_s']}) over"
+        f" {cfg['keys']:,} keys ({num(st['unique_keys']['median'])} distinct); the latency rows beside the clean of"
+        f" a {cfg['bg_records']:,}-record topic, {cfg['rate_per_s']} calls/s each; docs/benchmarks/compaction.md."
+    )
+    return table(["Compaction", "value"], rows) + caption(res, note=note)
+
+
+def _pair(lat: dict[str, Any], call: str, q: str = "p99") -> str:
+    return f"{cell(lat[f'{call}_without_{q}_ms'])} / {cell(lat[f'{call}_during_{q}_ms'])}"

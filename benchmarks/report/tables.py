@@ -46,6 +46,7 @@ TABLES: dict[str, Table] = {
     "groups": Table(("bench_groups-quick",), runs.groups),
     "commits": Table(("bench_commits",), runs.commits),
     "admin-isolation": Table(("bench_admin_isolation",), runs.admin_isolation),
+    "compaction": Table(("bench_compaction",), runs.compaction),
 }
 
 __all__ = ["TABLES", "Result", "Table"]

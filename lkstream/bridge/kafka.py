@@ -172,6 +172,7 @@ class KafkaBridge:
         self._idempotent = settings.idempotence != "off"
         self._pending: list[asyncio.Future[Any]] = []
         self._sent_up_to: dict[TopicPartition, int] = {}
+        self._sent_records: dict[TopicPartition, int] = {}  # sent since the last commit, per partition
         self._stopping = asyncio.Event()
         self._last_commit = time.monotonic()
 
@@ -228,20 +229,32 @@ class KafkaBridge:
             headers=headers or None,
         )
         self._pending.append(future)
-        self._sent_up_to[(record.topic, record.partition)] = record.offset + 1
+        tp = (record.topic, record.partition)
+        self._sent_up_to[tp] = record.offset + 1
+        self._sent_records[tp] = self._sent_records.get(tp, 0) + 1
 
     async def _flush_and_commit(self) -> None:
-        """Wait for Kafka to acknowledge every send, then commit the offsets after them."""
+        """Wait for Kafka to acknowledge every send, then commit the offsets after them.
+
+        A partition whose position passed offsets that hold no record (a compacted topic's
+        gaps, its removed last records) commits its position: everything below it was sent
+        and acknowledged, or is not there to send, so its lag can reach 0.
+        """
         self._last_commit = time.monotonic()
-        if not self._pending:
-            return
         pending, self._pending = self._pending, []
         await asyncio.gather(*pending)
-        to_commit = dict(self._sent_up_to)
-        previous = {tp: self.consumer.committed(*tp) or 0 for tp in to_commit}
+        assigned = set(self.consumer.assignment())
+        to_commit: dict[TopicPartition, int] = {}
+        for tp in assigned | set(self._sent_up_to):
+            target = max(self._sent_up_to.get(tp, 0), self.consumer.position(*tp) if tp in assigned else 0)
+            if target > (self.consumer.committed(*tp) or 0):
+                to_commit[tp] = target
+        if not to_commit:
+            return
         await asyncio.to_thread(self.consumer.commit, to_commit)
-        for (topic, pid), offset in to_commit.items():
-            self.metrics.bridged.labels(topic, str(pid)).inc(max(0, offset - previous[(topic, pid)]))
+        counts, self._sent_records = self._sent_records, {}
+        for (topic, pid), count in counts.items():
+            self.metrics.bridged.labels(topic, str(pid)).inc(count)
 
     async def _on_revoked(self, partitions: list[TopicPartition]) -> None:
         """Another bridge of the group takes ``partitions``: commit what Kafka acknowledged first.
@@ -254,6 +267,7 @@ class KafkaBridge:
             await self._flush_and_commit()
         for tp in partitions:
             self._sent_up_to.pop(tp, None)
+            self._sent_records.pop(tp, None)
 
     async def _rewind(self, exc: KafkaError) -> None:
         """Kafka refused a send: forget unacknowledged sends, go back to the last commit, retry later."""
@@ -265,6 +279,7 @@ class KafkaBridge:
             future.cancel()
         self._pending.clear()
         self._sent_up_to.clear()
+        self._sent_records.clear()
         for topic, pid in self.consumer.assignment():
             committed = self.consumer.committed(topic, pid)
             start, _ = self.source_bounds(topic, pid)

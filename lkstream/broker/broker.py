@@ -1,8 +1,10 @@
 """The embedded broker: topics, partitions, produce, fetch, retention.
 
 ``Broker`` owns one data directory (``LOCK``), opens and recovers every
-partition on construction, and runs two background threads: the group-commit
-thread (:mod:`lkstream.storage.durability`) and the retention thread.
+partition on construction, and runs background threads: the group-commit
+thread (:mod:`lkstream.storage.durability`), the retention thread (which also
+rolls quiet partitions by ``segment.ms``) and the log cleaner
+(:mod:`lkstream.broker.cleaning`).
 
 Produce runs on the caller's thread: the records of each target partition are
 encoded into one v2 batch (split at ``max_batch_bytes``) by LKSTREAM's C encoder
@@ -19,17 +21,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.admission import AdmissionBudget
 from lkstream.broker.autocreate import AutoCreateBudget
+from lkstream.broker.cleaning import Cleaner, PartitionCleaning
 from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
@@ -47,6 +51,7 @@ from lkstream.errors import (
     LkstreamError,
     OffsetOutOfRangeError,
     PartitionLimitError,
+    PolicyViolationError,
     RecordTooLargeError,
     TopicExistsError,
     UnknownTopicError,
@@ -63,7 +68,9 @@ from lkstream.format.produce import (
     normalise_records,
     record_sizes,
 )
-from lkstream.format.validate import Limits, validate_producer_batch
+from lkstream.format.rewrite import first_keyless_record
+from lkstream.format.validate import Limits, records_of, validate_producer_batch
+from lkstream.storage.cleaner import CleanerPolicy
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.handles import FileBudget, derive_capacity
@@ -232,6 +239,19 @@ class Broker(GroupCalls):
         # Session timeouts are seconds: the retention loop's interval (a minute) is too coarse.
         self._group_ticker = threading.Thread(target=self._tick_groups, name="lkstream-groups", daemon=True)
         self._group_ticker.start()
+        #: The log cleaner of compacted topics (None with ``log_cleaner_enabled=False``).
+        self.cleaner: Cleaner | None = None
+        if self.config.log_cleaner_enabled:
+            self.cleaner = Cleaner(
+                self._open_logs,
+                self._cleaner_policy,
+                self._clock,
+                budget_bytes=self.config.log_cleaner_dedupe_buffer_bytes,
+                backoff_ms=self.config.log_cleaner_backoff_ms,
+            )
+            self.cleaner.start()
+            # A topic altered to (or within) cleanup.policy=compact is looked at now, not after the backoff.
+            self.topic_config_observers.append(lambda _topic, _effective: self._wake_cleaner())
 
     def _open_existing_topics(self) -> None:
         opened: dict[str, _Topic] = {}
@@ -295,6 +315,8 @@ class Broker(GroupCalls):
             retention_bytes=max(-1, effective.retention_bytes) if effective.delete else -1,
             visible_after_fsync=self.config.fsync_mode == "sync",
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
+            segment_ms=effective.segment_ms,
+            segment_jitter_ms=effective.segment_jitter_ms,
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
 
@@ -551,7 +573,14 @@ class Broker(GroupCalls):
         topic = self._topic(name, create=False)
         table = topic.partitions
         stats = [table.stats(pid) for pid in range(len(table))]
+        if self._cleaner_policy(name) is not None:  # a compacted topic: how much the cleaner has to do
+            stats = [self._with_dirty_ratio(table.peek(pid), stat) for pid, stat in enumerate(stats)]
         return TopicDescription(name, topic.settings, stats, topic.topic_id, topic.configs)
+
+    @staticmethod
+    def _with_dirty_ratio(partition: Partition | None, stats: PartitionStats) -> PartitionStats:
+        ratio = 0.0 if partition is None else partition.log.dirty_ratio()
+        return dataclasses.replace(stats, dirty_ratio=ratio)
 
     # -- topic configs ----------------------------------------------------------------------------
 
@@ -744,6 +773,9 @@ class Broker(GroupCalls):
         # a correct CRC over wrong records would poison every read across it (issue 12).
         header = validate_producer_batch(batch, self.config.max_batch_bytes, self._limits)
         found = self._topic(topic, create=True)
+        if found.effective.compact:
+            section = records_of(batch, header, self._limits.max_decompressed_bytes)
+            _refuse_keyless(found.name, first_keyless_record(section, header.records_count))
         target = self.partition(found.name, pid)
         # The topic's configs (max.message.bytes, timestamps, compression.type, LogAppendTime): topic_policy.
         policed, append_time = apply_topic_policy(
@@ -809,6 +841,8 @@ class Broker(GroupCalls):
         limit = min(self.config.max_batch_bytes, topic.effective.max_message_bytes)
         if partition is not None:
             self.partition(topic.name, partition)
+        if topic.effective.compact:
+            _refuse_keyless(topic.name, next((i for i, item in enumerate(records) if item[0] is None), None))
         partitions = len(topic.partitions)
         encoded = encode_call(
             records,
@@ -999,6 +1033,71 @@ class Broker(GroupCalls):
                 continue  # deleted concurrently
         return deleted
 
+    def roll_quiet_partitions(self) -> int:
+        """Seal every active segment that held data for its ``segment.ms`` (the retention thread's job)."""
+        rolled = 0
+        for topic in list(self._topics.values()):
+            for partition in topic.partitions.opened():
+                rolled += partition.roll_if_due()
+        return rolled
+
+    def _open_logs(self) -> Iterator[tuple[str, int, PartitionLog]]:
+        """``(topic, partition, log)`` of every open partition (a never-used one holds nothing)."""
+        for topic in list(self._topics.values()):
+            for partition in topic.partitions.opened():
+                yield topic.name, partition.pid, partition.log
+
+    def _cleaner_policy(self, topic: str) -> CleanerPolicy | None:
+        """How the cleaner treats ``topic``: None unless its ``cleanup.policy`` holds ``compact``."""
+        found = self._topics.get(topic)
+        if found is None or not found.effective.compact:
+            return None
+        e = found.effective
+        return CleanerPolicy(
+            delete_retention_ms=e.delete_retention_ms,
+            min_compaction_lag_ms=e.min_compaction_lag_ms,
+            max_compaction_lag_ms=e.max_compaction_lag_ms,
+            min_cleanable_dirty_ratio=e.min_cleanable_dirty_ratio,
+            max_decompressed_bytes=self.config.max_decompressed_bytes,
+        )
+
+    def _wake_cleaner(self) -> None:
+        if self.cleaner is not None:
+            self.cleaner.wake()
+
+    def cleaner_status(self, topic: str, pid: int) -> PartitionCleaning | None:
+        """What the cleaner knows of ``topic[pid]``: dirty ratio, last clean (None: not compacted, or not yet seen)."""
+        return None if self.cleaner is None else self.cleaner.status(topic, pid)
+
+    # -- DeleteRecords --------------------------------------------------------------------------
+
+    def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
+        """Delete the records of ``topic`` below ``before[partition]`` (Kafka's DeleteRecords).
+
+        Returns each partition's log start offset after it (Kafka's low watermark). An offset
+        of -1 means the high watermark. Every partition is checked first (:class:`InvalidArgumentError`
+        for one the topic does not have, :class:`OffsetOutOfRangeError` for an offset above its
+        high watermark), then each is applied: the new log start is durable when this returns,
+        reads below it are out of range, and the whole segments below it are deleted. An offset at
+        or below the current log start changes nothing.
+        """
+        self._check_open()
+        if not self._topic(topic, create=False).effective.delete:
+            # Kafka refuses it too (POLICY_VIOLATION): a compacted topic keeps every key's latest record.
+            raise PolicyViolationError(
+                f"the records of {topic!r} cannot be deleted: its cleanup.policy has no 'delete' "
+                "(a compacted topic keeps the latest record of every key)"
+            )
+        targets = []
+        for pid, offset in before.items():
+            partition = self.partition(topic, pid)
+            high = partition.high_watermark
+            wanted = high if offset == -1 else offset
+            if not isinstance(wanted, int) or isinstance(wanted, bool) or not 0 <= wanted <= high:
+                raise OffsetOutOfRangeError(topic, pid, offset, partition.log_start_offset, high)
+            targets.append((pid, partition, wanted))
+        return {pid: partition.log.delete_records(wanted) for pid, partition, wanted in targets}
+
     def expire_producers(self) -> int:
         """Forget idempotent producers silent for ``producer_id_expiration_ms`` in every open partition."""
         with self._lock:
@@ -1020,6 +1119,8 @@ class Broker(GroupCalls):
         while not self._stop_maintenance.wait(interval):
             try:
                 self.enforce_retention()
+                # A quiet partition's tail becomes cleanable (and deletable) only once it is sealed.
+                self.roll_quiet_partitions()
             except Exception:  # keep retention alive; the error is in the log
                 log.exception("retention failed")
             try:
@@ -1050,6 +1151,8 @@ class Broker(GroupCalls):
         self._stop_maintenance.set()
         self._maintenance.join()
         self._group_ticker.join()
+        if self.cleaner is not None:
+            self.cleaner.close()  # after the pass in progress: its swaps stay whole
         self._trash.close()
         errors: list[BaseException] = []
         try:
@@ -1084,3 +1187,12 @@ class Broker(GroupCalls):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+def _refuse_keyless(topic: str, index: int | None) -> None:
+    """A compacted topic keeps records by key: one without a key is refused (Kafka's INVALID_RECORD)."""
+    if index is not None:
+        raise InvalidArgumentError(
+            f"rejected producer batch: record {index} has no key, and topic {topic!r} is compacted "
+            "(cleanup.policy=compact keeps the latest record of every key)"
+        )

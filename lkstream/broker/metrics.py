@@ -21,7 +21,15 @@ Read from broker state at scrape time (nothing on the produce path):
   bytes the daemon's listeners hold before answering, and requests refused by
   ``max_admitted_bytes`` (:mod:`lkstream.broker.admission`; ``listener`` is grpc, http or kafka);
 - ``lk_recovery_truncations_total`` counter: partitions whose log was truncated at open;
-- ``lk_disk_free_bytes`` and ``lk_disk_total_bytes`` gauges: the filesystem of ``persist_dir``.
+- ``lk_disk_free_bytes`` and ``lk_disk_total_bytes`` gauges: the filesystem of ``persist_dir``;
+- the log cleaner (:mod:`lkstream.broker.cleaning`, issue 24): ``lk_cleaner_dirty_ratio{topic,partition}``
+  gauge, the share of a compacted partition's sealed bytes not cleaned yet (only compacted
+  partitions the cleaner looked at: at most one label set per open partition, gone with it);
+  ``lk_cleaner_passes_total`` and ``lk_cleaner_failures_total`` counters;
+  ``lk_cleaner_read_bytes_total``, ``lk_cleaner_written_bytes_total`` and
+  ``lk_cleaner_removed_bytes_total`` counters (what the passes read, wrote, and took off the
+  disk); ``lk_cleaner_last_clean_timestamp_seconds`` and ``lk_cleaner_last_clean_duration_seconds``
+  gauges of the last pass (0 before the first).
 
 Observed as events happen:
 
@@ -112,6 +120,14 @@ METRIC_NAMES = (
     "lk_recovery_truncations_total",
     "lk_disk_free_bytes",
     "lk_disk_total_bytes",
+    "lk_cleaner_dirty_ratio",
+    "lk_cleaner_passes_total",
+    "lk_cleaner_failures_total",
+    "lk_cleaner_read_bytes_total",
+    "lk_cleaner_written_bytes_total",
+    "lk_cleaner_removed_bytes_total",
+    "lk_cleaner_last_clean_timestamp_seconds",
+    "lk_cleaner_last_clean_duration_seconds",
 )
 
 #: The listeners that reserve request bytes in the broker's admission budget (a fixed label set).
@@ -322,6 +338,7 @@ class _BrokerCollector(Collector):
         yield CounterMetricFamily("lk_recovery_truncations", "Partitions whose log was truncated when opened.")
         yield GaugeMetricFamily("lk_disk_free_bytes", "Free bytes on the filesystem of persist_dir.")
         yield GaugeMetricFamily("lk_disk_total_bytes", "Total bytes of the filesystem of persist_dir.")
+        yield from _cleaner_families()
 
     def collect(self) -> Iterable[Metric]:
         m = self._metrics
@@ -376,6 +393,7 @@ class _BrokerCollector(Collector):
         if usage is not None:
             families["lk_disk_free_bytes"].add_metric([], usage.free)
             families["lk_disk_total_bytes"].add_metric([], usage.total)
+        _collect_cleaner(broker, families, set(partitions))
         return [*families.values(), *m.event_metrics()]
 
     def _partitions(self) -> dict[tuple[str, int], _PartitionView]:
@@ -426,6 +444,42 @@ class _BrokerCollector(Collector):
             with self._ts_lock:
                 self._timestamps[key] = ts_ms
         return max(0.0, now - ts_ms / 1000.0)
+
+
+def _cleaner_families() -> Iterator[_Family]:
+    yield GaugeMetricFamily(
+        "lk_cleaner_dirty_ratio",
+        "Compacted partitions: the share of the sealed bytes the log cleaner has not cleaned yet.",
+        labels=["topic", "partition"],
+    )
+    yield CounterMetricFamily("lk_cleaner_passes", "Log cleaner passes completed.")
+    yield CounterMetricFamily("lk_cleaner_failures", "Log cleaner passes that failed (the partition waits).")
+    yield CounterMetricFamily("lk_cleaner_read_bytes", "Bytes the log cleaner read (key maps and rewrites).")
+    yield CounterMetricFamily("lk_cleaner_written_bytes", "Bytes of the segments the log cleaner wrote.")
+    yield CounterMetricFamily("lk_cleaner_removed_bytes", "Bytes the log cleaner took off the disk.")
+    yield GaugeMetricFamily(
+        "lk_cleaner_last_clean_timestamp_seconds", "When the last log cleaner pass ended (0: none yet)."
+    )
+    yield GaugeMetricFamily("lk_cleaner_last_clean_duration_seconds", "How long the last log cleaner pass took.")
+
+
+def _collect_cleaner(broker: Broker, families: dict[str, _Family], partitions: set[tuple[str, int]]) -> None:
+    cleaner = broker.cleaner
+    if cleaner is None:
+        totals = None
+    else:
+        totals = cleaner.snapshot_totals()
+        for (topic, pid), state in sorted(cleaner.statuses().items()):
+            if (topic, pid) in partitions:
+                families["lk_cleaner_dirty_ratio"].add_metric([topic, str(pid)], state.dirty_ratio)
+    families["lk_cleaner_passes"].add_metric([], 0 if totals is None else totals.passes)
+    families["lk_cleaner_failures"].add_metric([], 0 if totals is None else totals.failures)
+    families["lk_cleaner_read_bytes"].add_metric([], 0 if totals is None else totals.bytes_read)
+    families["lk_cleaner_written_bytes"].add_metric([], 0 if totals is None else totals.bytes_written)
+    families["lk_cleaner_removed_bytes"].add_metric([], 0 if totals is None else totals.bytes_removed)
+    last = 0.0 if totals is None or totals.last_clean_ms < 0 else totals.last_clean_ms / 1000.0
+    families["lk_cleaner_last_clean_timestamp_seconds"].add_metric([], last)
+    families["lk_cleaner_last_clean_duration_seconds"].add_metric([], 0.0 if totals is None else totals.last_duration_s)
 
 
 def _group_key(topic: str, group: str, partition: int) -> GroupKey:

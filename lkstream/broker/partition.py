@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from lkstream.broker.tail import HotTail, TailBudget
 from lkstream.broker.wakeups import run_on_loop
 from lkstream.errors import BrokerClosedError, InvalidArgumentError, OffsetOutOfRangeError
-from lkstream.format.codec import Record, decode_batches
+from lkstream.format.codec import Record, read_records
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.log import AppendResult, PartitionLog, PartitionStats, ReadResult
 from lkstream.storage.ranges import SendableRead
@@ -139,6 +139,8 @@ class Partition:
         return result
 
     def _appended_locked(self, batch: bytearray, result: AppendResult, owned: bool) -> None:
+        if result.rolled:
+            self._tail.drop_below(result.base_offset)  # the tail holds the active segment only
         # The tail keeps its own immutable copy unless the batch is handed over: callers may
         # reuse their buffer.
         if len(batch) <= self._tail.max_bytes:
@@ -167,6 +169,14 @@ class Partition:
             raise InvalidArgumentError("this partition was not opened by a broker that can produce")
         results = await self._producer(self.topic, records, partition=self.pid)
         return [offset for _, offset in results]
+
+    def roll_if_due(self) -> bool:
+        """Seal the active segment if ``segment.ms`` says so (a quiet partition); whether it did."""
+        with self._lock:
+            rolled = self.log.roll_if_due()
+            if rolled:
+                self._tail.clear()  # it held the segment just sealed: the cleaner may rewrite that now
+            return rolled
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -208,9 +218,17 @@ class Partition:
         return self.log.read_for_send(offset, max_bytes, min_one=min_one, zero_copy=zero_copy)
 
     def read_from(self, offset: int, max_msgs: int | None = None, max_bytes: int = DEFAULT_FETCH_BYTES) -> list[Record]:
-        """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches."""
-        result = self.read_raw(offset, max_bytes)
-        return decode_batches(result.data, self.topic, self.pid, offset, max_msgs)
+        """Decoded records from ``offset`` on: at most ``max_msgs``, about ``max_bytes`` of batches.
+
+        Empty only at the high watermark: a read that finds batches without records for the
+        offsets asked (a compacted log's gaps, docs/adr/0006) reads on past them.
+        """
+
+        def fetch(at: int) -> tuple[bytes, int]:
+            result = self.read_raw(at, max_bytes)
+            return result.data, result.high_watermark
+
+        return read_records(fetch, self.topic, self.pid, offset, max_msgs)[0]
 
     # -- waiting ---------------------------------------------------------------------------------
 

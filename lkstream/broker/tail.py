@@ -187,6 +187,16 @@ class HotTail:
                 dropped = True
             return dropped
 
+    def drop_below(self, offset: int) -> None:
+        """Drop the cached batches below ``offset`` (the caller holds the partition's lock).
+
+        The partition drops everything below the active segment at each roll: the tail then only
+        ever holds batches of the active segment, which the log cleaner never rewrites, so a read
+        never mixes cached bytes from before a clean with segment bytes from after it.
+        """
+        while self._head < len(self._bases) and self._bases[self._head] < offset:
+            self._drop_head()
+
     def read(
         self, offset: int, max_bytes: int, high_watermark: int, *, min_one: bool = True
     ) -> bytes | bytearray | None:

@@ -9,6 +9,7 @@
     lkstream topics alter-config TOPIC [--set K=V ...] [--delete K ...] [--validate-only] [--bootstrap HOST:PORT]
     lkstream topics add-partitions TOPIC --to N [--validate-only] [--bootstrap HOST:PORT]
     lkstream topics delete TOPIC --yes [--bootstrap HOST:PORT]
+    lkstream topics delete-records TOPIC --before OFFSET [--partition P ...] [--bootstrap HOST:PORT]
 
 ``--config`` and ``--set`` take Kafka's topic configs (``cleanup.policy=compact``,
 ``retention.ms=3600000``; docs/kafka.md lists them); ``describe`` prints, after the
@@ -62,10 +63,15 @@ class PartitionRow(NamedTuple):
     high_watermark: int
     segments: int
     size_bytes: int
+    dirty: str = "-"  # compacted topics: the share of the sealed bytes the cleaner has not cleaned yet
 
 
-_HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES")
+_HEADERS = ("PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES", "DIRTY")
 _CONFIG_HEADERS = ("CONFIG", "VALUE", "SOURCE")
+
+
+def _dirty(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.0%}"
 
 
 def _assignments(values: tuple[str, ...], option: str) -> dict[str, str]:
@@ -104,14 +110,20 @@ def _retention(value: int | None) -> str:
     return "forever" if value < 0 else str(value)
 
 
-def _offline_rows(reader: DataDirReader, topic: str) -> list[PartitionRow]:
+def _offline_rows(reader: DataDirReader, topic: str, compacted: bool) -> list[PartitionRow]:
     rows = []
     for pid in reader.partitions(topic):
         part = reader.partition(topic, pid)
         end = part.end_offset()
-        size = sum(os.stat(seg.seg_path).st_size for seg in part.segments)
+        sizes = [os.stat(seg.seg_path).st_size for seg in part.segments]
         # A partition never written to has no files yet; the broker opens it with one empty segment.
-        rows.append(PartitionRow(pid, part.log_start_offset, end, end, max(1, len(part.segments)), size))
+        row = PartitionRow(pid, part.log_start_offset, end, end, max(1, len(part.segments)), sum(sizes))
+        if compacted:  # as the broker computes it: sealed segments past the cleaner's progress are dirty
+            clean_end = part.marks.clean_end if part.marks is not None else 0
+            nexts = [seg.base_offset for seg in part.segments[1:]]
+            dirty = sum(size for size, after in zip(sizes, nexts, strict=False) if after > clean_end)
+            row = row._replace(dirty=_dirty(dirty / sum(sizes[:-1]) if len(sizes) > 1 else 0.0))
+        rows.append(row)
     return rows
 
 
@@ -245,16 +257,18 @@ def list_(bootstrap: str, data_dir: str | None) -> None:
 def describe(topic: str, bootstrap: str, data_dir: str | None, all_configs: bool) -> None:
     """Print TOPIC's settings, a table with one row per partition, then its configs with their sources.
 
-    Columns: log start offset, next offset, high watermark, segment count and
-    bytes of segments. Offline (--data-dir) the next offset is the log end that
-    recovery would arrive at, and the high watermark equals it, and the configs
-    are the topic's overrides (the broker's defaults are the running daemon's).
+    Columns: log start offset, next offset, high watermark, segment count, bytes
+    of segments, and for a compacted topic the dirty ratio (the share of the sealed
+    bytes the cleaner has not cleaned yet; "-" otherwise). Offline (--data-dir) the
+    next offset is the log end that recovery would arrive at, and the high watermark
+    equals it, and the configs are the topic's overrides (the broker's defaults are
+    the running daemon's).
     """
     if data_dir is not None:
         with broker_errors():
             reader = DataDirReader(data_dir)
-            rows = _offline_rows(reader, topic)
             overrides = _offline_overrides(_offline_settings(reader, topic))
+            rows = _offline_rows(reader, topic, "compact" in overrides.get("cleanup.policy", ""))
         click.echo(
             f"topic: {topic} partitions: {len(rows)} "
             f"retention.ms: {_offline_retention(overrides, 'retention.ms')} "
@@ -271,7 +285,15 @@ def describe(topic: str, bootstrap: str, data_dir: str | None, all_configs: bool
         entries = broker.describe_topic_configs(topic)
     settings = description.settings
     rows = [
-        PartitionRow(pid, s.log_start_offset, s.next_offset, s.high_watermark, s.segment_count, s.size_bytes)
+        PartitionRow(
+            pid,
+            s.log_start_offset,
+            s.next_offset,
+            s.high_watermark,
+            s.segment_count,
+            s.size_bytes,
+            _dirty(s.dirty_ratio),
+        )
         for pid, s in enumerate(description.partitions)
     ]
     click.echo(
@@ -294,3 +316,28 @@ def delete(topic: str, bootstrap: str, yes: bool) -> None:
     with _remote(bootstrap) as broker:
         broker.delete_topic(topic)
     click.echo(f"deleted topic {topic}")
+
+
+@topics.command("delete-records")
+@click.argument("topic")
+@_bootstrap
+@click.option(
+    "--before",
+    required=True,
+    type=click.IntRange(min=-1),
+    help="Delete the records below this offset (-1: below the high watermark, i.e. all of them).",
+)
+@click.option(
+    "--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="A partition (repeat; default: all)."
+)
+def delete_records(topic: str, bootstrap: str, before: int, partitions: tuple[int, ...]) -> None:
+    """Delete TOPIC's records below an offset (Kafka's DeleteRecords); print each partition's new log start.
+
+    The log start offset moves to OFFSET, durably: reads below it are out of range (consumers
+    reset as their auto_offset_reset says) and whole segments below it are deleted. Exit 1
+    (OUT_OF_RANGE) for an offset above a partition's high watermark.
+    """
+    with _remote(bootstrap) as broker:
+        wanted = partitions or tuple(range(broker.partitions_for(topic)))
+        lows = broker.delete_records(topic, dict.fromkeys(wanted, before))
+    print_table([(pid, low) for pid, low in sorted(lows.items())], ("PARTITION", "LOG_START"))

@@ -1,8 +1,9 @@
 """Fetching and decoding for a consumer, with one read ahead per partition over a remote source.
 
 :class:`Fetcher` reads whole batches from the consumer's positions and decodes them
-into records; it never moves a position forward (the consumer does, once a handler
-returned). An offset outside the log is handed to
+into records; it moves a position forward only past offsets that hold no record (the
+gaps of a compacted log, docs/adr/0006): past records the consumer moves it, once a
+handler returned. An offset outside the log is handed to
 :meth:`~lkstream.client.positions.Assignment.reset`.
 
 Over a remote source (the daemon) the async path keeps one fetch in flight per
@@ -71,30 +72,51 @@ class Fetcher:
 
     def fetch(self, tp: TopicPartition, max_records: int | None) -> list[Record]:
         topic, pid = tp
-        position = self.assignment.positions[tp]
-        try:
-            result = self.source.fetch(topic, pid, position, self.fetch_max_bytes)
-        except OffsetOutOfRangeError as exc:
-            self.assignment.reset(tp, exc)
-            return []
-        return decode_batches(result.data, topic, pid, position, max_records, crc_checked=self.crc_checked)
+        while True:
+            position = self.assignment.positions[tp]
+            try:
+                result = self.source.fetch(topic, pid, position, self.fetch_max_bytes)
+            except OffsetOutOfRangeError as exc:
+                self.assignment.reset(tp, exc)
+                return []
+            records = decode_batches(result.data, topic, pid, position, max_records, crc_checked=self.crc_checked)
+            if records or not self._skip_empty(tp, position, result):
+                return records
 
     async def fetch_async(self, tp: TopicPartition, max_records: int | None) -> list[Record]:
         topic, pid = tp
-        position = self.assignment.positions[tp]
-        try:
-            result = await self._ahead_or_now(tp, position)
-        except OffsetOutOfRangeError as exc:
-            self.assignment.reset(tp, exc)
-            return []
-        if self.pipelined and tp in self.assignment.positions:
-            # Ask for the next range before decoding this one. The next offset comes from
-            # batch headers; a seek or a short handler run just discards the read-ahead.
-            _, next_offset = span_of_whole_batches(result.data, position)
-            if position < next_offset < result.high_watermark:
-                read = self.source.fetch_async(topic, pid, next_offset, self.fetch_max_bytes)
-                self._read_ahead[tp] = (next_offset, asyncio.ensure_future(read))
-        return decode_batches(result.data, topic, pid, position, max_records, crc_checked=self.crc_checked)
+        while True:
+            position = self.assignment.positions[tp]
+            try:
+                result = await self._ahead_or_now(tp, position)
+            except OffsetOutOfRangeError as exc:
+                self.assignment.reset(tp, exc)
+                return []
+            if self.pipelined and tp in self.assignment.positions:
+                # Ask for the next range before decoding this one. The next offset comes from
+                # batch headers; a seek or a short handler run just discards the read-ahead.
+                _, next_offset = span_of_whole_batches(result.data, position)
+                if position < next_offset < result.high_watermark:
+                    read = self.source.fetch_async(topic, pid, next_offset, self.fetch_max_bytes)
+                    self._read_ahead[tp] = (next_offset, asyncio.ensure_future(read))
+            records = decode_batches(result.data, topic, pid, position, max_records, crc_checked=self.crc_checked)
+            if records or tp not in self.assignment.positions or not self._skip_empty(tp, position, result):
+                return records
+
+    def _skip_empty(self, tp: TopicPartition, position: int, result: ReadResult) -> bool:
+        """Move ``tp`` past batches that hold no record from ``position`` on; whether to read again.
+
+        A compacted log keeps a batch's offsets when the cleaner removes its records (and writes
+        empty batches over removed ones): a read there returns batches but no record, and a
+        position left where it was would read them again forever.
+        """
+        if not result.data or self.assignment.positions.get(tp) != position:
+            return False
+        _, after = span_of_whole_batches(result.data, position)
+        if after <= position:
+            return False
+        self.assignment.positions[tp] = after
+        return after < result.high_watermark
 
     async def _ahead_or_now(self, tp: TopicPartition, position: int) -> ReadResult:
         ahead = self._read_ahead.pop(tp, None)

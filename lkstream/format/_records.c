@@ -1,14 +1,16 @@
 /*
  * lkstream.format._records: the record walk of lkstream.format.validate, in C.
  *
- * walk(records, count, base_timestamp) -> max_timestamp
+ * walk(records, count, base_timestamp[, last_offset_delta]) -> max_timestamp
  *
  * Walks the uncompressed records section of a Kafka v2 record batch (the bytes
  * after the 61-byte header, decompressed first when the batch is compressed) and
  * checks every record against the format, exactly as the pure-Python reference
  * lkstream.format.validate.walk_records_py does (a property test holds the two to
  * the same answers). Raises ValueError("record N: reason") on the first problem;
- * returns the largest base_timestamp + timestampDelta otherwise.
+ * returns the largest base_timestamp + timestampDelta otherwise. Without last_offset_delta (or
+ * with -1: a producer's batch) record N must have offsetDelta N; with it (a batch read from a
+ * log the cleaner may have rewritten) offsetDeltas must strictly increase within 0..last_offset_delta.
  *
  * Record layout (all varints zigzag; int32 fields at most 5 bytes, the varlong at
  * most 10, every varint in its shortest form):
@@ -149,7 +151,8 @@ static inline int skip_bytes(Walk *w, int min_length, const char *what, Py_ssize
 }
 
 /* One record at w->pos; on success w->pos is after it and *timestamp_delta is set. */
-static int walk_record(Walk *w, Py_ssize_t index, Py_ssize_t section_end, int64_t *timestamp_delta) {
+static int walk_record(Walk *w, Py_ssize_t index, Py_ssize_t section_end, int64_t *timestamp_delta,
+                       int64_t *previous, int64_t last_offset_delta) {
     int64_t length, offset_delta, headers;
     w->end = section_end;
     if (read_varint(w, 5, &length, "length", index) < 0) {
@@ -170,11 +173,18 @@ static int walk_record(Walk *w, Py_ssize_t index, Py_ssize_t section_end, int64_
         read_varint(w, 5, &offset_delta, "offsetDelta", index) < 0) {
         return -1;
     }
-    if (offset_delta != (int64_t)index) {
-        snprintf(w->reason, REASON_SIZE, "record %zd: offsetDelta %lld, expected %zd", index, (long long)offset_delta,
-                 index);
+    if (last_offset_delta < 0) {
+        if (offset_delta != (int64_t)index) {
+            snprintf(w->reason, REASON_SIZE, "record %zd: offsetDelta %lld, expected %zd", index,
+                     (long long)offset_delta, index);
+            return -1;
+        }
+    } else if (offset_delta <= *previous || offset_delta > last_offset_delta) {
+        snprintf(w->reason, REASON_SIZE, "record %zd: offsetDelta %lld is not in %lld..%lld", index,
+                 (long long)offset_delta, (long long)(*previous + 1), (long long)last_offset_delta);
         return -1;
     }
+    *previous = offset_delta;
     if (skip_bytes(w, -1, "key", index, 0) < 0 || skip_bytes(w, -1, "value", index, 0) < 0 ||
         read_varint(w, 5, &headers, "headerCount", index) < 0) {
         return -1;
@@ -199,10 +209,11 @@ static int walk_record(Walk *w, Py_ssize_t index, Py_ssize_t section_end, int64_
 static PyObject *walk(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     Py_ssize_t count;
-    long long base_timestamp;
-    if (!PyArg_ParseTuple(args, "y*nL", &view, &count, &base_timestamp)) {
+    long long base_timestamp, last_offset_delta = -1;
+    if (!PyArg_ParseTuple(args, "y*nL|L", &view, &count, &base_timestamp, &last_offset_delta)) {
         return NULL;
     }
+    int64_t previous = -1;
     Walk w = {.buf = (const uint8_t *)view.buf, .pos = 0, .end = view.len};
     int64_t max_timestamp = INT64_MIN;
     int failed = 0;
@@ -214,7 +225,7 @@ static PyObject *walk(PyObject *Py_UNUSED(self), PyObject *args) {
             failed = 1;
             break;
         }
-        if (walk_record(&w, i, view.len, &delta) < 0) {
+        if (walk_record(&w, i, view.len, &delta, &previous, (int64_t)last_offset_delta) < 0) {
             failed = 1;
             break;
         }
@@ -240,10 +251,92 @@ static PyObject *walk(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyLong_FromLongLong((long long)max_timestamp);
 }
 
+/*
+ * spans(records, count) -> [(start, end, offset_delta, timestamp_delta, key, value_is_null)]
+ *
+ * Where each record of an uncompressed records section lies, with what the log cleaner
+ * needs from it (lkstream.storage.cleaner): its key (bytes, or None) and whether its value
+ * is null (a tombstone). The section must have passed walk() already; anything that does
+ * not parse still raises ValueError rather than reading outside the buffer.
+ */
+static PyObject *spans(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &count)) {
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Walk w = {.buf = (const uint8_t *)view.buf, .pos = 0, .end = view.len};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, key_length, value_length;
+        Py_ssize_t start = w.pos;
+        w.end = view.len;
+        if (read_varint(&w, 5, &length, "length", i) < 0) {
+            goto malformed;
+        }
+        if (length < 6 || length > view.len - w.pos) {
+            snprintf(w.reason, REASON_SIZE, "record %zd: length %lld does not fit", i, (long long)length);
+            goto malformed;
+        }
+        Py_ssize_t end = w.pos + (Py_ssize_t)length;
+        w.end = end;
+        w.pos++; /* attributes */
+        if (read_varint(&w, 10, &ts_delta, "timestampDelta", i) < 0 ||
+            read_varint(&w, 5, &offset_delta, "offsetDelta", i) < 0 ||
+            read_varint(&w, 5, &key_length, "keyLength", i) < 0) {
+            goto malformed;
+        }
+        if (key_length < -1 || key_length > w.end - w.pos) {
+            snprintf(w.reason, REASON_SIZE, "record %zd: key length %lld does not fit", i, (long long)key_length);
+            goto malformed;
+        }
+        PyObject *key;
+        if (key_length < 0) {
+            key = Py_NewRef(Py_None);
+        } else {
+            key = PyBytes_FromStringAndSize((const char *)w.buf + w.pos, (Py_ssize_t)key_length);
+            if (key == NULL) {
+                goto failed;
+            }
+            w.pos += (Py_ssize_t)key_length;
+        }
+        if (read_varint(&w, 5, &value_length, "valueLength", i) < 0) {
+            Py_DECREF(key);
+            goto malformed;
+        }
+        PyObject *item = Py_BuildValue("(nnLLNO)", start, end, (long long)offset_delta, (long long)ts_delta, key,
+                                       value_length < 0 ? Py_True : Py_False);
+        if (item == NULL) {
+            goto failed;
+        }
+        if (PyList_Append(out, item) < 0) {
+            Py_DECREF(item);
+            goto failed;
+        }
+        Py_DECREF(item);
+        w.pos = end;
+    }
+    PyBuffer_Release(&view);
+    return out;
+malformed:
+    PyErr_SetString(PyExc_ValueError, w.reason);
+failed:
+    PyBuffer_Release(&view);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"spans", spans, METH_VARARGS,
+     "spans(records, count) -> [(start, end, offset_delta, timestamp_delta, key, value_is_null)] of a walked "
+     "records section."},
     {"walk", walk, METH_VARARGS,
-     "walk(records, count, base_timestamp) -> max_timestamp: check every record of an uncompressed records "
-     "section; ValueError names the first problem."},
+     "walk(records, count, base_timestamp[, last_offset_delta]) -> max_timestamp: check every record of an "
+     "uncompressed records section; ValueError names the first problem."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -158,6 +158,22 @@ def span_of_whole_batches(buf: bytes | bytearray | memoryview, min_offset: int =
     return records, next_offset
 
 
+def holds_records(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether a whole batch in ``buf`` holds a record (only a compacted log has empty batches).
+
+    Reads the first header in the usual case: only a run of empty batches costs one header each.
+    """
+    pos = 0
+    while len(buf) - pos >= HEADER_SIZE:
+        header = parse_header(buf, pos)
+        if header.records_count > 0:
+            return True
+        if header.size < HEADER_SIZE:
+            return False
+        pos += header.size
+    return False
+
+
 #: Batches below this are checksummed without releasing the GIL: releasing it costs more than the
 #: CRC of a batch of a few hundred KiB (about 8 us), and lets the group-commit thread take the GIL
 #: from the producer in the middle of its call (docs/benchmarks-notes.md, "The embedded ack tail").
@@ -193,7 +209,9 @@ def check_batch(
         raise CorruptRecordError(f"truncated batch: {available} of {header.size} bytes")
     if header.magic != MAGIC:
         raise CorruptRecordError(f"unsupported magic {header.magic} (expected {MAGIC})")
-    if header.records_count < 1 or header.last_offset_delta < header.records_count - 1:
+    # An empty batch (no records) exists only in compacted logs: the cleaner writes one over a removed
+    # range, or keeps an idempotent producer's last batch without its records (docs/adr/0006).
+    if header.records_count < 0 or header.last_offset_delta < max(header.records_count - 1, 0):
         raise CorruptRecordError(
             f"inconsistent counts: records_count={header.records_count}, last_offset_delta={header.last_offset_delta}"
         )

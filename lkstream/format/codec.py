@@ -31,6 +31,7 @@ from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_recor
 Headers = Sequence[tuple[str, bytes | None]]
 KeyValue = tuple[bytes | None, bytes | None]
 
+_BASE_AND_DELTA: Final = struct.Struct(">q15xi")  # base_offset, then last_offset_delta at byte 23
 # Offset, timestamp, topic and partition references of one decoded Record, roughly.
 _RECORD_FIXED_BYTES: Final = 64
 #: How many bytes of records one :func:`decode_batches` call decodes at most (plus one batch).
@@ -263,11 +264,34 @@ def decode_batches(
     broker's reads: from disk, or from the hot tail it checked at append); every other
     check still runs.
     """
+    return decode_batches_through(
+        data, topic, partition, min_offset, max_records, max_bytes=max_bytes, crc_checked=crc_checked
+    )[0]
+
+
+def decode_batches_through(
+    data: bytes | bytearray | memoryview,
+    topic: str,
+    partition: int,
+    min_offset: int = 0,
+    max_records: int | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_DECODED_BYTES,
+    crc_checked: bool = False,
+) -> tuple[list[Record], int]:
+    """:func:`decode_batches`, and the offset a reader continues from.
+
+    That offset is past the last record returned and, when a batch was decoded whole, past
+    its last offset too: a batch of a compacted log may end with offsets that hold no record
+    any more, or hold none at all (docs/adr/0006), and a reader that continued from its last
+    record would read it again. ``min_offset`` when nothing was decoded.
+    """
     out: list[Record] = []
-    decoded = 0
+    decoded, after = 0, min_offset
     try:
         for _, batch in _whole_batches(data, crc=not crc_checked):
             limit = -1 if max_records is None else max_records - len(out)
+            before = len(out)
             decoded += _decode(
                 batch,
                 topic,
@@ -277,12 +301,44 @@ def decode_batches(
                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
                 limit=limit,
             )
+            if limit >= 0 and len(out) - before == limit and _next_offset(batch) - 1 > out[-1].offset:
+                after = max(after, out[-1].offset + 1)  # cut inside the batch: more records may follow
+                break
+            after = max(after, _next_offset(batch))
             if (max_records is not None and len(out) >= max_records) or decoded >= max_bytes:
                 break
     except CorruptRecordError:
         if not out:
             raise
-    return out
+    return out, after
+
+
+def read_records(
+    fetch: Callable[[int], tuple[bytes, int]],
+    topic: str,
+    partition: int,
+    offset: int,
+    max_records: int | None = None,
+) -> tuple[list[Record], int]:
+    """Records from ``offset`` on, read again past batches that hold none; and where to continue.
+
+    ``fetch(offset) -> (whole batches, high watermark)`` is one read of the log. A compacted
+    log (docs/adr/0006) may answer a read with batches that hold no record at or after
+    ``offset``: this reads on from their end, so the records come back empty only at the
+    high watermark. Every reader of the embedded broker, the remote client and the daemon's
+    record APIs goes through it.
+    """
+    while True:
+        data, high = fetch(offset)
+        records, after = decode_batches_through(data, topic, partition, offset, max_records)
+        if records or not data or after <= offset or after >= high:
+            return records, max(after, offset)
+        offset = after
+
+
+def _next_offset(batch: bytes | memoryview) -> int:
+    base, delta = _BASE_AND_DELTA.unpack_from(batch, 0)
+    return int(base) + int(delta) + 1
 
 
 def _whole_batches(data: bytes | bytearray | memoryview, *, crc: bool = True) -> Iterator[tuple[int, memoryview]]:

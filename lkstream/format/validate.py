@@ -36,9 +36,8 @@ codec, numpy); docs/benchmarks-notes.md has the figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from lkstream.errors import CorruptRecordError, InvalidArgumentError, RecordTooLargeError
 from lkstream.format.batch import (
@@ -61,6 +60,8 @@ DEFAULT_MAX_COMPRESSION_RATIO: Final = 256
 MAX_CODEC: Final = 4
 #: Attribute bits a producer batch may set: compression and the timestamp type.
 _KNOWN_ATTRIBUTES: Final = COMPRESSION_MASK | TIMESTAMP_TYPE_MASK
+#: ``last_offset_delta`` of a walk that requires offsetDelta N for record N (a producer's batch).
+STRICT: Final = -1
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,14 @@ class _Cursor:
         self.pos += max(length, 0)
 
 
-def _walk_record(data: bytes, pos: int, section_end: int, index: int) -> tuple[int, int]:
-    """Check the record at ``pos``: ``(position after it, timestampDelta)``."""
+def _walk_record(
+    data: bytes, pos: int, section_end: int, index: int, *, previous: int = -1, last_offset_delta: int = STRICT
+) -> tuple[int, int, int]:
+    """Check the record at ``pos``: ``(position after it, timestampDelta, offsetDelta)``.
+
+    ``previous`` is the offsetDelta of the record before it (-1 for the first); see
+    :func:`walk_records_py` for ``last_offset_delta``.
+    """
     cursor = _Cursor(data, pos, section_end, index)
     length = cursor.varint(5, "length")
     if length < 6 or length > section_end - cursor.pos:
@@ -134,8 +141,11 @@ def _walk_record(data: bytes, pos: int, section_end: int, index: int) -> tuple[i
     cursor.pos += 1
     delta = cursor.varint(10, "timestampDelta")
     offset_delta = cursor.varint(5, "offsetDelta")
-    if offset_delta != index:
-        raise cursor.fail(f"offsetDelta {offset_delta}, expected {index}")
+    if last_offset_delta == STRICT:
+        if offset_delta != index:
+            raise cursor.fail(f"offsetDelta {offset_delta}, expected {index}")
+    elif not previous < offset_delta <= last_offset_delta:
+        raise cursor.fail(f"offsetDelta {offset_delta} is not in {previous + 1}..{last_offset_delta}")
     cursor.skip(-1, "key")
     cursor.skip(-1, "value")
     headers = cursor.varint(5, "headerCount")
@@ -146,25 +156,33 @@ def _walk_record(data: bytes, pos: int, section_end: int, index: int) -> tuple[i
         cursor.skip(-1, "header value")
     if cursor.pos != cursor.end:
         raise cursor.fail(f"{cursor.end - cursor.pos} bytes left over inside the record")
-    return cursor.pos, delta
+    return cursor.pos, delta, offset_delta
 
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 
 
-def walk_records_py(records: bytes | bytearray | memoryview, count: int, base_timestamp: int) -> int:
+def walk_records_py(
+    records: bytes | bytearray | memoryview, count: int, base_timestamp: int, last_offset_delta: int = STRICT
+) -> int:
     """Check every record of an uncompressed records section; return the largest timestamp.
 
+    With ``last_offset_delta`` :data:`STRICT` (a producer's batch) record N must have
+    offsetDelta N. Otherwise (a batch read from a log, which the cleaner may have
+    rewritten, docs/adr/0006) offsetDeltas must strictly increase within
+    ``0..last_offset_delta``: the records of a cleaned batch keep their offsets.
     Raises ``ValueError("record N: reason")`` on the first problem. The reference
     for the C walk (``_records.walk``), which gives the same answers.
     """
     data = bytes(records)
-    pos, newest = 0, _INT64_MIN
+    pos, newest, previous = 0, _INT64_MIN, -1
     for index in range(count):
         if pos >= len(data):
             raise ValueError(f"records_count is {count} but the batch holds {index} record(s)")
-        pos, delta = _walk_record(data, pos, len(data), index)
+        pos, delta, previous = _walk_record(
+            data, pos, len(data), index, previous=previous, last_offset_delta=last_offset_delta
+        )
         timestamp = base_timestamp + delta
         if not _INT64_MIN <= timestamp <= _INT64_MAX:
             raise ValueError(f"record {index}: timestamp overflows")
@@ -174,12 +192,20 @@ def walk_records_py(records: bytes | bytearray | memoryview, count: int, base_ti
     return newest
 
 
-def _native_walk() -> Callable[[bytes | bytearray | memoryview, int, int], int] | None:
+class Walk(Protocol):
+    """The record walk's signature (:func:`walk_records_py` and ``_records.walk``)."""
+
+    def __call__(
+        self, records: bytes | bytearray | memoryview, count: int, base_timestamp: int, last_offset_delta: int = ..., /
+    ) -> int: ...
+
+
+def _native_walk() -> Walk | None:
     try:
         from lkstream.format import _records  # type: ignore[attr-defined]
     except ImportError:
         return None
-    walk: Callable[[bytes | bytearray | memoryview, int, int], int] = _records.walk
+    walk: Walk = _records.walk
     return walk
 
 
@@ -187,7 +213,7 @@ _NATIVE: Final = _native_walk()
 #: Whether the C walk is built (``pip install`` compiles it; without a compiler the Python one runs).
 NATIVE: Final = _NATIVE is not None
 #: The record walk: C when built, else :func:`walk_records_py`.
-walk_records: Final[Callable[[bytes | bytearray | memoryview, int, int], int]] = _NATIVE or walk_records_py
+walk_records: Final[Walk] = _NATIVE or walk_records_py
 
 
 # -- batches -----------------------------------------------------------------------------------------
@@ -222,11 +248,17 @@ def records_of(batch: bytes | bytearray | memoryview, header: BatchHeader, limit
 def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, limit: int) -> bytes | memoryview:
     """Inflate (within ``limit``) and walk the records of a CRC-checked batch; return the records section.
 
-    For reads: a failure is :class:`~lkstream.errors.CorruptRecordError`.
+    For reads: a failure is :class:`~lkstream.errors.CorruptRecordError`. A batch read from a
+    log may have been rewritten by the cleaner (docs/adr/0006): its records' offsetDeltas need
+    only increase within ``last_offset_delta``, and an empty batch has no records section at all.
     """
+    if header.records_count == 0:
+        if header.size != HEADER_SIZE:
+            raise CorruptRecordError(f"undecodable records: an empty batch holds {header.size - HEADER_SIZE} bytes")
+        return b""
     try:
         records = records_of(batch, header, limit)
-        newest = walk_records(records, header.records_count, header.base_timestamp)
+        newest = walk_records(records, header.records_count, header.base_timestamp, header.last_offset_delta)
     except (CompressionError, DecompressedTooLarge, ValueError) as exc:
         raise CorruptRecordError(f"undecodable records: {exc}") from None
     if not header.attributes & TIMESTAMP_TYPE_MASK and newest != header.max_timestamp:

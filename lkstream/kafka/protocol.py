@@ -58,6 +58,7 @@ class ApiKey:
     API_VERSIONS: Final = 18
     CREATE_TOPICS: Final = 19
     DELETE_TOPICS: Final = 20
+    DELETE_RECORDS: Final = 21
     INIT_PRODUCER_ID: Final = 22
     DESCRIBE_CONFIGS: Final = 32
     ALTER_CONFIGS: Final = 33
@@ -92,6 +93,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 6),
     ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),

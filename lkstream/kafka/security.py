@@ -69,6 +69,7 @@ API_ACCESS: Final[dict[int, str]] = {
     ApiKey.DELETE_GROUPS: "delete on the group [GROUP]",
     ApiKey.CREATE_TOPICS: "create on the topic (or on the cluster) [TOPIC]",
     ApiKey.DELETE_TOPICS: "delete on the topic [TOPIC]",
+    ApiKey.DELETE_RECORDS: "delete on the topic [TOPIC]",
     ApiKey.CREATE_PARTITIONS: "create on the topic [TOPIC]",
     ApiKey.INIT_PRODUCER_ID: "write on at least one topic [CLUSTER]; transactional ids are refused",
     ApiKey.DESCRIBE_CONFIGS: "describe_configs on the topic [TOPIC] (describe allows it too); "

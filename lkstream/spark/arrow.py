@@ -257,7 +257,7 @@ def decode_fast(batch: bytes, start: int, end: int, include_headers: bool) -> Co
     and the storage reader both check it), so its size and count are trusted.
     """
     header = parse_header(batch)
-    if header.compression:
+    if header.compression or header.records_count == 0:  # an empty batch of a compacted log: decode_simple
         return None
     buf = np.frombuffer(batch, dtype=np.uint8)
     starts = _record_starts(batch, buf, header.records_count)

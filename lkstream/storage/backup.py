@@ -32,7 +32,13 @@ How each piece is copied:
 * **Files that vanish mid-copy.** A segment deleted by retention before it was
   opened moves the partition's log start past it (the segments copied before it
   are dropped, keeping the partition contiguous); a topic deleted mid-copy is
-  left out and named in the manifest's ``notes``.
+  left out and named in the manifest's ``notes``. The log cleaner may merge
+  segments meanwhile (issue 24): a segment that vanishes while an older one stays,
+  or one whose offsets the segment copied before it already holds, means the
+  partition changed under the copy, which then starts over from a new listing
+  (a few times; a clean rewrites each segment group once).
+* **The log start.** ``marks.meta`` (DeleteRecords' log start, the cleaner's
+  progress) is copied, so a restored log starts where the source did.
 * **Producer ids** (``producer_ids``), after the segments: every id in a copied batch is
   below the counter, so a restored daemon never hands an id out again to a new producer
   whose first batch would pass for an old producer's duplicate.
@@ -66,6 +72,7 @@ from lkstream.errors import CorruptRecordError, InvalidArgumentError, LkstreamEr
 from lkstream.storage.checkpoint import Checkpoint, write_checkpoint
 from lkstream.storage.files import OsFile, atomic_write, fsync_dir
 from lkstream.storage.index import ENTRY
+from lkstream.storage.marks import Marks, MarksDamaged, read_marks, write_marks
 from lkstream.storage.offset_files import offset_file_name, read_offset_file, snapshot_body
 from lkstream.storage.offset_journal import JournalFollower
 from lkstream.storage.offsets import OFFSETS_DIR
@@ -257,8 +264,25 @@ def _copy_topic(reader: DataDirReader, topic: str, staging: str, report: BackupR
     report.partitions.extend(snapshots)
 
 
+#: Copies of one partition started over because the cleaner rewrote segments under the backup.
+_PARTITION_TRIES: Final = 5
+
+
+class _Rewritten(Exception):
+    """A segment vanished while an older one is still there: the cleaner merged segments meanwhile."""
+
+
 def _copy_partition(directory: str, topic: str, pid: int, target_topic: str) -> PartitionSnapshot:
     target = os.path.join(target_topic, os.path.basename(directory))
+    for _ in range(_PARTITION_TRIES - 1):
+        try:
+            return _copy_partition_once(directory, topic, pid, target)
+        except _Rewritten:
+            shutil.rmtree(target, ignore_errors=True)  # start over from a new listing
+    return _copy_partition_once(directory, topic, pid, target)
+
+
+def _copy_partition_once(directory: str, topic: str, pid: int, target: str) -> PartitionSnapshot:
     os.makedirs(target)
     segments = list_segments(directory)
     copied: list[tuple[int, int, int]] = []  # (base offset, bytes, next offset)
@@ -268,6 +292,10 @@ def _copy_partition(directory: str, topic: str, pid: int, target_topic: str) -> 
         except StorageError as exc:
             if os.path.exists(seg.seg_path):
                 raise
+            if copied and os.path.exists(os.path.join(directory, format_segment_name(copied[-1][0]))):
+                # Retention and DeleteRecords remove the oldest segments first: this one went while an
+                # older one stays, so the cleaner merged it into a rewritten segment after we copied that.
+                raise _Rewritten(seg.seg_path) from exc
             # Retention deleted it (oldest first): the log now starts after it.
             for base, _, _ in copied:
                 for suffix in (SEGMENT_SUFFIX, INDEX_SUFFIX):
@@ -278,6 +306,8 @@ def _copy_partition(directory: str, topic: str, pid: int, target_topic: str) -> 
             continue
         try:
             expected = copied[-1][2] if copied else None
+            if expected is not None and seg.base_offset < expected:
+                raise _Rewritten(seg.seg_path)  # the copy before it was a rewrite that holds its offsets
             if expected is not None and seg.base_offset != expected:
                 raise CorruptRecordError(
                     f"segment starts at offset {seg.base_offset}, the previous one ends before {expected}",
@@ -292,6 +322,9 @@ def _copy_partition(directory: str, topic: str, pid: int, target_topic: str) -> 
         base, size, end = copied[-1]
         write_checkpoint(target, Checkpoint(sealed, base, size, end))
     start = copied[0][0] if copied else 0
+    marks = _copy_marks(directory, target)
+    if marks is not None:
+        start = max(start, marks.log_start_offset)
     end = copied[-1][2] if copied else 0
     return PartitionSnapshot(topic, pid, start, end, len(copied), sum(size for _, size, _ in copied))
 
@@ -320,6 +353,17 @@ def _copy_segment(file: OsFile, base: int, target: str, *, active: bool) -> tupl
     with open(os.path.join(target, format_segment_name(base, INDEX_SUFFIX)), "wb") as out:
         out.write(entries)
     return end, next_offset
+
+
+def _copy_marks(directory: str, target: str) -> Marks | None:
+    """Copy ``marks.meta`` (the log start and the cleaner's progress), if there is a valid one."""
+    try:
+        marks = read_marks(directory)
+    except MarksDamaged:
+        return None  # the broker ignores a damaged one too
+    if marks is not None:
+        write_marks(target, marks)
+    return marks
 
 
 # -- producer ids, security files, the inventory --------------------------------------------------------

@@ -17,7 +17,9 @@ Invariants this module enforces:
   the written end (lower latency; a crash may take back the unsynced tail and
   its offsets are then reused).
 * **Retention** deletes whole sealed segments, oldest first, never the active
-  one; ``log_start_offset`` is the base of the first remaining segment.
+  one; ``log_start_offset`` is the base of the first remaining segment, or the later
+  offset DeleteRecords set (:mod:`lkstream.storage.log_maintenance`, which also rolls
+  by time and swaps in the cleaner's rewritten segments).
 * **Recovery** (on construction): validate the active segment from the
   checkpoint's recovery point (or from 0), truncate at the first invalid byte,
   rebuild index entries for what remains; see :class:`RecoveryReport`.
@@ -45,13 +47,14 @@ from lkstream.format.batch import MAGIC, BatchHeader, check_batch, parse_header,
 from lkstream.storage.checkpoint import Checkpoint, CheckpointDamaged, read_checkpoint, write_checkpoint
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.files import OsFile, StorageFile, fsync_dir
+from lkstream.storage.log_maintenance import LogMaintenance
 from lkstream.storage.producers import (
     DEFAULT_EXPIRATION_MS,
     ProducerStateBudget,
     ProducerStateTable,
     producer_fields,
 )
-from lkstream.storage.ranges import SendableRead
+from lkstream.storage.ranges import FileRange, SendableRead
 from lkstream.storage.segment import (
     INDEX_SUFFIX,
     SEGMENT_SUFFIX,
@@ -60,6 +63,7 @@ from lkstream.storage.segment import (
     format_segment_name,
     parse_segment_name,
 )
+from lkstream.storage.swap import recover_swaps
 
 log = logging.getLogger("lkstream.storage")
 
@@ -82,6 +86,10 @@ class LogConfig:
     visible_after_fsync: bool = False
     checkpoint_interval_ms: int = 1000
     producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
+    #: Seal the active segment once it has held data this long (Kafka's ``segment.ms``); -1: never.
+    segment_ms: int = -1
+    #: Up to this much, drawn per segment, comes off ``segment_ms`` (Kafka's ``segment.jitter.ms``).
+    segment_jitter_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class AppendResult:
     last_offset: int
     size: int
     duplicate: bool = False  # an idempotent producer's retry: nothing was written, offsets are the original's
+    rolled: bool = False  # the batch starts a new segment: everything before it is sealed now
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,8 @@ class PartitionStats:
     segment_count: int
     size_bytes: int
     active_segment_bytes: int
+    #: Compacted topics: the share of the sealed bytes not cleaned yet (None elsewhere; see Broker.describe_topic).
+    dirty_ratio: float | None = None
 
 
 @dataclass
@@ -127,7 +138,7 @@ class LogRecovery:
         return self.report.truncated_bytes
 
 
-class PartitionLog:
+class PartitionLog(LogMaintenance):
     """The log of one partition. Thread-safe."""
 
     def __init__(
@@ -176,10 +187,12 @@ class PartitionLog:
         if new_files is not None:
             self.recovery = self._open_new(new_files)
             self.producers = ProducerStateTable(producer_budget, expiration_ms=expiration, clock=self._clock.now_ms)
+            self._no_marks()
             return
         with map_os_errors("create partition directory", directory):
             os.makedirs(directory, exist_ok=True)
         self.recovery = self._open()
+        self._open_marks()
         # Idempotent producers: rebuilt from the snapshot plus the batch headers after it.
         self.producers = ProducerStateTable.rebuild(
             directory, self._segments, producer_budget, expiration_ms=expiration, clock=self._clock.now_ms
@@ -195,7 +208,8 @@ class PartitionLog:
         return LogRecovery(self.topic, self.partition, active.path, report)
 
     def _open(self) -> LogRecovery:
-        swept = self._sweep_strays()
+        swaps = recover_swaps(self.directory)  # first: it decides which segment files exist
+        swept = swaps.dropped + self._sweep_strays()
         bases = sorted(
             parsed[0]
             for name in os.listdir(self.directory)
@@ -289,10 +303,6 @@ class PartitionLog:
     # -- properties ------------------------------------------------------------------------------
 
     @property
-    def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
-
-    @property
     def next_offset(self) -> int:
         """The offset the next appended record gets (the log end offset)."""
         return self._segments[-1].next_offset
@@ -336,8 +346,14 @@ class PartitionLog:
                 if duplicate is not None:
                     return AppendResult(duplicate[0], duplicate[1], 0, duplicate=True)
             active = self._segments[-1]
-            if active.size > 0 and active.size + len(batch) > self.config.segment_max_bytes:
+            rolled = active.size > 0 and (
+                active.size + len(batch) > self.config.segment_max_bytes
+                or (self.config.segment_ms >= 0 and self._roll_due(active, self._clock.now_ms()))
+            )
+            if rolled:
                 active = self._roll()
+            if active.size == 0 and self.config.segment_ms >= 0:
+                self._start_roll_clock()
             base = active.next_offset
             stamp_base_offset(batch, base)
             stamped = BatchHeader(
@@ -356,7 +372,7 @@ class PartitionLog:
                 self.producers.record(fields, base, stamped.last_offset)
             self.unflushed_bytes += len(batch)
             self._appended = True
-        return AppendResult(base, stamped.last_offset, len(batch))
+        return AppendResult(base, stamped.last_offset, len(batch), rolled=rolled)
 
     def _roll(self) -> Segment:
         """Seal the active segment (fsynced) and start a new one. Caller holds the lock."""
@@ -367,6 +383,7 @@ class PartitionLog:
         old.file.truncate(old.size)
         old.file.fsync()
         old.index.file.fsync()
+        old.mark_sealed(self._clock.now_ms())
         new = self._new_segment(old.next_offset)
         fsync_dir(self.directory)
         self._segments.append(new)
@@ -503,7 +520,11 @@ class PartitionLog:
         Returns at least one batch when ``offset`` is below the high watermark
         (even if larger than ``max_bytes``) and empty data at the high watermark.
         Batches may begin before ``offset``; consumers skip the earlier records.
-        Reads stop at a segment boundary; call again from the next offset.
+        Reads stop at a segment boundary; call again from the next offset. A read
+        never holds only empty batches (a compacted log's, docs/adr/0006) while a
+        record follows below the high watermark: it goes on, across segments, to
+        the first batch with records. Some clients (KafkaJS) fetch the same offset
+        again forever when an answer holds batches but no record.
         """
         found = self.read_for_send(offset, max_bytes, zero_copy=False)
         return ReadResult(cast(bytes, found.data), found.log_start_offset, found.high_watermark)
@@ -524,21 +545,37 @@ class PartitionLog:
                 raise OffsetOutOfRangeError(self.topic, self.partition, offset, start, high)
             if offset == high:
                 return SendableRead(b"", start, high)
-            i = bisect_right(self._bases, offset) - 1
-            while True:
+            chunks: list[bytes] = []
+            while offset < high:
+                i = bisect_right(self._bases, offset) - 1
                 segment = self._segments[i]
                 is_active = i == len(self._segments) - 1
                 end = self._readable_end(segment, is_active)
                 position = segment.position_of(offset, end)
-                if position < end or is_active:
-                    ranged = segment.range_for_send(position, max_bytes, end, min_one=min_one) if zero_copy else None
-                    if ranged is None:
-                        ranged = segment.read(position, max_bytes, end, min_one=min_one)
-                    return SendableRead(ranged, start, high)
-                # Nothing at or after `offset` in this segment: the offsets up to the next
-                # segment's base are missing (a gap). Serve the next data, as Kafka does,
-                # rather than an empty read that a consumer would repeat forever.
-                i += 1
+                if position >= end and not is_active:
+                    # Nothing at or after `offset` in this segment: the offsets up to the next
+                    # segment's base are missing (a gap). Serve the next data, as Kafka does,
+                    # rather than an empty read that a consumer would repeat forever.
+                    offset = self._bases[i + 1]
+                    continue
+                if zero_copy and not chunks:
+                    ranged = segment.range_for_send(position, max_bytes, end, min_one=min_one)
+                    if not isinstance(ranged, FileRange) or segment.header_at(position).records_count:
+                        if ranged is not None:
+                            return SendableRead(ranged, start, high)
+                    else:
+                        # A range that may hold only empty batches (a compacted log's): the
+                        # copying walk below goes on to the first record instead.
+                        ranged.release()
+                data = segment.read(position, max_bytes, end, min_one=min_one)
+                if not data:
+                    break
+                chunks.append(data)
+                after = _after_empty_batches(data)
+                if after is None:
+                    break
+                offset = after
+            return SendableRead(chunks[0] if len(chunks) == 1 else b"".join(chunks), start, high)
 
     def _readable_end(self, segment: Segment, is_active: bool) -> int:
         if is_active and self.config.visible_after_fsync:
@@ -663,3 +700,17 @@ class PartitionLog:
         self._write_checkpoint()
         if self.producers.snapshot_offset != active.next_offset:  # a clean reopen and close writes nothing
             self.producers.write_snapshot(self.directory, active.next_offset)
+
+
+def _after_empty_batches(data: bytes) -> int | None:
+    """The offset after ``data`` when every batch in it is empty (no record); None when one holds records.
+
+    Looks at the first batch's header only, in a log that was never compacted.
+    """
+    pos, after = 0, None
+    while pos < len(data):
+        header = parse_header(data, pos)
+        if header.records_count:
+            return None
+        after, pos = header.next_offset, pos + header.size
+    return after

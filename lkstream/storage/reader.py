@@ -15,7 +15,10 @@ Invariants:
   snapshot whose last batch may still be half written; that reads as a torn
   tail and is handled as one.
 * **Sees exactly what recovery would keep.** :class:`PartitionReader` yields
-  whole, CRC-valid batches with contiguous offsets. In sealed segments, and in
+  whole, CRC-valid batches with contiguous offsets, from the log start offset
+  on (``marks.meta``: DeleteRecords may have moved it inside a segment). A
+  compacted log's batches may hold fewer records than offsets, or none
+  (docs/adr/0006): readers skip records by offset, never count them. In sealed segments, and in
   the active (last) segment before the recovery point that recovery trusts
   (checkpoint.meta's, or 0), an invalid batch is corruption and raises
   :class:`~lkstream.errors.CorruptRecordError` with path and position. From the
@@ -53,6 +56,7 @@ from lkstream.storage.checkpoint import Checkpoint, CheckpointDamaged, read_chec
 from lkstream.storage.files import OsFile, StorageFile
 from lkstream.storage.index import ENTRY, ENTRY_SIZE
 from lkstream.storage.lock import LOCK_NAME
+from lkstream.storage.marks import Marks, MarksDamaged, read_marks
 from lkstream.storage.names import (
     parse_partition_dir,
     partition_dir_name,
@@ -266,10 +270,18 @@ class PartitionReader:
             self.checkpoint = read_checkpoint(directory)
         except CheckpointDamaged as exc:
             self.checkpoint_problem = str(exc)
+        self.marks: Marks | None = None
+        self.marks_problem = ""
+        try:
+            self.marks = read_marks(directory)
+        except MarksDamaged as exc:
+            self.marks_problem = str(exc)
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset if self.segments else 0
+        """Where reads start: the first segment's base, or the later offset DeleteRecords set."""
+        first = self.segments[0].base_offset if self.segments else 0
+        return first if self.marks is None else max(first, self.marks.log_start_offset)
 
     def trusted_prefix(self) -> tuple[int, int]:
         """``(position, next offset)`` in the last segment up to which recovery trusts the data.
@@ -298,6 +310,7 @@ class PartitionReader:
         quietly at a torn tail; raises :class:`CorruptRecordError` for anything
         recovery would not repair.
         """
+        start_offset = max(start_offset, self.log_start_offset)
         for path, item in self._walk(start_offset, with_data=True):
             if item.header.next_offset > start_offset and item.data is not None:
                 yield RawBatch(path, item.position, item.header, item.data)

@@ -9,7 +9,7 @@ else (issue 28, finding 9). The rules:
   (before the list) is restored from a walk of the directory under the same rules, without
   checksums (a note says so: ``lkstream verify`` the result).
 * **Only names of the data-directory layout** (:func:`layout_path`): ``topics/<topic>/topic.json``,
-  ``topics/<topic>/part<N>/<base>.seg|.idx``, ``checkpoint.meta``, ``producers.snapshot``,
+  ``topics/<topic>/part<N>/<base>.seg|.idx``, ``checkpoint.meta``, ``producers.snapshot``, ``marks.meta``,
   ``offsets/<name>.offset``, ``producer_ids`` and the security files. No absolute path, no
   ``..``, no other name: a manifest naming one is refused whole and nothing is written.
 * **Only regular files, never through a link.** Each directory of a path is opened with
@@ -43,6 +43,7 @@ import crc32c
 
 from lkstream.errors import CorruptRecordError, InvalidArgumentError, map_os_errors
 from lkstream.storage.backup import MANIFEST, BackupFile, BackupReport, check_target, staged
+from lkstream.storage.marks import MARKS_NAME
 from lkstream.storage.names import shown, validate_topic
 from lkstream.storage.segment import INDEX_SUFFIX, SEGMENT_SUFFIX
 
@@ -52,7 +53,7 @@ SECURITY_FILES: Final = (f"{SECURITY_DIR}/users.json", f"{SECURITY_DIR}/acls.jso
 PRODUCER_IDS: Final = "producer_ids"
 _PARTITION_DIR: Final = re.compile(r"part(0|[1-9]\d{0,8})")
 _PARTITION_FILE: Final = re.compile(rf"\d{{20}}({re.escape(SEGMENT_SUFFIX)}|{re.escape(INDEX_SUFFIX)})")
-_PARTITION_META: Final = frozenset({"checkpoint.meta", "producers.snapshot"})
+_PARTITION_META: Final = frozenset({"checkpoint.meta", "producers.snapshot", MARKS_NAME})
 # Readable names (group__topic__partN.offset) and hashed ones (~<hex>.offset): one safe component.
 _OFFSET_FILE: Final = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,247}\.offset")
 _COPY_CHUNK: Final = 1 << 20

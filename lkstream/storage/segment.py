@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, cast
 
-from lkstream.errors import CorruptRecordError, StorageError, invariant
+from lkstream.errors import CorruptRecordError, StorageError, invariant, map_os_errors
 from lkstream.format.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -84,6 +84,7 @@ class Segment:
         self._index_ready = False
         #: Bytes whose batches passed their CRC check in this process (what read ranges may hand out).
         self.verified = VerifiedSpans()
+        self._sealed_ms: int | None = None
 
     @property
     def path(self) -> str:
@@ -92,6 +93,27 @@ class Segment:
     @property
     def size(self) -> int:
         return self.file.size()
+
+    @property
+    def sealed_ms(self) -> int:
+        """When the segment was sealed: its file's mtime, which rolling sets from the log's clock.
+
+        A sealed segment is never written again, so this is an upper bound of when each of its
+        batches was appended (tombstone horizons and compaction lags count from it).
+        """
+        if self._sealed_ms is None:
+            with map_os_errors("stat", self.path):
+                self._sealed_ms = os.stat(self.path).st_mtime_ns // 1_000_000
+        return self._sealed_ms
+
+    def mark_sealed(self, now_ms: int) -> None:
+        """Record ``now_ms`` as the time the segment was sealed (in its file's mtime)."""
+        self._sealed_ms = now_ms
+        try:
+            os.utime(self.path, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
+        except OSError as exc:
+            # Only a later start reads it back, where the write time of the file is the fallback.
+            log.warning("could not record the sealing time of %s: %s", self.path, exc)
 
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> int:
         """Append one stamped, validated batch; return its position."""

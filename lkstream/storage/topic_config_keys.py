@@ -11,10 +11,10 @@ lists the same names (a test compares them). Types, ranges and defaults are Kafk
 * a value LKSTREAM cannot honour is refused (:class:`~lkstream.errors.UnsupportedConfigError`,
   saying why) where Kafka would accept it; nothing is accepted and then ignored.
 
-Each key is in one of four groups (:class:`Handling`): honoured by the broker or storage;
-kept for the cleaner (log compaction and time-based rolling read them); accepted because a
-single node behaves as Kafka does whatever the value (replication throttles, unclean leader
-election, down-conversion); or accepted only at the value LKSTREAM has (``preallocate=false``,
+Each key is in one of three groups (:class:`Handling`): honoured by the broker or storage
+(the log cleaner and time-based rolling among them); accepted because a single node behaves
+as Kafka does whatever the value (replication throttles, unclean leader election,
+down-conversion); or accepted only at the value LKSTREAM has (``preallocate=false``,
 ``min.insync.replicas=1``, no tiered storage, no per-topic flush).
 
 Values are parsed as Kafka's ``ConfigDef`` parses strings: surrounding whitespace (Java's
@@ -60,7 +60,6 @@ class Handling(Enum):
     """What LKSTREAM does with a config (docs/kafka.md groups the table by it)."""
 
     HONOURED = "honoured"
-    CLEANER = "kept for the cleaner"
     SAME_ON_ONE_NODE = "accepted: one node behaves as Kafka whatever the value"
     ONLY_LKSTREAM_VALUE = "accepted only at the value LKSTREAM has"
 
@@ -230,7 +229,7 @@ def _key(name: str, type_: ConfigType, default: Any, handling: Handling, doc: st
     return ConfigKey(name, type_, default, handling, doc, **kw)
 
 
-_H, _C, _S, _O = Handling.HONOURED, Handling.CLEANER, Handling.SAME_ON_ONE_NODE, Handling.ONLY_LKSTREAM_VALUE
+_H, _S, _O = Handling.HONOURED, Handling.SAME_ON_ONE_NODE, Handling.ONLY_LKSTREAM_VALUE
 _LONG, _INT, _DOUBLE, _BOOL, _STR, _LIST = (
     ConfigType.LONG,
     ConfigType.INT,
@@ -257,8 +256,9 @@ KEYS: Final[dict[str, ConfigKey]] = {
              synonym="compression.lz4.level", check=_level(1, 17)),
         _key("compression.zstd.level", _INT, 3, _H, "zstd level the broker recompresses with.",
              synonym="compression.zstd.level", check=_level(-131072, 22)),
-        _key("delete.retention.ms", _LONG, 86_400_000, _C,
-             "How long the cleaner keeps a tombstone (a null value) of a compacted topic.",
+        _key("delete.retention.ms", _LONG, 86_400_000, _H,
+             "How long the cleaner keeps a tombstone (a null value) of a compacted topic, counted from when its "
+             "segment was sealed.",
              broker_field="delete_retention_ms", synonym="log.cleaner.delete.retention.ms", check=_at_least(0)),
         _key("file.delete.delay.ms", _LONG, 60_000, _S,
              "Kafka waits this long before removing a deleted segment so that reads in flight finish; LKSTREAM's "
@@ -279,7 +279,7 @@ KEYS: Final[dict[str, ConfigKey]] = {
              synonym="log.local.retention.bytes", check=_at_least(-2), refuse=_only(-2, _NO_TIERING)),
         _key("local.retention.ms", _LONG, -2, _O, "Tiered storage only: " + _NO_TIERING + ".",
              synonym="log.local.retention.ms", check=_at_least(-2), refuse=_only(-2, _NO_TIERING)),
-        _key("max.compaction.lag.ms", _LONG, LONG_MAX, _C,
+        _key("max.compaction.lag.ms", _LONG, LONG_MAX, _H,
              "The longest a record may stay uncompacted; the cleaner cleans a log whose oldest dirty record is older.",
              broker_field="max_compaction_lag_ms", synonym="log.cleaner.max.compaction.lag.ms", check=_at_least(1)),
         _key("max.message.bytes", _INT, 1_048_588, _H,
@@ -308,11 +308,13 @@ KEYS: Final[dict[str, ConfigKey]] = {
              "clock at append.",
              broker_field="message_timestamp_type", synonym="log.message.timestamp.type",
              check=_one_of(CREATE_TIME, LOG_APPEND_TIME)),
-        _key("min.cleanable.dirty.ratio", _DOUBLE, 0.5, _C,
+        _key("min.cleanable.dirty.ratio", _DOUBLE, 0.5, _H,
              "The cleaner cleans a compacted log once this share of it is not yet cleaned.",
              broker_field="min_cleanable_dirty_ratio", synonym="log.cleaner.min.cleanable.ratio",
              check=_between(0, 1)),
-        _key("min.compaction.lag.ms", _LONG, 0, _C, "The cleaner leaves records younger than this alone.",
+        _key("min.compaction.lag.ms", _LONG, 0, _H,
+             "The cleaner leaves a segment alone until it was sealed this long ago (so every record stays "
+             "uncompacted at least this long).",
              broker_field="min_compaction_lag_ms", synonym="log.cleaner.min.compaction.lag.ms", check=_at_least(0)),
         _key("min.insync.replicas", _INT, 1, _O,
              "A single node holds one replica of each partition, so 1 is the only value every acks=all write "
@@ -343,9 +345,9 @@ KEYS: Final[dict[str, ConfigKey]] = {
              "Kafka preallocates index files of this size and rolls when one fills; LKSTREAM's sparse index grows "
              "with its segment, so segments roll by segment.bytes and segment.ms only.",
              synonym="log.index.size.max.bytes", check=_at_least(4)),
-        _key("segment.jitter.ms", _LONG, 0, _C, "A random amount up to this is taken off segment.ms for each segment.",
+        _key("segment.jitter.ms", _LONG, 0, _H, "A random amount up to this is taken off segment.ms for each segment.",
              synonym="log.roll.jitter.ms", check=_at_least(0)),
-        _key("segment.ms", _LONG, 604_800_000, _C,
+        _key("segment.ms", _LONG, 604_800_000, _H,
              "A partition rolls to a new segment once its active segment is this old, so a quiet tail becomes "
              "sealed (cleanable, deletable).",
              broker_field="segment_ms", synonym="log.roll.ms", check=_at_least(1)),

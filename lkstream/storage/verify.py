@@ -50,6 +50,7 @@ from lkstream.format.validate import DEFAULT_MAX_DECOMPRESSED_BYTES, check_recor
 from lkstream.storage.checkpoint import CHECKPOINT_NAME
 from lkstream.storage.files import StorageFile
 from lkstream.storage.index import ENTRY_SIZE
+from lkstream.storage.marks import MARKS_NAME
 from lkstream.storage.names import partition_dir_name, validate_topic
 from lkstream.storage.offset_files import is_topic_id, read_offset_file
 from lkstream.storage.offset_journal import JOURNAL_MAGIC, JOURNAL_NAME, scan_records
@@ -68,6 +69,7 @@ from lkstream.storage.reader import (
     scan_segment,
 )
 from lkstream.storage.segment import SEGMENT_SUFFIX, parse_segment_name
+from lkstream.storage.swap import CLEANED, DELETED, SWAP
 from lkstream.storage.topic_config import TopicConfig
 from lkstream.storage.topics import TOPIC_META
 
@@ -276,6 +278,19 @@ class _Verifier:
         self._ends[(pr.topic, pr.partition)] = summary.end_offset
         if scan is not None:
             self._check_checkpoint(pr, pr.segments[-1], scan)
+        self._check_marks(pr, summary.end_offset)
+
+    def _check_marks(self, pr: PartitionReader, end: int | None) -> None:
+        """``marks.meta`` (DeleteRecords' log start, the cleaner's progress): what the broker does with it."""
+        path = os.path.join(pr.directory, MARKS_NAME)
+        if pr.marks_problem:
+            self._add("warning", path, f"damaged ({pr.marks_problem}): the log starts at its first segment again")
+        elif pr.marks is not None and end is not None and pr.marks.log_start_offset > end:
+            self._add(
+                "warning",
+                path,
+                f"log start {pr.marks.log_start_offset} lies beyond the end {end}: the broker starts the log there",
+            )
 
     def _check_partition_files(self, pr: PartitionReader) -> None:
         with map_os_errors("list", pr.directory):
@@ -285,9 +300,14 @@ class _Verifier:
         for name in names:
             path = os.path.join(pr.directory, name)
             parsed = parse_segment_name(name)
-            if name in (CHECKPOINT_NAME, SNAPSHOT_NAME) or (parsed is not None and parsed[1] == SEGMENT_SUFFIX):
+            if name in (CHECKPOINT_NAME, SNAPSHOT_NAME, MARKS_NAME) or (
+                parsed is not None and parsed[1] == SEGMENT_SUFFIX
+            ):
                 continue
-            if parsed is not None and parsed[0] not in bases:
+            if name.endswith((CLEANED, SWAP, DELETED)):
+                # The cleaner's steps (lkstream.storage.swap); beside a live broker, a clean in progress.
+                self._add("warning", path, "an unfinished segment rewrite (the broker finishes or undoes it on open)")
+            elif parsed is not None and parsed[0] not in bases:
                 self._add("warning", path, "index without a segment (the broker deletes it on open)")
             elif name.endswith(".tmp"):
                 self._add("warning", path, "stray temporary file (the broker deletes it on open)")

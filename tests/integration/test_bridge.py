@@ -18,13 +18,15 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import NewTopic as NewKafkaTopic
 
 import lkstream
 from lkstream.bridge import BridgeMetrics, BridgeSettings, KafkaBridge
 from lkstream.broker.partitioner import partition_for_key
 from lkstream.client.remote import RemoteBroker
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError
-from tests.integration.conftest import REPO, DaemonProcess
+from tests.integration.conftest import REPO, DaemonFactory, DaemonProcess
 from tests.integration.kafka_peer import kafka  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.timeout(180)
@@ -256,3 +258,42 @@ async def test_bridge_killed_mid_stream_loses_nothing_and_duplicates_only_after_
                 seen.add(value)
                 first_seen.append(value)
             assert first_seen == [b"%d:%d" % (pid, i) for i in range(per_partition)]
+
+
+async def test_a_compacted_topic_is_bridged_across_its_gaps(start_daemon: DaemonFactory, kafka: str) -> None:  # noqa: F811
+    """Issue 24: the records that survived a clean are copied across the offsets it removed, and the
+    group commits up to the high watermark (its lag reaches 0)."""
+    daemon = start_daemon(segment_max_bytes=4096, log_cleaner_backoff_ms=100, retention_check_interval_ms=100)
+    configs = {"cleanup.policy": "compact", "segment.ms": "200", "delete.retention.ms": "0"}
+    admin = AdminClient({"bootstrap.servers": daemon.kafka_address})
+    admin.create_topics([NewKafkaTopic("table", 1, 1, config=configs)])["table"].result(20)
+    with lkstream.connect(daemon.address) as source:
+        for n in range(60):
+            await source.produce_many("table", [(b"k%d" % (n % 4), b"v%d" % n * 20)], partition=0)
+        await source.produce_many("table", [(b"gone", None)], partition=0)
+        deadline = time.monotonic() + DEADLINE_S
+        # Left: each key's latest record, and the tombstone while it is the log's last record.
+        while source.describe_topic("table").partitions[0].dirty_ratio != 0.0 or _count(source, "table") > 5:
+            assert time.monotonic() < deadline, "the daemon's cleaner did not clean the topic"
+            await asyncio.sleep(0.2)
+        survivors = [(r.key, r.value) for r in source.read_from("table", 0, 0)]
+        assert len(survivors) == 5 and survivors[-1] == (b"gone", None)
+        bridge = KafkaBridge(source, BridgeSettings(topics=["table"], kafka_bootstrap=kafka, commit_every=10))
+        task = asyncio.create_task(bridge.run())
+        await wait_bridged(source, "lkstream-bridge", "table", task)
+        bridge.stop()
+        await asyncio.wait_for(task, DEADLINE_S)
+    got = await read_kafka(kafka, "table", 5)
+    assert [(m.key, m.value) for m in got[0]] == survivors
+
+
+def _count(source: RemoteBroker, topic: str) -> int:
+    """Records of partition 0 a read from its start returns (stepping over what the cleaner removed)."""
+    count, offset, end = 0, 0, source.bounds(topic, 0)[1]
+    while offset < end:
+        records = source.read_from(topic, 0, offset)
+        if not records:
+            break
+        count += len(records)
+        offset = records[-1].offset + 1
+    return count

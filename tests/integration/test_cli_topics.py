@@ -33,9 +33,10 @@ def test_create_list_describe_delete(daemon: DaemonProcess) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "topic: orders partitions: 3 retention.ms: 60000 retention.bytes: 1048576"
-    assert lines[1].split() == ["PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES"]
+    assert lines[1].split() == ["PARTITION", "LOG_START", "NEXT_OFFSET", "HIGH_WATERMARK", "SEGMENTS", "BYTES", "DIRTY"]
     rows = [line.split() for line in lines[2:5]]
     assert [r[:4] for r in rows] == [["0", "0", "0", "0"], ["1", "0", "2", "2"], ["2", "0", "0", "0"]]
+    assert [r[6] for r in rows] == ["-", "-", "-"], "a topic that is not compacted has no dirty ratio"
     assert int(rows[1][5]) > 0
     assert len({len(line) for line in lines[1:5]}) == 1  # aligned columns
     # Then the configs off their defaults, with their sources.
@@ -135,6 +136,28 @@ def test_a_group_that_never_committed_starts_at_the_log_start_per_partition(daem
     done = lkstream_cli("consume", "two", "--bootstrap", addr, "--from", "committed")
     assert done.returncode == 2 and "--group" in done.stderr
     assert "does not read" not in lkstream_cli("consume", "--help").stdout
+
+
+def test_delete_records_moves_each_log_start_durably(daemon: DaemonProcess) -> None:
+    """Issue 24: ``lkstream topics delete-records`` is Kafka's DeleteRecords over gRPC Admin."""
+    addr = daemon.address
+    with lkstream.connect(addr) as broker:
+        broker.create_topic("purged", 2)
+        broker.produce_many_sync("purged", [(None, f"{i}".encode()) for i in range(10)], partition=0)
+        broker.produce_many_sync("purged", [(None, b"x")] * 3, partition=1)
+    done = lkstream_cli("topics", "delete-records", "purged", "--before", "6", "--partition", "0", "--bootstrap", addr)
+    assert done.returncode == 0, done.stderr
+    assert [line.split() for line in done.stdout.splitlines()] == [["PARTITION", "LOG_START"], ["0", "6"]]
+    done = lkstream_cli("topics", "delete-records", "purged", "--before", "-1", "--bootstrap", addr)
+    assert [line.split() for line in done.stdout.splitlines()][1:] == [["0", "10"], ["1", "3"]], done.stderr
+    done = lkstream_cli("topics", "delete-records", "purged", "--before", "99", "--bootstrap", addr)
+    assert done.returncode == 1 and "OUT_OF_RANGE" in done.stderr, done.stderr
+    with lkstream.connect(addr) as broker:
+        assert [p.log_start_offset for p in broker.describe_topic("purged").partitions] == [10, 3]
+        broker.produce_many_sync("purged", [(None, b"after")], partition=0)
+        assert [r.value for r in broker.read_from("purged", 0, 10)] == [b"after"]
+        with pytest.raises(lkstream.OffsetOutOfRangeError):
+            broker.read_from("purged", 0, 9)
 
 
 def test_topic_configs_from_the_command_line(daemon: DaemonProcess) -> None:

@@ -329,6 +329,15 @@ def test_topic_admin(api: Api, topic: str) -> None:
     described = api.get(f"/topics/{topic}").body
     assert [p["next_offset"] for p in described["partition_stats"]] == [0, 2]
 
+    # Issue 24: Kafka's DeleteRecords, then the log start is where it was asked.
+    purged = api.post(f"/topics/{topic}/delete-records", {"partitions": [{"partition": 1, "before": 1}]})
+    assert (purged.status, purged.body) == (200, {"topic": topic, "partitions": [{"partition": 1, "low_watermark": 1}]})
+    assert [p["log_start_offset"] for p in api.get(f"/topics/{topic}").body["partition_stats"]] == [0, 1]
+    too_far = api.post(f"/topics/{topic}/delete-records", {"partitions": [{"partition": 1, "before": 3}]})
+    assert too_far.status == 416, too_far.body
+    assert api.post(f"/topics/{topic}/delete-records", {"partitions": []}).status == 400
+    assert all(p["dirty_ratio"] is None for p in described["partition_stats"]), "not compacted: no dirty ratio"
+
     deleted = api.delete(f"/topics/{topic}")
     assert (deleted.status, deleted.body) == (204, None)
     assert api.get(f"/topics/{topic}").status == 404
@@ -470,6 +479,7 @@ def test_openapi_document_is_the_generated_one(api: Api) -> None:
         "/topics/{topic}",
         "/topics/{topic}/configs",
         "/topics/{topic}/partitions",
+        "/topics/{topic}/delete-records",
         "/groups/{group}",
         "/produce/{partition}",
         "/fetch/{partition}",

@@ -103,6 +103,14 @@ CASES: dict[str, list[Case]] = {
     "POST /topics/{topic}/partitions": [
         Case(f"/topics/{ORDERS}/partitions", [acl("create", "topic", ORDERS)], body={"count": 9, "validate_only": True})
     ],
+    # After every route that reads ORDERS from offset 0: this one purges its record.
+    "POST /topics/{topic}/delete-records": [
+        Case(
+            f"/topics/{ORDERS}/delete-records",
+            [acl("delete", "topic", ORDERS)],
+            body={"partitions": [{"partition": 0, "before": 1}]},
+        )
+    ],
     "GET /groups/{group}": [
         Case("/groups/g1", [acl("describe", "group", "g1")], listed=ORDERS, shows=acl("describe", "topic", ORDERS))
     ],

@@ -261,6 +261,14 @@ CASES: dict[int, list[Case]] = {
             [(acl("delete", "topic", "doomed"), TOPIC_DENIED)],
         )
     ],
+    ApiKey.DELETE_RECORDS: [
+        Case(
+            ApiKey.DELETE_RECORDS,
+            2,
+            {"topics": [{"name": ORDERS, "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 5000},
+            [(acl("delete", "topic", ORDERS), TOPIC_DENIED)],
+        )
+    ],
     ApiKey.CREATE_PARTITIONS: [
         Case(
             ApiKey.CREATE_PARTITIONS,

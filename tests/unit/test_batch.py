@@ -22,6 +22,7 @@ from lkstream.format.batch import (
     stamp_base_offset,
 )
 from lkstream.format.codec import encode_batch
+from lkstream.format.rewrite import empty_batch
 from lkstream.format.validate import validate_producer_batch as check_producer_batch
 
 from .support import FIXED_TS, make_batch, zigzag_varint
@@ -170,11 +171,21 @@ def test_check_batch_rejects_wrong_magic() -> None:
     assert "magic 1" in info.value.reason
 
 
-def test_check_batch_rejects_zero_records_count() -> None:
-    damaged = _with(make_batch(1), ">i", B.RECORDS_COUNT_AT, 0)
+def test_check_batch_rejects_a_negative_records_count() -> None:
+    damaged = _with(make_batch(1), ">i", B.RECORDS_COUNT_AT, -1)
     with pytest.raises(CorruptRecordError) as info:
         check_batch(damaged)
     assert "inconsistent counts" in info.value.reason
+
+
+def test_check_batch_accepts_an_empty_batch_over_at_least_one_offset() -> None:
+    # The cleaner writes these over removed records (docs/adr/0006); a producer may not send one.
+    assert check_batch(empty_batch(7, 4, 1000)).next_offset == 12
+    bad = bytearray(empty_batch(7, 0, 1000))
+    bad[B.LAST_OFFSET_DELTA_AT : B.LAST_OFFSET_DELTA_AT + 4] = (-1).to_bytes(4, "big", signed=True)
+    bad[B.CRC_AT : B.CRC_AT + 4] = B.compute_crc(bad).to_bytes(4, "big")
+    with pytest.raises(CorruptRecordError, match="inconsistent counts"):
+        check_batch(bad)
 
 
 def test_check_batch_rejects_last_offset_delta_below_records_count() -> None:

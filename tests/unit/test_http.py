@@ -247,6 +247,7 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "InvalidConfigError": (400, "invalid_config"),
         "UnsupportedConfigError": (400, "unsupported_config"),
         "InvalidTimestampError": (400, "invalid_timestamp"),
+        "PolicyViolationError": (400, "policy_violation"),  # DeleteRecords on a compact-only topic
         # issue 28: limits reached, not bad arguments; throttles say when to come back (429)
         "PartitionLimitError": (409, "partition_limit"),
         "AutoCreateThrottledError": (429, "auto_create_throttled"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -36,6 +37,14 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "lk_recovery_truncations_total": ("counter", set()),
     "lk_disk_free_bytes": ("gauge", set()),
     "lk_disk_total_bytes": ("gauge", set()),
+    "lk_cleaner_dirty_ratio": ("gauge", {"topic", "partition"}),
+    "lk_cleaner_passes_total": ("counter", set()),
+    "lk_cleaner_failures_total": ("counter", set()),
+    "lk_cleaner_read_bytes_total": ("counter", set()),
+    "lk_cleaner_written_bytes_total": ("counter", set()),
+    "lk_cleaner_removed_bytes_total": ("counter", set()),
+    "lk_cleaner_last_clean_timestamp_seconds": ("gauge", set()),
+    "lk_cleaner_last_clean_duration_seconds": ("gauge", set()),
 }
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -79,6 +88,9 @@ def metrics(group_broker: Broker) -> Iterator[BrokerMetrics]:
 
 def test_exact_names_types_and_labels(group_broker: Broker, metrics: BrokerMetrics) -> None:
     group_broker.produce_many_sync("orders", [(b"k", b"v")])
+    group_broker.alter_topic_configs("orders", set={"cleanup.policy": "compact"})
+    assert group_broker.cleaner is not None
+    group_broker.cleaner.run_once()  # looks at the partition: its dirty ratio is known
     group_broker.offset_store.commit("billing", "orders", 0, 0)
     metrics.record_consumed("orders", "billing", 0, 1)
     metrics.count_error("NOT_FOUND")
@@ -348,4 +360,35 @@ def test_label_sets_of_an_unknown_group_expire_once_idle(group_broker: Broker) -
         now[0] += 61.0
         assert [s["group"] for s in _label_sets(metrics, "lk_consumed_total")] == ["kept"]
     finally:
+        metrics.close()
+
+
+def test_the_cleaner_metrics_follow_its_passes(tmp_path: Path) -> None:
+    """Issue 24: the dirty ratio per compacted partition, and what the passes read, wrote and removed."""
+    with Broker(persist_dir=str(tmp_path / "d"), segment_max_bytes=4096, log_cleaner_backoff_ms=3_600_000) as broker:
+        metrics = BrokerMetrics(broker)
+        broker.create_topic("compacted", 1, configs={"cleanup.policy": "compact"})
+        broker.create_topic("plain", 1)
+        for n in range(30):
+            for topic in ("compacted", "plain"):
+                broker.produce_many_sync(topic, [(b"k", f"{n}".encode() * 500)], partition=0)
+        assert broker.cleaner is not None
+        samples, _ = scrape(metrics)
+        assert value(samples, "lk_cleaner_passes_total") == 0
+        assert value(samples, "lk_cleaner_last_clean_timestamp_seconds") == 0
+        assert broker.cleaner.run_once() is not None
+        samples, _ = scrape(metrics)
+        assert value(samples, "lk_cleaner_passes_total") == 1
+        assert value(samples, "lk_cleaner_removed_bytes_total") > 0  # type: ignore[operator]
+        assert value(samples, "lk_cleaner_read_bytes_total") > value(samples, "lk_cleaner_written_bytes_total")  # type: ignore[operator]
+        assert value(samples, "lk_cleaner_last_clean_timestamp_seconds") > 0  # type: ignore[operator]
+        assert value(samples, "lk_cleaner_dirty_ratio", topic="compacted", partition="0") == 1.0
+        assert value(samples, "lk_cleaner_dirty_ratio", topic="plain", partition="0") is None
+        broker.cleaner.run_once()  # assesses again: nothing dirty now
+        samples, _ = scrape(metrics)
+        assert value(samples, "lk_cleaner_dirty_ratio", topic="compacted", partition="0") == 0.0
+        broker.delete_topic("compacted")
+        broker.cleaner.run_once()
+        samples, _ = scrape(metrics)
+        assert value(samples, "lk_cleaner_dirty_ratio", topic="compacted", partition="0") is None, "gone with its topic"
         metrics.close()

@@ -218,3 +218,25 @@ def test_verified_spans_merge_bound_and_cut() -> None:
         spans.add(1000 + 10 * i, 1005 + 10 * i)
     assert len(spans) == MAX_SPANS
     assert spans.end_from(0) == 120  # the longest spans are kept
+
+
+def test_a_range_of_only_empty_batches_is_never_the_answer_the_read_goes_on_to_a_record(logs: Logs) -> None:
+    """A sealed segment that ends in empty batches (what the cleaner leaves over removed records): a
+    zero-copy read there must carry on to the next record, as the copying read does (docs/adr/0006),
+    not hand out a range of empty batches that a client would fetch again forever (KafkaJS)."""
+    from lkstream.format.rewrite import empty_batch
+
+    plog = logs.open(segment_max_bytes=1024)
+    plog.append(make_batch(1, value_size=10))
+    plog.close()
+    (segment,) = logs.directory.glob("*.seg")
+    with segment.open("ab") as f:  # offsets 1-5, no record; recovery checks it at the next open
+        f.write(empty_batch(1, 4, 0))
+    plog = logs.open(segment_max_bytes=1024)
+    assert plog.high_watermark == 6
+    _append(plog, 1, records=3, value_size=2000)  # past segment_max_bytes: the empty batch ends a sealed segment
+    assert sorted(p.name for p in logs.directory.glob("*.seg"))[1].startswith("00000000000000000006")
+    found = plog.read_for_send(1, 1 << 20)
+    assert not isinstance(found.data, FileRange), "a range of empty batches only"
+    offsets = [r.offset for r in decode_batches(bytes(found.data), "t", 0, min_offset=1)]
+    assert offsets and offsets[0] == 6, offsets

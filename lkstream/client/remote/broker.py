@@ -107,7 +107,7 @@ from lkstream.client.retry import (
     normalise_address,
 )
 from lkstream.errors import BrokerUnavailableError, InvalidArgumentError, UnknownTopicError, no_such_partition
-from lkstream.format.codec import Compression, Record, decode_batches
+from lkstream.format.codec import Compression, Record, read_records
 from lkstream.security.access import AUTHORIZATION_KEY
 from lkstream.security.loopback import is_loopback_address
 from lkstream.security.tls import ClientTls, client_tls
@@ -373,8 +373,12 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteClusterCalls, RemoteProd
         max_bytes: int = DEFAULT_FETCH_BYTES,
     ) -> list[Record]:
         """Decoded records of ``topic[partition]`` from ``offset`` (as ``Broker.read_from``)."""
-        records = decode_batches(self.fetch(topic, partition, offset, max_bytes).data, topic, partition, offset)
-        return records if max_msgs is None else records[:max_msgs]
+
+        def fetch(at: int) -> tuple[bytes, int]:
+            result = self.fetch(topic, partition, at, max_bytes)
+            return result.data, result.high_watermark
+
+        return read_records(fetch, topic, partition, offset, max_msgs)[0]
 
     # -- offsets and admin -----------------------------------------------------------------------
 
@@ -468,6 +472,13 @@ class RemoteBroker(RemoteWaits, RemoteGroupCalls, RemoteClusterCalls, RemoteProd
     def delete_topic(self, name: str) -> None:
         self._partitions.pop(name, None)
         self._call(self._stub.Admin, pb.AdminRequest(delete_topic=pb.DeleteTopic(name=name)))
+
+    def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
+        """Delete the records of ``topic`` below ``before[partition]`` (as ``Broker.delete_records``)."""
+        request = pb.AdminRequest(delete_records=pb.DeleteRecords(topic=topic, before=dict(before)))
+        # Safe to retry: moving a log start to the same offset again changes nothing.
+        response = self._call(self._stub.Admin, request, retry=Retry.SAFE)
+        return {int(pid): int(low) for pid, low in response.low_watermarks.items()}
 
     def list_topics(self) -> list[str]:
         response = self._call(self._stub.Admin, pb.AdminRequest(list_topics=pb.ListTopics()), retry=Retry.SAFE)
@@ -575,6 +586,7 @@ def _description(info: pb.TopicInfo) -> TopicDescription:
             segment_count=p.segment_count,
             size_bytes=p.size_bytes,
             active_segment_bytes=p.active_segment_bytes,
+            dirty_ratio=p.dirty_ratio if p.dirty_ratio >= 0 else None,
         )
         for p in info.partition_stats
     ]

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from lkstream.kafka.context import RequestContext
-from lkstream.kafka.handlers import cluster, configs, consumer_groups, data, groups, sasl
+from lkstream.kafka.handlers import cluster, configs, consumer_groups, data, groups, records, sasl
 from lkstream.kafka.hot import ResponseBody
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
@@ -27,6 +27,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.METADATA: cluster.metadata,
     ApiKey.CREATE_TOPICS: cluster.create_topics,
     ApiKey.DELETE_TOPICS: cluster.delete_topics,
+    ApiKey.DELETE_RECORDS: records.delete_records,
     ApiKey.CREATE_PARTITIONS: cluster.create_partitions,
     ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
     ApiKey.ALTER_CONFIGS: configs.alter_configs,

@@ -30,6 +30,7 @@ from lkstream.errors import (
     OverloadedError,
     UnknownTopicError,
 )
+from lkstream.format.batch import holds_records
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import RequestContext
 from lkstream.kafka.errors import error_code
@@ -298,7 +299,7 @@ def fetch_failure(header: RequestHeader, frame: bytes, code: int) -> bytes:
     return encode_fetch_response(
         header.api_version,
         [
-            (t.topic, [FetchPartitionResult(p.partition, code, -1, -1, None) for p in t.partitions])
+            (t.topic, [FetchPartitionResult(p.partition, code, -1, -1, b"") for p in t.partitions])
             for t in request.topics
         ],
     )
@@ -406,7 +407,10 @@ def _read_all(
     idle: dict[tuple[str, int], int] = {}
     try:
         for topic, pid, offset, partition_max, allowed in wanted:
-            answer = FetchPartitionResult(pid, 0, -1, -1, None)
+            # Empty records, not null, with an error too: Kafka answers MemoryRecords.EMPTY, and librdkafka
+            # refuses a null records field of a flexible Fetch ("invalid MessageSetSize -1"), so it never
+            # saw OFFSET_OUT_OF_RANGE and retried the same fetch forever.
+            answer = FetchPartitionResult(pid, 0, -1, -1, b"")
             answers.append((topic, answer))
             if not allowed:
                 answer.error_code = ErrorCode.topic_authorization_failed
@@ -423,17 +427,24 @@ def _read_all(
             except (LkstreamError, KeyError) as exc:
                 answer.error_code = _partition_error(exc)
                 continue
+            data, wait_from = read.data, offset
+            if isinstance(data, (bytes, bytearray)) and data and not holds_records(data):
+                # Only empty batches up to the high watermark: the end of a compacted partition whose last
+                # records the cleaner removed. Kafka has nothing to send there, and a client that is sent
+                # empty batches alone may fetch them again at once, forever (KafkaJS): wait as Kafka does,
+                # for an append past the high watermark. (A file range starts with a batch of records.)
+                data, wait_from = b"", read.high_watermark
             answer.high_watermark, answer.log_start_offset, answer.records = (
                 read.high_watermark,
                 read.log_start_offset,
-                read.data,
+                data,
             )
-            size = len(read.data)
+            size = len(data)
             total += size
             if size:
                 min_one = False
             else:
-                idle[(topic, pid)] = offset
+                idle[(topic, pid)] = wait_from
     except BaseException:
         _release_records(answers)
         raise

@@ -63,6 +63,8 @@ def _admin(request: Any, broker: Broker) -> list[Need]:
         return [(CREATE, TOPIC, request.create_topic.name)]
     if action == "delete_topic":
         return [(DELETE, TOPIC, request.delete_topic.name)]
+    if action == "delete_records":  # Kafka's DeleteRecords asks DELETE on the topic too
+        return [(DELETE, TOPIC, request.delete_records.topic)]
     if action == "describe_topic":
         d = request.describe_topic
         configs = [(Operation.DESCRIBE_CONFIGS, TOPIC, d.name)] if d.include_config_entries else []

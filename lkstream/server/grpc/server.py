@@ -47,7 +47,7 @@ from lkstream.errors import (
     OffsetOutOfRangeError,
 )
 from lkstream.format.batch import span_of_whole_batches
-from lkstream.format.codec import Record, decode_batch, decode_batches, iter_batches
+from lkstream.format.codec import Record, decode_batch, decode_batches_through, iter_batches
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.principal import requester_of
@@ -138,6 +138,7 @@ def _topic_info(description: TopicDescription) -> pb.TopicInfo:
                 segment_count=s.segment_count,
                 size_bytes=s.size_bytes,
                 active_segment_bytes=s.active_segment_bytes,
+                dirty_ratio=-1.0 if s.dirty_ratio is None else s.dirty_ratio,
             )
             for pid, s in enumerate(description.partitions)
         ],
@@ -266,12 +267,25 @@ class BrokerService(GroupRpcs, StreamRpcs, ClusterRpcs, pb_grpc.BrokerServicer):
             if request.group:
                 self.metrics.record_consumed(topic, request.group, pid, span_of_whole_batches(result.data, offset)[0])
         else:
-            response.records.extend(self._decoded_records(result.data, topic, pid, offset))
+            records, response.next_offset = self._records_past_gaps(result, topic, pid, offset, request.max_bytes)
+            response.records.extend(records)
             if request.group:
                 self.metrics.record_consumed(topic, request.group, pid, len(response.records))
         return response
 
-    def _decoded_records(self, data: bytes, topic: str, pid: int, offset: int) -> list[pb.Record]:
+    def _records_past_gaps(
+        self, result: ReadResult, topic: str, pid: int, offset: int, max_bytes: int
+    ) -> tuple[list[pb.Record], int]:
+        """The records of a fetch, reading on past batches without records (a compacted topic's gaps);
+        and the offset to fetch next (``FetchResponse.next_offset``)."""
+        while True:
+            records, after = self._decoded_records(result.data, topic, pid, offset)
+            if records or not result.data or after <= offset or after >= result.high_watermark:
+                return records, max(after, offset)
+            offset = after
+            result = self.broker.fetch(topic, pid, offset, self._fetch_bytes(max_bytes))
+
+    def _decoded_records(self, data: bytes, topic: str, pid: int, offset: int) -> tuple[list[pb.Record], int]:
         """Decoded records of ``data`` whose encoding fits the response budget (at least one record).
 
         Decoded records can be much larger than their batches (small records carry more
@@ -284,14 +298,15 @@ class BrokerService(GroupRpcs, StreamRpcs, ClusterRpcs, pb_grpc.BrokerServicer):
         budget = self.max_fetch_bytes
         out: list[pb.Record] = []
         used = 0
-        for record in decode_batches(data, topic, pid, offset, max_bytes=budget):
+        records, after = decode_batches_through(data, topic, pid, offset, max_bytes=budget)
+        for record in records:
             message = _record(record)
             size = message.ByteSize() + _FIELD_FRAMING
             if out and used + size > budget:
-                break
+                return out, record.offset  # cut here: the reader continues at the first record left out
             out.append(message)
             used += size
-        return out
+        return out, after
 
     async def Subscribe(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -433,6 +448,10 @@ class BrokerService(GroupRpcs, StreamRpcs, ClusterRpcs, pb_grpc.BrokerServicer):
                 return await asyncio.to_thread(self._alter_topic_configs, request.alter_topic_configs)
             if action == "create_partitions":
                 return await asyncio.to_thread(self._create_partitions, request.create_partitions)
+            if action == "delete_records":
+                r = request.delete_records
+                lows = await asyncio.to_thread(self.broker.delete_records, r.topic, dict(r.before))
+                return pb.AdminResponse(low_watermarks=lows)
             raise InvalidArgumentError("an admin request needs one action")
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -82,7 +82,7 @@ from lkstream.errors import (
     UnknownTopicError,
     no_such_partition,
 )
-from lkstream.format.codec import decode_batches
+from lkstream.format.codec import decode_batches_through
 from lkstream.security.access import Access
 from lkstream.security.acl import Operation, ResourceType
 from lkstream.security.principal import ANONYMOUS, requester_of
@@ -446,7 +446,8 @@ class HttpApi:
                 if not start <= offset <= high:
                     raise OffsetOutOfRangeError(topic, pid, offset, start, high)
                 data = b""
-            records = decode_batches(data, topic, pid, offset) if data else []
+            # The next offset comes from the batches, not the last record: past a compacted topic's gaps.
+            records, after = decode_batches_through(data, topic, pid, offset) if data else ([], offset)
             budget -= len(data)
             reads.append(
                 (
@@ -454,7 +455,7 @@ class HttpApi:
                         "topic": topic,
                         "partition": pid,
                         "fetch_offset": offset,
-                        "next_fetch_offset": records[-1].offset + 1 if records else offset,
+                        "next_fetch_offset": after,
                         "high_watermark": high,
                         "log_start_offset": start,
                         "records": [record_json(r, force_base64) for r in records],

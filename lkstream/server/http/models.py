@@ -315,6 +315,9 @@ class PartitionInfo(_Response):
     segment_count: int
     size_bytes: int
     active_segment_bytes: int
+    dirty_ratio: float | None = Field(
+        None, description="Compacted topics: the share of the sealed bytes not cleaned yet (null otherwise)."
+    )
 
 
 class TopicInfo(_Response):
@@ -324,6 +327,29 @@ class TopicInfo(_Response):
     retention_bytes: int
     configs: dict[str, str] = Field(description="The topic's config overrides (Kafka's names).")
     partition_stats: list[PartitionInfo]
+
+
+class RecordsBefore(_Request):
+    """One partition of a DeleteRecords: its records below ``before`` go (-1: below the high watermark)."""
+
+    partition: PartitionId
+    before: Int = Field(ge=-1, le=MAX_INT64)
+
+
+class DeleteRecordsRequest(_Request):
+    """``POST /topics/{topic}/delete-records`` (Kafka's DeleteRecords)."""
+
+    partitions: list[RecordsBefore] = Field(min_length=1, max_length=MAX_PARTITIONS)
+
+
+class LowWatermark(_Response):
+    partition: int
+    low_watermark: int = Field(description="The partition's log start offset after the call.")
+
+
+class DeleteRecordsResponse(_Response):
+    topic: str
+    partitions: list[LowWatermark]
 
 
 class TopicList(_Response):
@@ -430,6 +456,7 @@ def topic_json(description: TopicDescription) -> dict[str, Any]:
                 "segment_count": s.segment_count,
                 "size_bytes": s.size_bytes,
                 "active_segment_bytes": s.active_segment_bytes,
+                "dirty_ratio": s.dirty_ratio,
             }
             for pid, s in enumerate(description.partitions)
         ],

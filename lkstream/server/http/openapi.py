@@ -18,6 +18,8 @@ from lkstream.server.http.models import (
     ConsumeResponse,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     ErrorResponse,
     EventProduced,
     GroupOffsets,
@@ -39,6 +41,8 @@ _MODELS: Final[Sequence[type[BaseModel]]] = (
     ConsumeRequest,
     ConsumeResponse,
     CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     TopicInfo,
     TopicList,
     AlterTopicConfigsRequest,
@@ -187,6 +191,18 @@ def openapi_document() -> dict[str, Any]:
                     "operationId": "deleteTopic",
                     "summary": "Delete a topic, its data and its committed offsets.",
                     "responses": {"204": {"description": "Deleted."}, **_errors(400, 404, 503)},
+                },
+            },
+            "/topics/{topic}/delete-records": {
+                "parameters": [topic],
+                "post": {
+                    "operationId": "deleteRecords",
+                    "summary": "Kafka's DeleteRecords: move each partition's log start forward (-1: to its end).",
+                    "requestBody": with_body(DeleteRecordsRequest),
+                    "responses": {
+                        "200": _json(DeleteRecordsResponse, "Each partition's log start offset after the call."),
+                        **_errors(400, 404, 413, 416, 503),
+                    },
                 },
             },
             "/topics/{topic}/configs": {

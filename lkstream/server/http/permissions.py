@@ -10,19 +10,20 @@ document fails when a route has no entry.
 
 The rules are the gRPC ones (docs/security.md):
 
-=============================  =====================================================================
-``POST /produce``              ``write`` on each topic; ``create`` too when it would auto-create it
-``POST /consume``              ``read`` on each topic; ``read`` on the group when it names one
-``GET /topics``                nothing: the answer lists only topics the caller may ``describe``
-``POST /topics``               ``create`` on the topic
-``GET|DELETE /topics/{t}``     ``describe`` / ``delete`` on the topic
-``GET|PATCH /topics/{t}/configs``  ``describe_configs`` / ``alter_configs`` on the topic
-``POST /topics/{t}/partitions``  ``create`` on the topic
-``GET /groups/{group}``        ``describe`` on the group; rows only for topics it may ``describe``
-``POST /produce/{partition}``  as ``POST /produce`` on ``server.http_default_topic`` (it may create it)
-``GET /fetch/{partition}``     ``read`` on the default topic; ``create`` when the call would create it
-``GET /openapi.json``          a principal
-=============================  =====================================================================
+===================================  =====================================================================
+``POST /produce``                    ``write`` on each topic; ``create`` too when it would auto-create it
+``POST /consume``                    ``read`` on each topic; ``read`` on the group when it names one
+``GET /topics``                      nothing: the answer lists only topics the caller may ``describe``
+``POST /topics``                     ``create`` on the topic
+``GET|DELETE /topics/{t}``           ``describe`` / ``delete`` on the topic
+``POST /topics/{t}/delete-records``  ``delete`` on the topic (Kafka's DeleteRecords asks the same)
+``GET|PATCH /topics/{t}/configs``    ``describe_configs`` / ``alter_configs`` on the topic
+``POST /topics/{t}/partitions``      ``create`` on the topic
+``GET /groups/{group}``              ``describe`` on the group; rows only for topics it may ``describe``
+``POST /produce/{partition}``        as ``POST /produce`` on ``server.http_default_topic`` (it may create it)
+``GET /fetch/{partition}``           ``read`` on the default topic; ``create`` when the call would create it
+``GET /openapi.json``                a principal
+===================================  =====================================================================
 
 A rule that reads the body parses it once, with the model the handler uses; the
 handler takes the parsed body from the request (:data:`PARSED_BODY_KEY`).
@@ -46,6 +47,7 @@ from lkstream.server.http.models import (
     ConsumeRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    DeleteRecordsRequest,
     ProduceRequest,
 )
 from lkstream.server.needs import Need, would_create
@@ -130,6 +132,7 @@ ROUTE_NEEDS: Final[dict[str, RouteRule]] = {
     "POST /topics": RouteRule(lambda call: [(CREATE, TOPIC, call.body.name)], body=CreateTopicRequest),
     "GET /topics/{topic}": RouteRule(_topic_in_path(DESCRIBE)),
     "DELETE /topics/{topic}": RouteRule(_topic_in_path(DELETE)),
+    "POST /topics/{topic}/delete-records": RouteRule(_topic_in_path(DELETE), body=DeleteRecordsRequest),
     "GET /topics/{topic}/configs": RouteRule(_topic_in_path(Operation.DESCRIBE_CONFIGS)),
     "PATCH /topics/{topic}/configs": RouteRule(_topic_in_path(Operation.ALTER_CONFIGS), body=AlterTopicConfigsRequest),
     # Growing a topic is creating partitions, as on the Kafka listener and gRPC.

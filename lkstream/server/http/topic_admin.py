@@ -1,18 +1,22 @@
-"""Topic configs and partitions over HTTP (issue 24): the JSON twins of Kafka's config and partition admin APIs.
+"""Topic configs, partitions and DeleteRecords over HTTP (issue 24): the JSON twins of Kafka's admin APIs.
 
-==================================  =============================================================
-``GET /topics/{t}/configs``         every topic config: value, source (DYNAMIC_TOPIC_CONFIG,
-                                    STATIC_BROKER_CONFIG, DEFAULT_CONFIG), type, documentation,
-                                    synonyms (Kafka's DescribeConfigs)
-``PATCH /topics/{t}/configs``       ``{"set": {...}, "delete": [...], "validate_only": false}``
-                                    (Kafka's IncrementalAlterConfigs); answers the topic
-``POST /topics/{t}/partitions``     ``{"count": N, "validate_only": false}`` (CreatePartitions);
-                                    answers the topic
-==================================  =============================================================
+===================================  =============================================================
+``GET /topics/{t}/configs``          every topic config: value, source (DYNAMIC_TOPIC_CONFIG,
+                                     STATIC_BROKER_CONFIG, DEFAULT_CONFIG), type, documentation,
+                                     synonyms (Kafka's DescribeConfigs)
+``PATCH /topics/{t}/configs``        ``{"set": {...}, "delete": [...], "validate_only": false}``
+                                     (Kafka's IncrementalAlterConfigs); answers the topic
+``POST /topics/{t}/partitions``      ``{"count": N, "validate_only": false}`` (CreatePartitions);
+                                     answers the topic
+``POST /topics/{t}/delete-records``  ``{"partitions": [{"partition": P, "before": OFFSET}]}``
+                                     (Kafka's DeleteRecords; -1: the high watermark); answers
+                                     each partition's log start offset after it
+===================================  =============================================================
 
 Mounted by :class:`~lkstream.server.http.api.HttpApi`; its error middleware maps refusals
 (an unknown or unsupported config is 400 ``invalid_config`` / ``unsupported_config``, a missing
-topic 404). Admin work (``topic.json`` rewritten and fsynced) runs in a worker thread.
+topic 404, an offset above the high watermark 416). Admin work (``topic.json`` rewritten and
+fsynced, a log start made durable) runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -25,7 +29,12 @@ from aiohttp import web
 
 from lkstream.broker.broker import Broker
 from lkstream.server.http.errors import json_response
-from lkstream.server.http.models import AlterTopicConfigsRequest, CreatePartitionsRequest, topic_json
+from lkstream.server.http.models import (
+    AlterTopicConfigsRequest,
+    CreatePartitionsRequest,
+    DeleteRecordsRequest,
+    topic_json,
+)
 
 
 class TopicAdminRoutes:
@@ -40,6 +49,7 @@ class TopicAdminRoutes:
         app.router.add_get("/topics/{topic}/configs", self.describe_configs)
         app.router.add_patch("/topics/{topic}/configs", self.alter_configs)
         app.router.add_post("/topics/{topic}/partitions", self.create_partitions)
+        app.router.add_post("/topics/{topic}/delete-records", self.delete_records)
 
     async def describe_configs(self, request: web.Request) -> web.Response:
         self.check_ready()
@@ -80,3 +90,13 @@ class TopicAdminRoutes:
         else:
             await asyncio.to_thread(self.broker.create_partitions, name, body.count)
         return json_response(await asyncio.to_thread(lambda: topic_json(self.broker.describe_topic(name))))
+
+    async def delete_records(self, request: web.Request) -> web.Response:
+        """Kafka's DeleteRecords: each partition's log start moves to ``before`` (durable when answered)."""
+        self.check_ready()
+        topic = request.match_info["topic"]
+        body: DeleteRecordsRequest = await self.parsed_body(request, DeleteRecordsRequest)
+        before = {entry.partition: entry.before for entry in body.partitions}
+        lows = await asyncio.to_thread(self.broker.delete_records, topic, before)
+        partitions = [{"partition": pid, "low_watermark": low} for pid, low in sorted(lows.items())]
+        return json_response({"topic": topic, "partitions": partitions})

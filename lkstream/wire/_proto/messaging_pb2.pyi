@@ -77,18 +77,20 @@ class Header(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("records", "record_batches", "high_watermark", "log_start_offset", "error")
+    __slots__ = ("records", "record_batches", "high_watermark", "log_start_offset", "error", "next_offset")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     RECORD_BATCHES_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[Record]
     record_batches: bytes
     high_watermark: int
     log_start_offset: int
     error: ErrorStatus
-    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., error: _Optional[_Union[ErrorStatus, _Mapping]] = ...) -> None: ...
+    next_offset: int
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., error: _Optional[_Union[ErrorStatus, _Mapping]] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class ErrorStatus(_message.Message):
     __slots__ = ("code", "message", "error_class", "detail")
@@ -267,7 +269,7 @@ class DescribeTopic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., create_if_missing: _Optional[bool] = ..., include_config_entries: _Optional[bool] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
-    __slots__ = ("partition", "log_start_offset", "next_offset", "high_watermark", "segment_count", "size_bytes", "active_segment_bytes")
+    __slots__ = ("partition", "log_start_offset", "next_offset", "high_watermark", "segment_count", "size_bytes", "active_segment_bytes", "dirty_ratio")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -275,6 +277,7 @@ class PartitionInfo(_message.Message):
     SEGMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DIRTY_RATIO_FIELD_NUMBER: _ClassVar[int]
     partition: int
     log_start_offset: int
     next_offset: int
@@ -282,7 +285,8 @@ class PartitionInfo(_message.Message):
     segment_count: int
     size_bytes: int
     active_segment_bytes: int
-    def __init__(self, partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., segment_count: _Optional[int] = ..., size_bytes: _Optional[int] = ..., active_segment_bytes: _Optional[int] = ...) -> None: ...
+    dirty_ratio: float
+    def __init__(self, partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., segment_count: _Optional[int] = ..., size_bytes: _Optional[int] = ..., active_segment_bytes: _Optional[int] = ..., dirty_ratio: _Optional[float] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
     __slots__ = ("name", "partitions", "retention_ms", "retention_bytes", "partition_stats", "configs", "config_entries")
@@ -310,28 +314,54 @@ class TopicInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., partition_stats: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., configs: _Optional[_Mapping[str, str]] = ..., config_entries: _Optional[_Iterable[_Union[TopicConfigEntry, _Mapping]]] = ...) -> None: ...
 
 class AdminRequest(_message.Message):
-    __slots__ = ("create_topic", "delete_topic", "list_topics", "describe_topic", "alter_topic_configs", "create_partitions")
+    __slots__ = ("create_topic", "delete_topic", "list_topics", "describe_topic", "alter_topic_configs", "create_partitions", "delete_records")
     CREATE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     DELETE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     LIST_TOPICS_FIELD_NUMBER: _ClassVar[int]
     DESCRIBE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     ALTER_TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     CREATE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_RECORDS_FIELD_NUMBER: _ClassVar[int]
     create_topic: CreateTopic
     delete_topic: DeleteTopic
     list_topics: ListTopics
     describe_topic: DescribeTopic
     alter_topic_configs: AlterTopicConfigs
     create_partitions: CreatePartitions
-    def __init__(self, create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., list_topics: _Optional[_Union[ListTopics, _Mapping]] = ..., describe_topic: _Optional[_Union[DescribeTopic, _Mapping]] = ..., alter_topic_configs: _Optional[_Union[AlterTopicConfigs, _Mapping]] = ..., create_partitions: _Optional[_Union[CreatePartitions, _Mapping]] = ...) -> None: ...
+    delete_records: DeleteRecords
+    def __init__(self, create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., list_topics: _Optional[_Union[ListTopics, _Mapping]] = ..., describe_topic: _Optional[_Union[DescribeTopic, _Mapping]] = ..., alter_topic_configs: _Optional[_Union[AlterTopicConfigs, _Mapping]] = ..., create_partitions: _Optional[_Union[CreatePartitions, _Mapping]] = ..., delete_records: _Optional[_Union[DeleteRecords, _Mapping]] = ...) -> None: ...
+
+class DeleteRecords(_message.Message):
+    __slots__ = ("topic", "before")
+    class BeforeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    before: _containers.ScalarMap[int, int]
+    def __init__(self, topic: _Optional[str] = ..., before: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class AdminResponse(_message.Message):
-    __slots__ = ("topics", "topic")
+    __slots__ = ("topics", "topic", "low_watermarks")
+    class LowWatermarksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARKS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     topic: TopicInfo
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic: _Optional[_Union[TopicInfo, _Mapping]] = ...) -> None: ...
+    low_watermarks: _containers.ScalarMap[int, int]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., topic: _Optional[_Union[TopicInfo, _Mapping]] = ..., low_watermarks: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class HandshakeRequest(_message.Message):
     __slots__ = ("client_protocol_version", "client_name")

@@ -110,19 +110,23 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     boolean logAppendTime = (b.attributes & RecordBatch.TIMESTAMP_TYPE_MASK) != 0;
     long newest = Long.MIN_VALUE;
     int rows = 0;
+    int previousDelta = -1;
     for (int index = 0; index < b.recordsCount; index++) {
       in.record(index);
       long timestampDelta = in.varlong("timestampDelta");
       newest = Math.max(newest, b.baseTimestamp + timestampDelta);
-      if (in.varint("offsetDelta") != index) {
-        throw in.fail("offsetDelta is not " + index);
+      // A cleaned batch keeps each record's offset: deltas increase within the batch, with gaps.
+      int offsetDelta = in.varint("offsetDelta");
+      if (offsetDelta <= previousDelta || offsetDelta > b.lastOffsetDelta) {
+        throw in.fail("offsetDelta " + offsetDelta + " is not in " + (previousDelta + 1) + ".." + b.lastOffsetDelta);
       }
+      previousDelta = offsetDelta;
       int keyLength = in.length("key", -1);
       int keyAt = in.skip(keyLength);
       int valueLength = in.length("value", -1);
       int valueAt = in.skip(valueLength);
       int headerCount = in.length("headerCount", 0);
-      long recordOffset = b.baseOffset + index;
+      long recordOffset = b.baseOffset + offsetDelta;
       boolean wanted = recordOffset >= start && recordOffset < end;
       if (wanted) {
         key.append(b.records, keyAt, keyLength);
@@ -155,7 +159,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       in.endRecord();
     }
     in.endRecords();
-    if (!logAppendTime && newest != b.maxTimestamp) {
+    if (!logAppendTime && b.recordsCount > 0 && newest != b.maxTimestamp) {
       throw b.corrupt(
           "undecodable records: the largest record timestamp is " + newest + ", the header says " + b.maxTimestamp);
     }

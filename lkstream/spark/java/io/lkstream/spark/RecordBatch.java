@@ -97,7 +97,8 @@ final class RecordBatch {
 
   /** The rest of lkstream.format.batch.check_batch (counts, CRC-32C), then the records section, inflated. */
   void load() throws IOException {
-    if (recordsCount < 1 || lastOffsetDelta < recordsCount - 1) {
+    // An empty batch (no records) is a compacted log's: the cleaner writes one over removed offsets.
+    if (recordsCount < 0 || lastOffsetDelta < Math.max(recordsCount - 1, 0)) {
       throw corrupt(
           "inconsistent counts: records_count=" + recordsCount + ", last_offset_delta=" + lastOffsetDelta);
     }
