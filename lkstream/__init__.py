@@ -46,8 +46,9 @@ from lkstream.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from lkstream.broker.broker import Broker, TopicDescription
+    from lkstream.broker.broker import Broker
     from lkstream.broker.partition import Partition
+    from lkstream.broker.topics import TopicDescription
     from lkstream.client.consumer import Consumer
     from lkstream.client.delivery import Delivery, SyncDelivery
     from lkstream.client.producer import Producer
@@ -78,7 +79,7 @@ _LAZY = {
     "Record": "lkstream.format.codec",
     "RemoteBroker": "lkstream.client.remote",
     "SyncDelivery": "lkstream.client.delivery",
-    "TopicDescription": "lkstream.broker.broker",
+    "TopicDescription": "lkstream.broker.topics",
     "connect": "lkstream.client.remote",
     "kafka_server": "lkstream.kafka.inprocess",
 }

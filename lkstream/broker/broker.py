@@ -4,7 +4,11 @@
 partition on construction, and runs background threads: the group-commit
 thread (:mod:`lkstream.storage.durability`), the retention thread (which also
 rolls quiet partitions by ``segment.ms``) and the log cleaner
-(:mod:`lkstream.broker.cleaning`).
+(:mod:`lkstream.broker.cleaning`). This module holds the topic table, produce,
+fetch and shutdown; the rest of ``Broker`` is three mixins over the same state:
+group calls (:mod:`lkstream.broker.groups.facade`), topic administration
+(:mod:`lkstream.broker.topic_admin`) and the background upkeep
+(:mod:`lkstream.broker.maintenance`).
 
 Produce runs on the caller's thread: the records of each target partition are
 encoded into one v2 batch (split at ``max_batch_bytes``) by LKSTREAM's C encoder
@@ -21,41 +25,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import threading
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, overload
+from typing import Any, overload
 
 from lkstream.broker.acks import Acknowledgement, InflightBytes
 from lkstream.broker.admission import AdmissionBudget
 from lkstream.broker.autocreate import AutoCreateBudget
-from lkstream.broker.cleaning import Cleaner, PartitionCleaning
+from lkstream.broker.cleaning import Cleaner
 from lkstream.broker.encoder import EncodedCall, encode_call
 from lkstream.broker.groups.classic import ClassicGroups
 from lkstream.broker.groups.coordinator import GroupCoordinator
 from lkstream.broker.groups.facade import GroupCalls
 from lkstream.broker.groups.limits import GroupLimits
+from lkstream.broker.maintenance import Maintenance
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, DataArrived, Partition
 from lkstream.broker.partition_table import PartitionTable
 from lkstream.broker.partitioner import StickyPartitioner, route_records
 from lkstream.broker.tail import TailBudget
+from lkstream.broker.topic_admin import TopicAdmin
 from lkstream.broker.topic_policy import apply_topic_policy, check_size, topic_codec
+from lkstream.broker.topics import OpenTopic
 from lkstream.config import BrokerConfig
 from lkstream.errors import (
     BrokerClosedError,
     InvalidArgumentError,
     LkstreamError,
     OffsetOutOfRangeError,
-    PartitionLimitError,
-    PolicyViolationError,
     RecordTooLargeError,
-    TopicExistsError,
     UnknownTopicError,
-    count_of,
     map_os_errors,
     no_such_partition,
 )
@@ -70,52 +71,25 @@ from lkstream.format.produce import (
 )
 from lkstream.format.rewrite import first_keyless_record
 from lkstream.format.validate import Limits, records_of, validate_producer_batch
-from lkstream.storage.cleaner import CleanerPolicy
 from lkstream.storage.clock import Clock, SystemClock
 from lkstream.storage.durability import FsyncMode, GroupCommitter
 from lkstream.storage.handles import FileBudget, derive_capacity
 from lkstream.storage.lock import DataDirLock
-from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, PartitionStats, ReadResult
+from lkstream.storage.log import LogConfig, LogRecovery, PartitionLog, ReadResult
 from lkstream.storage.names import validate_topic
 from lkstream.storage.offsets import OffsetStore
 from lkstream.storage.producer_ids import ProducerIdAllocator
 from lkstream.storage.producers import ProducerStateBudget
 from lkstream.storage.ranges import SendableRead
-from lkstream.storage.topic_config import NO_OVERRIDES, ConfigEntry, EffectiveTopicConfig, TopicConfig
-from lkstream.storage.topics import StoredTopic, TopicSettings, TopicStore
+from lkstream.storage.topic_config import EffectiveTopicConfig
+from lkstream.storage.topics import TopicSettings, TopicStore
 from lkstream.storage.trash import TrashEmptier
 
 log = logging.getLogger("lkstream.broker")
 
-#: How often the broker expires group members that stopped heartbeating (session timeouts are seconds).
-GROUP_TICK_S = 0.2
-
 Key = str | bytes | None
 Value = bytes | bytearray | memoryview | str | None
 ProduceItem = tuple[Key, Value] | tuple[Key, Value, Headers]
-
-
-#: Kafka's "no topic id" (all zeros): what a description without a known id carries.
-NIL_TOPIC_ID: Final = uuid.UUID(int=0)
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    """A topic's settings and per-partition stats.
-
-    ``topic_id`` names this incarnation of the topic (``topic.json``, issue 12): it
-    never changes while the topic exists, and a topic deleted and created again
-    gets a new one (Kafka's topic id of Metadata v10+ and Fetch v13+). A
-    :class:`~lkstream.client.remote.RemoteBroker` reports the nil UUID, as Kafka
-    does for "unknown": the gRPC contract does not carry it yet.
-    """
-
-    name: str
-    settings: TopicSettings
-    partitions: list[PartitionStats]
-    topic_id: uuid.UUID = NIL_TOPIC_ID
-    #: The topic's config overrides (Kafka's names); what applies is :meth:`Broker.topic_config`.
-    configs: TopicConfig = NO_OVERRIDES
 
 
 @dataclass(frozen=True)
@@ -128,31 +102,7 @@ class BrokerStats:
     fsyncs: int
 
 
-class _Topic:
-    def __init__(self, name: str, configs: TopicConfig, effective: EffectiveTopicConfig, topic_id: uuid.UUID) -> None:
-        self.name = name
-        self.configs = configs
-        #: Replaced whole by an alter (never changed in place), so a reader sees one version or the other.
-        self.effective = effective
-        self.partitions: PartitionTable
-        self.topic_id = topic_id
-        self._routes: dict[Any, int] = {}
-        self._routes_for = 0
-
-    @property
-    def settings(self) -> TopicSettings:
-        # Any negative retention.bytes means "no limit" (Kafka's); TopicSettings spells it -1.
-        retention_bytes = max(-1, self.effective.retention_bytes)
-        return TopicSettings(len(self.partitions), self.effective.retention_ms, retention_bytes)
-
-    def route_cache(self, partitions: int) -> dict[Any, int]:
-        """Keys seen by the produce fast path and their partitions, valid for ``partitions`` partitions."""
-        if self._routes_for != partitions:
-            self._routes, self._routes_for = {}, partitions
-        return self._routes
-
-
-class Broker(GroupCalls):
+class Broker(GroupCalls, TopicAdmin, Maintenance):
     """An embedded LKSTREAM broker over one data directory.
 
     ``Broker(persist_dir=..., fsync_mode=..., fsync_interval_ms=...,
@@ -178,7 +128,7 @@ class Broker(GroupCalls):
         self._closed = False
         # Copy on write: replaced whole under _lock, never changed in place, so readers (produce,
         # fetch, listings, offsets) take no lock and never wait for an admin call (issue 12, finding 9).
-        self._topics: dict[str, _Topic] = {}
+        self._topics: dict[str, OpenTopic] = {}
         #: Bumped whenever a topic appears, disappears or changes its partition count (caches key on it).
         self.topics_version = 0
         self._sticky = StickyPartitioner()
@@ -254,7 +204,7 @@ class Broker(GroupCalls):
             self.topic_config_observers.append(lambda _topic, _effective: self._wake_cleaner())
 
     def _open_existing_topics(self) -> None:
-        opened: dict[str, _Topic] = {}
+        opened: dict[str, OpenTopic] = {}
         try:
             for name in self._store.list():
                 try:
@@ -320,7 +270,7 @@ class Broker(GroupCalls):
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
 
-    def _open_topic(self, name: str, *, new: bool = False) -> _Topic:
+    def _open_topic(self, name: str, *, new: bool = False) -> OpenTopic:
         """Open a topic's partitions; ``new``: the topic was just created, every partition empty.
 
         A new topic's partitions are built at their first use (:mod:`lkstream.broker.partition_table`:
@@ -328,7 +278,7 @@ class Broker(GroupCalls):
         issue 12, finding 9). An existing topic's are opened now: opening recovers them.
         """
         stored = self._store.load(name, self._defaults())
-        topic = _Topic(name, stored.configs, stored.configs.effective(self.config), stored.topic_id)
+        topic = OpenTopic(name, stored.configs, stored.configs.effective(self.config), stored.topic_id)
 
         def build(pid: int) -> Partition:
             # Built once, on a directory TopicStore.create made empty (or grew with create_partitions),
@@ -350,7 +300,7 @@ class Broker(GroupCalls):
         topic.partitions = PartitionTable(name, stored.partitions, build, partitions)
         return topic
 
-    def _publish(self, topic: _Topic) -> _Topic:
+    def _publish(self, topic: OpenTopic) -> OpenTopic:
         """Make ``topic`` visible (caller holds ``_lock``)."""
         self._topics = {**self._topics, topic.name: topic}
         self.topics_version += 1
@@ -378,265 +328,6 @@ class Broker(GroupCalls):
             producer=self.produce_many,
             tail_budget=self.tail_budget,
         )
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int | None = None,
-        *,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-        configs: Mapping[str, str | None] | TopicConfig | None = None,
-    ) -> None:
-        """Create a topic; :class:`TopicExistsError` if it exists.
-
-        ``configs`` are Kafka's topic configs by name with string values
-        (``{"cleanup.policy": "compact"}``), validated by
-        :meth:`~lkstream.storage.topic_config.TopicConfig.parse` (:class:`InvalidConfigError`,
-        :class:`UnsupportedConfigError`); ``retention_ms`` / ``retention_bytes`` are shorthands for
-        ``retention.ms`` / ``retention.bytes``. Configs not given follow the broker's defaults.
-        """
-        count = self.config.partitions if partitions is None else partitions
-        topic_config = self._new_topic_config(configs, retention_ms, retention_bytes)
-        TopicSettings(count)  # the count's own check, before the name's
-        validate_topic(name)
-        with self._lock:
-            self._check_open()
-            self._create_locked(name, count, topic_config)
-        self.groups.topics_changed()
-
-    def validate_topic_creation(
-        self,
-        name: str,
-        partitions: int | None = None,
-        *,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-        configs: Mapping[str, str | None] | TopicConfig | None = None,
-    ) -> None:
-        """Everything :meth:`create_topic` checks, creating nothing (Kafka's ``validate_only``)."""
-        count = self.config.partitions if partitions is None else partitions
-        self._new_topic_config(configs, retention_ms, retention_bytes)
-        TopicSettings(count)
-        validate_topic(name)
-        self._check_open()
-        if name in self._topics:
-            raise TopicExistsError(name)
-        existing = sum(len(t.partitions) for t in self._topics.values())
-        if existing + count > self.config.max_partitions:
-            raise PartitionLimitError(name, count, existing, self.config.max_partitions)
-
-    def _new_topic_config(
-        self,
-        configs: Mapping[str, str | None] | TopicConfig | None,
-        retention_ms: int | None,
-        retention_bytes: int | None,
-    ) -> TopicConfig:
-        """The validated overrides of a topic being created (checked against this broker's limits)."""
-        shorthands = {
-            name: str(value)
-            for name, value in (("retention.ms", retention_ms), ("retention.bytes", retention_bytes))
-            if value is not None
-        }
-        base = configs if isinstance(configs, TopicConfig) else TopicConfig.parse(configs or {})
-        topic_config = base.with_changes(set=shorthands) if shorthands else base
-        topic_config.checked(self.config)
-        return topic_config
-
-    def auto_create_topic(self, name: str, *, requester: str) -> int:
-        """The partition count of ``name``, auto-creating it first if it is missing, as a caller's
-        request that names it does (a produce, a Kafka Metadata request).
-
-        ``requester`` is who asks (a principal, or a client address): each has a budget
-        (:mod:`lkstream.broker.autocreate`). Raises :class:`UnknownTopicError` when auto-creation
-        is off, :class:`AutoCreateThrottledError` when the requester's budget is spent and
-        :class:`PartitionLimitError` past ``max_partitions``; nothing is created then. Admin work:
-        surfaces call it in a worker thread.
-        """
-        try:
-            return self.partitions_for(name)
-        except UnknownTopicError:
-            if not self.config.auto_create_topics:
-                raise
-        validate_topic(name)
-        partitions = self.config.partitions
-        self.auto_creates.take(requester, partitions, name)
-        try:
-            self.create_topic(name)
-        except TopicExistsError:  # another caller created it meanwhile: this one created nothing
-            self.auto_creates.give_back(requester, partitions)
-        except BaseException:
-            self.auto_creates.give_back(requester, partitions)
-            raise
-        return self.partitions_for(name)
-
-    def _create_locked(self, name: str, partitions: int, configs: TopicConfig | None = None) -> _Topic:
-        """Create and open a topic, all or nothing. Caller holds ``_lock``.
-
-        The directory appears in one rename (TopicStore.create); if opening it then fails
-        (no descriptors, a read-only disk), it is moved out again, so a failed create
-        leaves no half topic that describe says is missing and create says exists.
-        """
-        existing = sum(len(t.partitions) for t in self._topics.values())
-        if existing + partitions > self.config.max_partitions:
-            raise PartitionLimitError(name, partitions, existing, self.config.max_partitions)
-        self._store.create(name, partitions, configs)
-        try:
-            return self._publish(self._open_topic(name, new=True))
-        except BaseException as exc:
-            try:
-                self._store.delete(name)
-            except LkstreamError as undo:  # the next start opens it whole, or sweeps it
-                log.error("could not remove topic %r after its creation failed (%s): %s", name, exc, undo)
-            raise
-
-    def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data, all or nothing.
-
-        The one rename into ``trash/`` is the commit point: if it fails (a read-only
-        disk), the topic stays whole and open and the error says why; once it is done,
-        the partitions close and the topic's committed offsets are forgotten. A crash
-        in between is finished by the next start (see docs/durability.md).
-        """
-        with self._lock:
-            self._check_open()
-            topic = self._topic(name, create=False)
-            trashed = self._store.move_to_trash(name)
-            self._topics = {key: value for key, value in self._topics.items() if key != name}
-            self.topics_version += 1
-            for partition in topic.partitions.close():
-                with contextlib.suppress(LkstreamError):  # its files are already in the trash
-                    partition.close()
-            # Blocking waits on the topic end now (a partition never built has no close to wake them).
-            self._data_arrived.notify()
-            # A topic created later under the same name must not inherit old positions. They are
-            # stored with this incarnation's id, so if forgetting them fails they are still never
-            # read for a new topic, and the next start forgets them (_reconcile_offsets).
-            try:
-                self.offset_store.forget_topic(name)
-            except LkstreamError as exc:
-                log.warning("topic %r deleted, but its committed offsets stay until the next start: %s", name, exc)
-        self.groups.topics_changed()
-        # The topic is gone; removing thousands of directories is left to a thread of its own, so
-        # neither this caller nor the next admin call (an auto-create takes the lock) waits for it.
-        self._trash.submit(trashed)
-
-    def settle_trash(self) -> None:
-        """Block until the files of every topic deleted so far are removed from the disk."""
-        self._trash.settle()
-
-    def create_partitions(self, name: str, count: int) -> None:
-        """Grow ``name`` to ``count`` partitions (Kafka's CreatePartitions; a count never shrinks).
-
-        The new partition directories are created first and ``topic.json`` is
-        rewritten last (atomically): after a crash in between, the topic opens with
-        its old count. Keyed records route differently afterwards, as in Kafka.
-        """
-        with self._lock:
-            self._check_open()
-            topic = self.validate_partition_count(name, count)
-            fresh: list[Partition] = []
-            try:
-                fresh.extend(
-                    self._open_partition(name, pid, self._log_config(topic.effective))
-                    for pid in range(len(topic.partitions), count)
-                )
-                self._store.update(name, StoredTopic(count, topic.topic_id, topic.configs))
-            except BaseException:
-                for partition in fresh:  # topic.json still has the old count: the topic opens as before
-                    with contextlib.suppress(Exception):
-                        partition.close()
-                raise
-            topic.partitions.grow(fresh)
-            self.topics_version += 1
-        self.groups.topics_changed()
-
-    def validate_partition_count(self, name: str, count: int) -> _Topic:
-        """What :meth:`create_partitions` checks, changing nothing (Kafka's ``validate_only``)."""
-        topic = self._topic(name, create=False)
-        if not isinstance(count, int) or isinstance(count, bool) or count <= len(topic.partitions):
-            raise InvalidArgumentError(
-                f"topic {name!r} has {count_of(len(topic.partitions), 'partition')}; "
-                f"a new count must be larger, not {count!r}"
-            )
-        existing = sum(len(t.partitions) for t in self._topics.values())
-        added = count - len(topic.partitions)
-        if existing + added > self.config.max_partitions:
-            raise PartitionLimitError(name, added, existing, self.config.max_partitions)
-        TopicSettings(count)  # the count's own bound
-        return topic
-
-    def list_topics(self) -> list[str]:
-        return sorted(self._topics)
-
-    def describe_topic(self, name: str) -> TopicDescription:
-        topic = self._topic(name, create=False)
-        table = topic.partitions
-        stats = [table.stats(pid) for pid in range(len(table))]
-        if self._cleaner_policy(name) is not None:  # a compacted topic: how much the cleaner has to do
-            stats = [self._with_dirty_ratio(table.peek(pid), stat) for pid, stat in enumerate(stats)]
-        return TopicDescription(name, topic.settings, stats, topic.topic_id, topic.configs)
-
-    @staticmethod
-    def _with_dirty_ratio(partition: Partition | None, stats: PartitionStats) -> PartitionStats:
-        ratio = 0.0 if partition is None else partition.log.dirty_ratio()
-        return dataclasses.replace(stats, dirty_ratio=ratio)
-
-    # -- topic configs ----------------------------------------------------------------------------
-
-    def topic_overrides(self, name: str) -> TopicConfig:
-        """The config overrides set on topic ``name`` (cheap: no partition stats, unlike :meth:`describe_topic`)."""
-        return self._topic(name, create=False).configs
-
-    def topic_config(self, name: str) -> EffectiveTopicConfig:
-        """The configs that apply to topic ``name``: its overrides over the broker's defaults."""
-        return self._topic(name, create=False).effective
-
-    def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
-        """Every topic config of ``name`` with its value, source and synonyms (Kafka's DescribeConfigs)."""
-        return self._topic(name, create=False).configs.describe(self.config)
-
-    def validate_topic_configs(
-        self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
-    ) -> TopicConfig:
-        """The overrides :meth:`alter_topic_configs` would leave, checked; nothing changes (``validate_only``)."""
-        configs = self._topic(name, create=False).configs.with_changes(set=set, delete=delete)
-        configs.checked(self.config)
-        return configs
-
-    def alter_topic_configs(
-        self, name: str, set: Mapping[str, str | None] | None = None, delete: Iterable[str] = ()
-    ) -> TopicConfig:
-        """Set and delete config overrides of topic ``name`` (Kafka's IncrementalAlterConfigs); return them.
-
-        All or nothing: the new overrides are validated (:class:`InvalidConfigError`,
-        :class:`UnsupportedConfigError`), written to ``topic.json`` atomically, then applied to every
-        partition (retention, segment size and index spacing of new segments) and announced to
-        :attr:`topic_config_observers`. A deleted override falls back to the broker's default.
-        """
-        with self._lock:
-            self._check_open()
-            topic = self._topic(name, create=False)
-            configs = topic.configs.with_changes(set=set, delete=delete)
-            effective = configs.checked(self.config)
-            self._store.update(name, StoredTopic(len(topic.partitions), topic.topic_id, configs))
-            topic.configs, topic.effective = configs, effective
-            log_config = self._log_config(effective)
-            topic.partitions.each_built(lambda partition: partition.log.reconfigure(log_config))
-        for observer in list(self.topic_config_observers):
-            try:
-                observer(name, effective)
-            except Exception:  # an observer's failure must not undo or fail the alter
-                log.exception("a topic config observer failed for %r", name)
-        return configs
-
-    def topic_id(self, name: str) -> uuid.UUID:
-        """The id of the topic's current incarnation (see :class:`TopicDescription`)."""
-        return self._topic(name, create=False).topic_id
-
-    def topic_ids(self) -> dict[str, uuid.UUID]:
-        """``{topic: id}`` of every topic."""
-        return {name: t.topic_id for name, t in self._topics.items()}
 
     def list_committed(self) -> dict[tuple[str, str, int], int]:
         """Committed offsets of the topics that exist, ``{(group, topic, partition): offset}``."""
@@ -671,7 +362,7 @@ class Broker(GroupCalls):
         if offset > high:
             raise OffsetOutOfRangeError(topic, pid, offset, start, high)
 
-    def _topic(self, name: str, *, create: bool) -> _Topic:
+    def _topic(self, name: str, *, create: bool) -> OpenTopic:
         topic = self._topics.get(name)
         if topic is not None:
             return topic
@@ -882,14 +573,14 @@ class Broker(GroupCalls):
                     results[i] = (pid, base + delta)
         return results, ack
 
-    def _stamp(self, topic: _Topic, batch: bytearray, ack: Acknowledgement) -> None:
+    def _stamp(self, topic: OpenTopic, batch: bytearray, ack: Acknowledgement) -> None:
         """Stamp a batch the broker encoded with the append time, when the topic wants LogAppendTime."""
         if topic.effective.log_append_time:
             ack.log_append_time_ms = self._clock.now_ms()
             stamp_log_append_time(batch, ack.log_append_time_ms)
 
     def _append_call(
-        self, topic: _Topic, encoded: EncodedCall, *, view: bool = False
+        self, topic: OpenTopic, encoded: EncodedCall, *, view: bool = False
     ) -> tuple[Sequence[tuple[int, int]], Acknowledgement]:
         """Append the fast path's batches (each fits the topic's limit); see :mod:`lkstream.broker.encoder`."""
         largest = max(encoded.largest)
@@ -1020,113 +711,6 @@ class Broker(GroupCalls):
         self._fsyncs += 1
         for observer in self.fsync_observers:
             observer(seconds)
-
-    def enforce_retention(self) -> int:
-        """Run retention on every partition now; return how many segments were deleted."""
-        with self._lock:
-            partitions = [p for t in self._topics.values() for p in t.partitions.opened()]
-        deleted = 0
-        for partition in partitions:
-            try:
-                deleted += len(partition.log.enforce_retention())
-            except BrokerClosedError:
-                continue  # deleted concurrently
-        return deleted
-
-    def roll_quiet_partitions(self) -> int:
-        """Seal every active segment that held data for its ``segment.ms`` (the retention thread's job)."""
-        rolled = 0
-        for topic in list(self._topics.values()):
-            for partition in topic.partitions.opened():
-                rolled += partition.roll_if_due()
-        return rolled
-
-    def _open_logs(self) -> Iterator[tuple[str, int, PartitionLog]]:
-        """``(topic, partition, log)`` of every open partition (a never-used one holds nothing)."""
-        for topic in list(self._topics.values()):
-            for partition in topic.partitions.opened():
-                yield topic.name, partition.pid, partition.log
-
-    def _cleaner_policy(self, topic: str) -> CleanerPolicy | None:
-        """How the cleaner treats ``topic``: None unless its ``cleanup.policy`` holds ``compact``."""
-        found = self._topics.get(topic)
-        if found is None or not found.effective.compact:
-            return None
-        e = found.effective
-        return CleanerPolicy(
-            delete_retention_ms=e.delete_retention_ms,
-            min_compaction_lag_ms=e.min_compaction_lag_ms,
-            max_compaction_lag_ms=e.max_compaction_lag_ms,
-            min_cleanable_dirty_ratio=e.min_cleanable_dirty_ratio,
-            max_decompressed_bytes=self.config.max_decompressed_bytes,
-        )
-
-    def _wake_cleaner(self) -> None:
-        if self.cleaner is not None:
-            self.cleaner.wake()
-
-    def cleaner_status(self, topic: str, pid: int) -> PartitionCleaning | None:
-        """What the cleaner knows of ``topic[pid]``: dirty ratio, last clean (None: not compacted, or not yet seen)."""
-        return None if self.cleaner is None else self.cleaner.status(topic, pid)
-
-    # -- DeleteRecords --------------------------------------------------------------------------
-
-    def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
-        """Delete the records of ``topic`` below ``before[partition]`` (Kafka's DeleteRecords).
-
-        Returns each partition's log start offset after it (Kafka's low watermark). An offset
-        of -1 means the high watermark. Every partition is checked first (:class:`InvalidArgumentError`
-        for one the topic does not have, :class:`OffsetOutOfRangeError` for an offset above its
-        high watermark), then each is applied: the new log start is durable when this returns,
-        reads below it are out of range, and the whole segments below it are deleted. An offset at
-        or below the current log start changes nothing.
-        """
-        self._check_open()
-        if not self._topic(topic, create=False).effective.delete:
-            # Kafka refuses it too (POLICY_VIOLATION): a compacted topic keeps every key's latest record.
-            raise PolicyViolationError(
-                f"the records of {topic!r} cannot be deleted: its cleanup.policy has no 'delete' "
-                "(a compacted topic keeps the latest record of every key)"
-            )
-        targets = []
-        for pid, offset in before.items():
-            partition = self.partition(topic, pid)
-            high = partition.high_watermark
-            wanted = high if offset == -1 else offset
-            if not isinstance(wanted, int) or isinstance(wanted, bool) or not 0 <= wanted <= high:
-                raise OffsetOutOfRangeError(topic, pid, offset, partition.log_start_offset, high)
-            targets.append((pid, partition, wanted))
-        return {pid: partition.log.delete_records(wanted) for pid, partition, wanted in targets}
-
-    def expire_producers(self) -> int:
-        """Forget idempotent producers silent for ``producer_id_expiration_ms`` in every open partition."""
-        with self._lock:
-            partitions = [p for t in self._topics.values() for p in t.partitions.opened()]
-        expired = 0
-        for partition in partitions:
-            expired += partition.log.expire_producers()
-        return expired
-
-    def _tick_groups(self) -> None:
-        while not self._stop_maintenance.wait(GROUP_TICK_S):
-            try:
-                self.tick_groups()
-            except Exception:  # keep expiring members; the error is in the log
-                log.exception("group coordinator tick failed")
-
-    def _maintain(self) -> None:
-        interval = self.config.retention_check_interval_ms / 1000.0
-        while not self._stop_maintenance.wait(interval):
-            try:
-                self.enforce_retention()
-                # A quiet partition's tail becomes cleanable (and deletable) only once it is sealed.
-                self.roll_quiet_partitions()
-            except Exception:  # keep retention alive; the error is in the log
-                log.exception("retention failed")
-            try:
-                self.expire_producers()
-            except Exception:  # keep the maintenance loop alive; the error is in the log
-                log.exception("expiring idempotent producers failed")
 
     def _has_lkstream_members(self, group: str) -> bool:
         return self.groups.has_members(group)

@@ -65,7 +65,7 @@ MAX_PARTITIONS = 10_000
 class TopicSettings:
     """A topic's partition count and the retention that applies to it (the effective values).
 
-    What :class:`~lkstream.broker.broker.TopicDescription` and the remote client report; the
+    What :class:`~lkstream.broker.topics.TopicDescription` and the remote client report; the
     overrides themselves are a :class:`~lkstream.storage.topic_config.TopicConfig`.
     """
 

@@ -120,7 +120,7 @@ from lkstream.wire.contract import PROTOCOL_VERSION, VERSION_METADATA_KEY
 if TYPE_CHECKING:
     # The embedded broker's module costs about 0.1 s to import; a client (a Spark worker) needs one of its
     # types, and only when it describes a topic (imported there).
-    from lkstream.broker.broker import TopicDescription
+    from lkstream.broker.topics import TopicDescription
 
 T = TypeVar("T")
 
@@ -574,7 +574,7 @@ def _read_result(response: pb.FetchResponse) -> ReadResult:
 
 
 def _description(info: pb.TopicInfo) -> TopicDescription:
-    from lkstream.broker.broker import TopicDescription  # lazily: see the TYPE_CHECKING import
+    from lkstream.broker.topics import TopicDescription  # lazily: see the TYPE_CHECKING import
 
     if not info.name:
         raise UnknownTopicError("?")

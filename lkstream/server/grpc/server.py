@@ -36,10 +36,11 @@ from typing import Any
 import grpc
 
 from lkstream.broker.acks import Acknowledgement
-from lkstream.broker.broker import Broker, TopicDescription
+from lkstream.broker.broker import Broker
 from lkstream.broker.metrics import BrokerMetrics
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES, Partition
 from lkstream.broker.partitioner import StickyPartitioner
+from lkstream.broker.topics import TopicDescription
 from lkstream.errors import (
     BrokerClosedError,
     CorruptRecordError,

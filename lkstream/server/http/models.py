@@ -18,8 +18,8 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from lkstream.broker.broker import TopicDescription
 from lkstream.broker.partition import DEFAULT_FETCH_BYTES
+from lkstream.broker.topics import TopicDescription
 from lkstream.errors import InvalidArgumentError
 from lkstream.format.codec import Record
 from lkstream.format.json_records import bytes_to_json
