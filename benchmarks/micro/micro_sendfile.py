@@ -1,7 +1,7 @@
 """What one megabyte costs the sender on loopback TCP: sendfile(2) against pread + send (no Python in between).
 
 Why the Kafka listener's zero-copy Fetch is at parity with its copying path when an answer is one
-1 MiB range (docs/benchmarks/readpath.md): a file of 256 MiB in the page cache is sent 1 MiB at a
+1 MiB range (docs/benchmarks-notes.md, "The read path"): a file of 256 MiB in the page cache is sent 1 MiB at a
 time to a reader process on a loopback TCP connection, by ``os.sendfile`` and by ``os.pread`` +
 ``socket.sendall``, the two alternating for ``--runs`` rounds. On loopback the sender's system call
 also runs the receiver's TCP input, so its CPU per megabyte (``time.process_time``) is the whole

@@ -10,7 +10,7 @@ varints at their 5-byte maximum, an over-long varint...). The request header's c
 tagged fields are sites too.
 
 Used by tests/kafka_wire/test_fuzz.py (a fixed seed, every API and version the listener offers)
-and benchmarks/soak_abuse.py (a longer run).
+and benchmarks/soak/soak_abuse.py (a longer run).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The schema-driven fuzzer (issue 28, "How it is checked") sends every API and version the listener
 offers to a real daemon subprocess, honest and with each length, count and tagged-field section at
 an extreme (tests/kafka_wire/frames.py), with a fixed seed; a well-behaved librdkafka producer keeps
-producing beside it. benchmarks/soak_abuse.py runs the same frames for longer.
+producing beside it. benchmarks/soak/soak_abuse.py runs the same frames for longer.
 """
 
 from __future__ import annotations

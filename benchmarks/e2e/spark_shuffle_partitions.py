@@ -9,24 +9,19 @@ fresh checkpoint; the time is the query's wall time from ``start()`` to the end 
 ``awaitTermination`` (the session is started and warmed before). The machine's load is
 recorded: other processes on the same cores make these figures noisy.
 
-    .venv/bin/python benchmarks/spark_shuffle_partitions.py              # 200,000 clicks, 3 runs each
-    .venv/bin/python benchmarks/spark_shuffle_partitions.py --quick      # 20,000 clicks, 1 run each
+    .venv/bin/python -m benchmarks.e2e.spark_shuffle_partitions              # 200,000 clicks, 3 runs each
+    .venv/bin/python -m benchmarks.e2e.spark_shuffle_partitions --quick      # 20,000 clicks, 1 run each
 """
 
 from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.append(str(Path(__file__).resolve().parent.parent))
-
-from _common import base_parser, bench_dir, emit, log, machine_facts, summary
-
+from benchmarks._common import base_parser, bench_dir, emit, log, machine_facts, summary
 from lkstream import Broker
 from lkstream.format.codec import encode_batch
 
