@@ -341,7 +341,8 @@ def compaction(res: Result) -> list[str]:
     note = (
         f"{cfg['records']:,} records of {cfg['value_bytes']} bytes, Zipfian keys (s = {cfg['zipf_s']}) over"
         f" {cfg['keys']:,} keys ({num(st['unique_keys']['median'])} distinct); the latency rows beside the clean of"
-        f" a {cfg['bg_records']:,}-record topic, {cfg['rate_per_s']} calls/s each; every phase in the notes, \"Compaction\"."
+        f" a {cfg['bg_records']:,}-record topic, {cfg['rate_per_s']} calls/s each;"
+        ' every phase in the notes, "Compaction".'
     )
     return table(["Compaction", "value"], rows) + caption(res, note=note)
 
