@@ -541,6 +541,20 @@ class UnknownGroupError(GroupError):
         super().__init__(group, f"group {group!r} does not exist (no members, no committed offsets)")
 
 
+class GroupSubscribedToTopicError(GroupError):
+    """Deleting a group's committed offset of a topic one of its live members subscribes to (Kafka's
+    GROUP_SUBSCRIBED_TO_TOPIC): the member would lose its position under it."""
+
+    def __init__(self, group: str, topic: str, partition: int) -> None:
+        super().__init__(
+            group,
+            f"cannot delete the committed offset of {topic}[{partition}]: a live member of group {group!r} "
+            "subscribes to the topic; stop it (or unsubscribe it) first",
+        )
+        self.topic = topic
+        self.partition = partition
+
+
 class OffsetRegressionError(GroupError):
     """A commit would move a committed offset backward."""
 

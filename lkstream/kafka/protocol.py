@@ -67,6 +67,7 @@ class ApiKey:
     DELETE_GROUPS: Final = 42
     INCREMENTAL_ALTER_CONFIGS: Final = 44
     LIST_PARTITION_REASSIGNMENTS: Final = 46
+    OFFSET_DELETE: Final = 47
     DESCRIBE_CLUSTER: Final = 60
     CONSUMER_GROUP_HEARTBEAT: Final = 68
 
@@ -103,6 +104,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 

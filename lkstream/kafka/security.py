@@ -67,6 +67,7 @@ API_ACCESS: Final[dict[int, str]] = {
     ApiKey.DESCRIBE_GROUPS: "describe on the group [GROUP]",
     ApiKey.LIST_GROUPS: "nothing: lists only groups the principal may describe",
     ApiKey.DELETE_GROUPS: "delete on the group [GROUP]",
+    ApiKey.OFFSET_DELETE: "delete on the group [GROUP] and read on each topic [TOPIC]",
     ApiKey.CREATE_TOPICS: "create on the topic (or on the cluster) [TOPIC]",
     ApiKey.DELETE_TOPICS: "delete on the topic [TOPIC]",
     ApiKey.DELETE_RECORDS: "delete on the topic [TOPIC]",

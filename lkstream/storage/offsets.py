@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from lkstream.errors import CorruptRecordError, DataDirLockedError, InvalidArgumentError, map_os_errors
 from lkstream.storage.clock import Clock, SystemClock
@@ -171,6 +171,12 @@ class OffsetStore:
         """Durably remove every committed offset of ``group``; return how many."""
         validate_group(group)
         return self._forget(lambda key: key[0] == group)
+
+    def forget_partitions(self, group: str, partitions: Iterable[tuple[str, int]]) -> int:
+        """Durably remove ``group``'s committed offsets of ``partitions`` (Kafka's OffsetDelete); return how many."""
+        validate_group(group)
+        wanted = set(partitions)
+        return self._forget(lambda key: key[0] == group and (key[1], key[2]) in wanted)
 
     def _forget(self, match: Callable[[Key], bool]) -> int:
         journal = self._writer()

@@ -341,6 +341,14 @@ CASES: dict[int, list[Case]] = {
         ),
     ],
     ApiKey.DESCRIBE_CLUSTER: [Case(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False}, [])],
+    ApiKey.OFFSET_DELETE: [
+        Case(
+            ApiKey.OFFSET_DELETE,
+            0,
+            {"group_id": "g5", "topics": one_partition(ORDERS)},
+            [(acl("delete", "group", "g5"), GROUP_DENIED), (acl("read", "topic", ORDERS), TOPIC_DENIED)],
+        )
+    ],
     ApiKey.LIST_PARTITION_REASSIGNMENTS: [
         Case(
             ApiKey.LIST_PARTITION_REASSIGNMENTS,
@@ -416,6 +424,7 @@ def matrix(secure_daemon: SecureFactory) -> Iterator[tuple[SecureDaemon, RawKafk
             admin.create_topic(topic, 1)
         admin.produce_many_sync(ORDERS, [(None, b"first")])
         admin.commit_offsets("g1", {(ORDERS, 0): 1})
+        admin.commit_offsets("g5", {(ORDERS, 0): 1})  # OffsetDelete's group: a group Kafka would know
     daemon.set_password(USER, PASSWORD)
     with RawKafka(daemon.kafka_address, tls_ca=str(daemon.pki.ca)) as kafka:
         assert kafka.login_plain(USER, PASSWORD).error_code == 0

@@ -233,6 +233,7 @@ def test_every_error_class_has_a_4xx_or_5xx_and_a_code() -> None:
         "NotPartitionOwnerError": (409, "not_partition_owner"),
         "InconsistentGroupProtocolError": (409, "inconsistent_group_protocol"),
         "GroupNotEmptyError": (409, "group_not_empty"),
+        "GroupSubscribedToTopicError": (409, "group_subscribed_to_topic"),
         "UnknownGroupError": (404, "unknown_group"),
         "OffsetRegressionError": (409, "offset_regression"),
         "OutOfOrderSequenceError": (409, "out_of_order_sequence"),

@@ -39,7 +39,13 @@ from lkstream.broker.groups.types import (
     SyncResult,
     TopicPartition,
 )
-from lkstream.errors import GroupNotEmptyError, InvalidArgumentError, OffsetOutOfRangeError
+from lkstream.errors import (
+    GroupNotEmptyError,
+    GroupSubscribedToTopicError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    UnknownGroupError,
+)
 
 if TYPE_CHECKING:
     from lkstream.broker.partition import Partition
@@ -239,6 +245,29 @@ class GroupCalls:
             return None
         self.classic_groups.forget(group)
         return self.offset_store.forget_group(group)
+
+    def delete_offsets(
+        self, group: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, GroupSubscribedToTopicError | None]:
+        """Forget ``group``'s committed offsets of ``partitions`` (Kafka's OffsetDelete).
+
+        Each partition's outcome: None (forgotten, or there was nothing to forget), or a
+        :class:`GroupSubscribedToTopicError` when a live member of the group subscribes to its topic
+        (that offset is kept, as Kafka keeps it). The rest is durable when this returns.
+        :class:`UnknownGroupError` when neither coordinator knows the group and it has no commits.
+        """
+        wanted = list(dict.fromkeys(partitions))
+        description = self.describe_group(group)
+        if description.state is GroupState.DEAD:
+            raise UnknownGroupError(group)
+        subscribed = frozenset().union(*(m.topics for m in description.members))
+        outcome: dict[TopicPartition, GroupSubscribedToTopicError | None] = {
+            tp: GroupSubscribedToTopicError(group, *tp) if tp[0] in subscribed else None for tp in wanted
+        }
+        # A member joining between the check and the delete finds no committed offset for these
+        # partitions and starts from its reset policy, as after Kafka's OffsetDelete of an empty group.
+        self.offset_store.forget_partitions(group, [tp for tp, refused in outcome.items() if refused is None])
+        return outcome
 
     # -- inspection ------------------------------------------------------------------------------
 

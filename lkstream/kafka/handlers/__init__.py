@@ -41,6 +41,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     ApiKey.LEAVE_GROUP: groups.leave_group,
     ApiKey.OFFSET_COMMIT: groups.offset_commit,
     ApiKey.OFFSET_FETCH: groups.offset_fetch,
+    ApiKey.OFFSET_DELETE: groups.offset_delete,
     ApiKey.LIST_GROUPS: groups.list_groups,
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
     ApiKey.DELETE_GROUPS: groups.delete_groups,

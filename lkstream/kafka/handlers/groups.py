@@ -1,4 +1,4 @@
-"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch, List/Describe/DeleteGroups.
+"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch/Delete, List/Describe/DeleteGroups.
 
 Membership is :class:`~lkstream.broker.groups.classic.ClassicGroups` (Kafka's
 client-side assignment); committed offsets go through the broker's group
@@ -40,6 +40,7 @@ __all__ = [
     "leave_group",
     "list_groups",
     "offset_commit",  # lkstream.kafka.handlers.offsets
+    "offset_delete",
     "offset_fetch",
     "sync_group",
 ]
@@ -291,3 +292,57 @@ async def delete_groups(ctx: RequestContext, header: RequestHeader, frame: bytes
 
 def _delete_group(ctx: RequestContext, name: str) -> int:
     return ErrorCode.group_id_not_found if ctx.broker.delete_group(name) is None else 0
+
+
+async def offset_delete(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
+    """Kafka's OffsetDelete: forget a group's committed offsets of some partitions.
+
+    Needs ``delete`` on the group (else GROUP_AUTHORIZATION_FAILED for the request) and ``read`` on each
+    topic (else TOPIC_AUTHORIZATION_FAILED for its partitions), as Kafka; a partition the topic does not
+    have is UNKNOWN_TOPIC_OR_PARTITION, one a live member subscribes to GROUP_SUBSCRIBED_TO_TOPIC, an
+    unknown group GROUP_ID_NOT_FOUND.
+    """
+    request = kio_codec.decode_request(ApiKey.OFFSET_DELETE, header.api_version, frame, header.body_offset)
+    response_cls = kio_codec.response_type(ApiKey.OFFSET_DELETE, header.api_version)
+    topic_cls = kio_codec.item_type(response_cls, "topics")
+    partition_cls = kio_codec.item_type(topic_cls, "partitions")
+    if not ctx.allowed("delete", "group", request.group_id):
+        return kio_codec.encode(kio_codec.make(response_cls, error_code=ErrorCode.group_authorization_failed))
+    codes: dict[tuple[str, int], int] = {}
+    asked: list[tuple[str, int]] = []
+    for t in request.topics:
+        readable = ctx.allowed("read", "topic", t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if not readable:
+                codes[tp] = ErrorCode.topic_authorization_failed
+            elif not _has_partition(ctx, *tp):
+                codes[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                asked.append(tp)
+    try:
+        outcome = await asyncio.to_thread(ctx.broker.delete_offsets, request.group_id, asked)
+    except LkstreamError as exc:
+        return kio_codec.encode(kio_codec.make(response_cls, error_code=group_error(exc)))
+    codes.update({tp: 0 if refused is None else group_error(refused) for tp, refused in outcome.items()})
+    topics = tuple(
+        kio_codec.make(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(
+                kio_codec.make(
+                    partition_cls, partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)]
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return kio_codec.encode(kio_codec.make(response_cls, error_code=0, topics=topics))
+
+
+def _has_partition(ctx: RequestContext, topic: str, partition: int) -> bool:
+    try:
+        return 0 <= partition < ctx.broker.partitions_for(topic)
+    except LkstreamError:  # an unknown topic, or a name no topic may have
+        return False
