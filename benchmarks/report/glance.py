@@ -118,7 +118,9 @@ def glance(peers: Result, quick: Result, recovery: Result) -> list[str]:
             _unit(f.of(lk, "ack_10k", 1024, "p99_ms"), "p99_ms")
             + " embedded, "
             + _unit(f.of("lkstream-daemon", "ack_10k", 1024, "p99_ms"), "p99_ms")
-            + " daemon",
+            + " daemon, "
+            + _unit(f.of("lkstream-kafka", "ack_10k", 1024, "p99_ms"), "p99_ms")
+            + " Kafka API",
             f.best_peer("ack_10k", 1024, "p99_ms", lower=True),
             "" if trip is None else f"a loopback round trip: {trip['median'] / 1000:.3f} ms (p99)",
         ],

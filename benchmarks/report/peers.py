@@ -124,24 +124,28 @@ def kafka_clients(res: Result) -> list[str]:
         ("ack_10k_unbatched", 1024, "p99_ms", "ack p99 at 10,000 msg/s, `linger.ms` 0", "ms"),
     ):
         a, b = s.field(ours, metric, fld, size, 1), s.field(theirs, metric, fld, size, 1)
-        rows.append([words, f"{cell(a)} {unit}", f"{cell(b)} {unit}", _run_ratio(res, ours, theirs, metric, fld)])
+        rows.append(
+            [words, f"{cell(a)} {unit}", f"{cell(b)} {unit}", _run_ratio(res, ours, theirs, metric, fld, size=size)]
+        )
     hdr = ["confluent-kafka workload", s.label(ours) if ours in s.systems else ours, "Tansu (memory)", "ratio"]
     return table(hdr, rows) + caption(res, note="Ratios are taken run by run, then the median (min-max).")
 
 
-def _by_run(res: Result, system: str, metric: str, fld: str) -> dict[int, float]:
+def _by_run(res: Result, system: str, metric: str, fld: str, size: int) -> dict[int, float]:
+    """``{run: value}`` of one figure at one value size (a phase runs at several sizes)."""
     return {
         int(r["run"]): float(r[fld])
         for r in res.doc["raw"]
         if r["system"] == system
         and r["metric"] == metric
         and isinstance(r.get(fld), (int, float))
+        and r.get("value_bytes") == size
         and r.get("partitions", 1) == 1
     }
 
 
-def _run_ratio(res: Result, a: str, b: str, metric: str, fld: str) -> str:
-    x, y = _by_run(res, a, metric, fld), _by_run(res, b, metric, fld)
+def _run_ratio(res: Result, a: str, b: str, metric: str, fld: str, *, size: int) -> str:
+    x, y = _by_run(res, a, metric, fld, size), _by_run(res, b, metric, fld, size)
     ratios = [x[run] / y[run] for run in sorted(x) if y.get(run)]
     return f"x{cell(stat(ratios))}" if ratios else "n/a"
 
