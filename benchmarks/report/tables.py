@@ -26,6 +26,7 @@ TABLES: dict[str, Table] = {
     "cores": Table(("peers",), peers.cores),
     "kafka-clients": Table(("peers",), peers.kafka_clients),
     "kafka-kcat": Table(("kafka_c_client",), runs.kafka_kcat),
+    "zero-copy": Table(("kafka_zero_copy",), runs.zero_copy),
     "access": Table(("micro_access",), runs.access),
     "spark": Table(("quick",), runs.spark),
     "spark-reader": Table(("bench_spark", "bench_spark"), runs.spark_reader),
