@@ -52,9 +52,11 @@ examples: $(STAMP_RUN)
 
 ## test: set up the environment (and promtool, for the alert-rule checks), then run the whole test suite
 ## two workers for everything but the tests that need the machine to themselves (marked `serial`),
-## which run afterwards on their own; either part collecting nothing fails (pytest's exit 5)
+## which run afterwards on their own; either part collecting nothing fails (pytest's exit 5).
+## Files go to the workers longest first (tests/conftest.py), so no reordering by test count.
+XDIST = -n 2 --dist loadfile --no-loadscope-reorder
 test: $(STAMP) system-deps
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q $(XDIST) -m "not serial"
 	$(PY) -m pytest -q -m serial
 
 ## system-deps: Debian packages the tests use (promtool); a no-op when present
@@ -69,8 +71,11 @@ spark-example: $(STAMP_SPARK)
 test-spark: $(STAMP)
 	$(PY) -m pytest -q tests/spark
 
+## test-fast: what to run while working (about 2 minutes): the unit, property, Kafka-wire and crash
+## tests without the slow ones; `make test` adds the end-to-end paths (daemon, CLI, security, Spark,
+## the frameworks, the docs as pasted) and is what CI runs
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not slow and not serial" tests/unit tests/property tests/kafka_wire tests/crash
 
 test-crash: $(STAMP)
 	$(PY) -m pytest -q tests/crash

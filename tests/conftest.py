@@ -37,6 +37,37 @@ settings.load_profile("lkstream")
 DEFAULT_PORTS = (9090, 8080, 9092)
 
 
+#: The files that take longest (seconds of test time in one run of `make test`: the docs twice
+#: 72-210, the Spark example twice 84-117, then 25-60 each), handed to the workers first. xdist's
+#: `--dist loadfile` gives out files in collection order (`make test` turns off its reordering by
+#: test count, which put these last): started last, one of them kept a worker busy for minutes
+#: after the others had finished.
+LONGEST_FIRST = (
+    "tests/integration/test_docs_examples.py",
+    "tests/spark/test_example.py",
+    "tests/integration/test_daemon.py",
+    "tests/integration/test_cli_topics.py",
+    "tests/integration/test_cli_daemon.py",
+    "tests/frameworks/test_faust.py",
+    "tests/integration/test_cli_consume_habits.py",
+    "tests/security/test_unauthenticated_limits.py",
+    "tests/integration/test_cli_first_steps.py",
+    "tests/security/test_kafka_security.py",
+    "tests/integration/test_connection_limits.py",
+    "tests/frameworks/test_quixstreams.py",
+    "tests/spark/test_sink.py",
+    "tests/integration/test_kafka_lane.py",
+    "tests/integration/test_cli_produce_copy.py",
+    "tests/spark/test_source.py",
+    "tests/spark/test_exactly_once.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def default_ports_held() -> Iterator[None]:
     held: list[socket.socket] = []

@@ -4,7 +4,8 @@
 ``fwords`` into a Table (in memory, so a restarted worker rebuilds it from the changelog topic
 faust creates with ``cleanup.policy=compact``). Once it has counted ``EXPECTED`` events in this
 run it writes the table to ``DATA_DIR/result.json`` (atomically); the test then stops the worker
-with SIGTERM, as an operator would. Not a test module: it runs only under faust's interpreter.
+with SIGTERM, as an operator would. It logs at INFO (the test waits for faust's "Ready" before it
+produces) and prints a line per event. Not a test module: it runs only under faust's interpreter.
 """
 
 from __future__ import annotations
@@ -39,16 +40,19 @@ def main() -> int:
 
     @app.agent(words)
     async def count(stream: faust.StreamT[str]) -> None:
-        async for _key, word in stream.items():
+        async for event in stream.events():
+            word = event.value
             table[word] += 1
             counted["events"] += 1
+            # One line per event in the worker's log: a failing test shows which offsets it saw.
+            print(f"event {event.message.partition}@{event.message.offset} {word} n={counted['events']}", flush=True)
             if counted["events"] == expected:
                 snapshot = json.dumps({k: table[k] for k in sorted(table.keys())})
                 with open(os.path.join(data_dir, "result.json.tmp"), "w", encoding="utf-8") as f:
                     f.write(snapshot)
                 os.replace(os.path.join(data_dir, "result.json.tmp"), os.path.join(data_dir, "result.json"))
 
-    sys.argv = [sys.argv[0], "worker", "--loglevel", "warn", "--without-web"]
+    sys.argv = [sys.argv[0], "worker", "--loglevel", "info", "--without-web"]
     app.main()
     return 0
 
