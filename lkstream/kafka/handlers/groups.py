@@ -28,7 +28,7 @@ from lkstream.errors import (
 from lkstream.kafka import kio_codec
 from lkstream.kafka.context import NODE_ID, RequestContext
 from lkstream.kafka.handlers import classic_routing
-from lkstream.kafka.handlers.offsets import group_error, offset_commit, offset_fetch
+from lkstream.kafka.handlers.offsets import group_error, offset_commit, offset_fetch, partition_codes
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 
 __all__ = [
@@ -304,8 +304,6 @@ async def offset_delete(ctx: RequestContext, header: RequestHeader, frame: bytes
     """
     request = kio_codec.decode_request(ApiKey.OFFSET_DELETE, header.api_version, frame, header.body_offset)
     response_cls = kio_codec.response_type(ApiKey.OFFSET_DELETE, header.api_version)
-    topic_cls = kio_codec.item_type(response_cls, "topics")
-    partition_cls = kio_codec.item_type(topic_cls, "partitions")
     if not ctx.allowed("delete", "group", request.group_id):
         return kio_codec.encode(kio_codec.make(response_cls, error_code=ErrorCode.group_authorization_failed))
     codes: dict[tuple[str, int], int] = {}
@@ -325,19 +323,7 @@ async def offset_delete(ctx: RequestContext, header: RequestHeader, frame: bytes
     except LkstreamError as exc:
         return kio_codec.encode(kio_codec.make(response_cls, error_code=group_error(exc)))
     codes.update({tp: 0 if refused is None else group_error(refused) for tp, refused in outcome.items()})
-    topics = tuple(
-        kio_codec.make(
-            topic_cls,
-            name=t.name,
-            partitions=tuple(
-                kio_codec.make(
-                    partition_cls, partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)]
-                )
-                for p in t.partitions
-            ),
-        )
-        for t in request.topics
-    )
+    topics = partition_codes(response_cls, request.topics, codes.__getitem__)
     return kio_codec.encode(kio_codec.make(response_cls, error_code=0, topics=topics))
 
 

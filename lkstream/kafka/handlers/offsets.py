@@ -22,6 +22,7 @@ the group and answers only topics the principal may describe.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -41,7 +42,7 @@ from lkstream.kafka.errors import error_code
 from lkstream.kafka.protocol import ApiKey, RequestHeader
 from lkstream.kafka.security import CLUSTER_RESOURCE
 
-__all__ = ["group_error", "offset_commit", "offset_fetch"]
+__all__ = ["group_error", "offset_commit", "offset_fetch", "partition_codes"]
 
 
 def group_error(error: LkstreamError) -> ErrorCode:
@@ -54,8 +55,6 @@ def group_error(error: LkstreamError) -> ErrorCode:
 async def offset_commit(ctx: RequestContext, header: RequestHeader, frame: bytes) -> bytes:
     request = kio_codec.decode_request(ApiKey.OFFSET_COMMIT, header.api_version, frame, header.body_offset)
     response_cls = kio_codec.response_type(ApiKey.OFFSET_COMMIT, header.api_version)
-    topic_cls = kio_codec.item_type(response_cls, "topics")
-    partition_cls = kio_codec.item_type(topic_cls, "partitions")
     generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
     codes = _refusals(ctx, request)
     offsets: dict[TopicPartition, int] = {}
@@ -75,22 +74,30 @@ async def offset_commit(ctx: RequestContext, header: RequestHeader, frame: bytes
             if note:
                 notes[tp] = note
     code = await _commit(ctx, request, generation, offsets, notes) if offsets else 0
-    topics = tuple(
+    topics = partition_codes(response_cls, request.topics, lambda tp: codes.get(tp, code))
+    return kio_codec.encode(kio_codec.make(response_cls, topics=topics))
+
+
+def partition_codes(
+    response_cls: Any, asked: Iterable[Any], code_of: Callable[[TopicPartition], int]
+) -> tuple[Any, ...]:
+    """The ``topics`` of an answer with one error code per partition the request ``asked`` for, in its
+    order (OffsetCommit, OffsetDelete)."""
+    topic_cls = kio_codec.item_type(response_cls, "topics")
+    partition_cls = kio_codec.item_type(topic_cls, "partitions")
+    return tuple(
         kio_codec.make(
             topic_cls,
             name=t.name,
             partitions=tuple(
                 kio_codec.make(
-                    partition_cls,
-                    partition_index=p.partition_index,
-                    error_code=codes.get((t.name, p.partition_index), code),
+                    partition_cls, partition_index=p.partition_index, error_code=code_of((t.name, p.partition_index))
                 )
                 for p in t.partitions
             ),
         )
-        for t in request.topics
+        for t in asked
     )
-    return kio_codec.encode(kio_codec.make(response_cls, topics=topics))
 
 
 def _refusals(ctx: RequestContext, request: Any) -> dict[TopicPartition, int]:
