@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,63 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out
+
+
+def replace_between(text: str, block: str, start: str, end: str) -> str:
+    """``text`` with what lies between its ``start`` and ``end`` markers replaced by ``block``."""
+    first, last = text.find(start), text.find(end)
+    if first < 0 or last < 0:
+        raise SystemExit(f"markers not found: add {start!r} and {end!r} where the table belongs")
+    return text[:first] + block.rstrip("\n") + text[last + len(end) :]
+
+
+def targets_block(
+    results: list[tuple[dict[str, Any], str]],
+    markers: tuple[str, str],
+    columns: list[str],
+    rows: Callable[[dict[str, Any]], list[list[str]]],
+    ratios: str,
+) -> str:
+    """A targets table per suite result between ``markers``, each under the line that says where it comes
+    from (runs taken at different times show how much the machine moves them); ``ratios`` says how
+    its ratios were taken."""
+    start, end = markers
+    lines = [start, ""]
+    for doc, source in results:
+        problems = validate_result(doc)
+        if problems:
+            raise SystemExit(f"{source}: not a valid suite result: {problems}")
+        m = doc["machine"]
+        lines += [
+            f"From `{source}`: `{doc['command']}` on {doc['utc']}, {doc['runs']} run(s),"
+            f" {doc.get('elapsed_s', '?')} s; load average (1, 5, 15 min) at start {loads(m.get('loadavg_at_start'))},"
+            f" at end {loads(m.get('loadavg_at_end'))} on {m.get('cores')} cores."
+            f" Cells are *median (min-max)* over runs; {ratios}",
+            "",
+            *table(columns, rows(doc)),
+            "",
+        ]
+    lines.append(end)
+    return "\n".join(lines) + "\n"
+
+
+def targets_cli(
+    description: str,
+    render_all: Callable[[list[tuple[dict[str, Any], str]]], str],
+    replace: Callable[[str, str], str],
+    argv: list[str] | None = None,
+) -> None:
+    """The command line of a targets table: render suite results, print them or ``--write`` them into a page."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("results", nargs="+", help="suite results with lkstream-kafka, tansu and lkstream-daemon")
+    parser.add_argument("--write", help="replace the generated tables in this Markdown file")
+    args = parser.parse_args(argv)
+    block = render_all([(json.loads(Path(path).read_text()), path) for path in args.results])
+    if args.write:
+        path = Path(args.write)
+        path.write_text(replace(path.read_text(), block))
+    else:
+        print(block, end="")
 
 
 # -- lookups ---------------------------------------------------------------------------------------

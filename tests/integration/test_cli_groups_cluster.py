@@ -10,6 +10,7 @@ import json
 import time
 
 import pytest
+from kafka.admin import KafkaAdminClient
 
 import lkstream
 from lkstream.client.consumer import Consumer
@@ -104,11 +105,10 @@ def test_groups_delete_forgets_a_group_and_refuses_a_live_one(daemon: DaemonProc
 
 
 def test_kafka_delete_groups_still_deletes_what_groups_delete_deletes(daemon: DaemonProcess) -> None:
-    admin_module = pytest.importorskip("kafka.admin")
     with lkstream.connect(daemon.address) as client:
         client.produce_many_sync("k", [(None, b"x")])
         client.commit_offset("via-kafka", "k", 0, 1)
-    admin = admin_module.KafkaAdminClient(bootstrap_servers=daemon.kafka_address, request_timeout_ms=20_000)
+    admin = KafkaAdminClient(bootstrap_servers=daemon.kafka_address, request_timeout_ms=20_000)
     try:
         results = dict(admin.delete_groups(["via-kafka", "never-was"]))
     finally:

@@ -9,6 +9,8 @@ import pytest
 
 from lkstream.server.grpc.peers import attach_filter, shut_down, socket_descriptors, syn_filter, tcp_sockets
 
+# The per-address limit reads the kernel's TCP table through netlink and attaches classic BPF socket
+# filters: Linux only (elsewhere the daemon logs that the limit is not enforced: peers.py); CI runs Linux.
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the kernel's TCP table and socket filters are Linux's")
 
 

@@ -216,6 +216,7 @@ def test_ctrl_z_and_fg_still_work_on_make_run(tmp_path: Path) -> None:
 @contextlib.contextmanager
 def lkstream_probe(workspace: Workspace) -> Iterator[Callable[[float], bool]]:
     """``reachable(within_s)``: whether the workspace's daemon answers a TCP connect and a gRPC call in time."""
+    # Not the default port: the workspace maps the docs' 9090 to a free port it picked (doc_runner.Workspace).
     port = int(workspace.ports["9090"])
 
     def reachable(within_s: float) -> bool:
